@@ -1,0 +1,126 @@
+//! Host side of the fused kernel: the frequency table, the vector width and the launch.
+
+use crate::rope_pool::rope_pool_kernel;
+use cubecl::client::Client;
+use cubecl::ir::{AddressType, ElemType};
+use cubecl::prelude::*;
+use cubecl::{CubeDim, calculate_cube_count_elemwise};
+
+/// The sizes of one call, read off the tensor shapes by the caller (already validated).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RopePoolGeometry {
+    /// Tokens in the batch (`q.shape[0]`).
+    pub num_tokens: usize,
+    /// Query/output heads per token.
+    pub num_qo_heads: usize,
+    /// Key/value heads per token.
+    pub num_kv_heads: usize,
+    /// Elements per head; even.
+    pub head_dim: usize,
+    /// Rows of each pool.
+    pub pool_size: usize,
+}
+
+impl RopePoolGeometry {
+    /// Largest element count any tensor of the call holds, for the kernel's address width.
+    pub fn max_len(&self) -> usize {
+        let rows = self.num_tokens.max(self.pool_size);
+        rows * self.num_qo_heads.max(self.num_kv_heads) * self.head_dim
+    }
+}
+
+/// The RoPE frequencies `rope_base ^ (-2i / head_dim)` for `i in 0..head_dim / 2`, computed in
+/// f64 and rounded once to f32. Every backend uses this one table.
+pub fn inv_freq(head_dim: usize, rope_base: f64) -> Vec<f32> {
+    (0..head_dim / 2)
+        .map(|i| rope_base.powf(-2.0 * i as f64 / head_dim as f64) as f32)
+        .collect()
+}
+
+/// The widest vector the device loads efficiently for `elem_size`-byte elements that also
+/// divides `half = head_dim / 2`, so a unit's vector never straddles the two halves of a row.
+pub fn vector_size(client: &Client, elem_size: usize, head_dim: usize) -> usize {
+    let half = head_dim / 2;
+    client
+        .io_optimized_vector_sizes(elem_size)
+        .find(|&n| n > 0 && half % n == 0)
+        .unwrap_or(1)
+}
+
+/// The device tensors of one call. Every tensor must be contiguous and of the shape the
+/// contract gives it; `k_pool`/`v_pool` are written in place, so they must not alias any other
+/// argument.
+pub struct RopePoolArgs {
+    /// `[T, Hq, D]`, float `F`.
+    pub q: TensorArg,
+    /// `[T, Hkv, D]`, float `F`.
+    pub k: TensorArg,
+    /// `[T, Hkv, D]`, float `F`.
+    pub v: TensorArg,
+    /// `[T]`, integer `I`.
+    pub positions: TensorArg,
+    /// `[T]`, integer `I`.
+    pub slots: TensorArg,
+    /// `[T, Hq, D]`, float `F`, written.
+    pub q_out: TensorArg,
+    /// `[T, Hkv, D]`, float `F`, written.
+    pub k_out: TensorArg,
+    /// `[P, Hkv, D]`, float `F`, rows of valid slots written.
+    pub k_pool: TensorArg,
+    /// `[P, Hkv, D]`, float `F`, rows of valid slots written.
+    pub v_pool: TensorArg,
+}
+
+/// Enqueues the fused kernel on `client`. `float` and `int` are the element types of the float
+/// tensors and of `positions`/`slots`. Does nothing for an empty batch.
+///
+/// # Safety
+/// The tensors must be live, contiguous, of the shapes `geometry` describes, and the pools must
+/// not alias an input: the kernel is launched unchecked. Slots are bounds-checked by the kernel
+/// itself (a slot `< 0` or `>= pool_size` writes nothing).
+pub unsafe fn launch_rope_pool(
+    client: &Client,
+    float: ElemType,
+    int: ElemType,
+    geometry: RopePoolGeometry,
+    rope_base: f64,
+    args: RopePoolArgs,
+) {
+    let RopePoolGeometry {
+        num_tokens,
+        head_dim,
+        ..
+    } = geometry;
+    if num_tokens == 0 || head_dim < 2 {
+        return;
+    }
+    let vector = vector_size(client, float.size(), head_dim);
+    let half = head_dim / 2;
+    let table = inv_freq(head_dim, rope_base);
+    let table = client.create_from_slice(f32::as_bytes(&table));
+    let inv_freq = unsafe { TensorArg::from_raw_parts(table, [1].into(), [half].into()) };
+
+    let units = num_tokens * (half / vector);
+    let cube_dim = CubeDim::new(client, units);
+    let cube_count = calculate_cube_count_elemwise(client, units, cube_dim);
+    unsafe {
+        rope_pool_kernel::launch_unchecked(
+            client,
+            cube_count,
+            cube_dim,
+            AddressType::from_len(geometry.max_len()),
+            vector,
+            args.q,
+            args.k,
+            args.v,
+            args.positions,
+            args.slots,
+            inv_freq,
+            args.q_out,
+            args.k_out,
+            args.k_pool,
+            args.v_pool,
+            [float, int],
+        );
+    }
+}

@@ -1,0 +1,8 @@
+//! CubeCL kernels of `burn-rope-pool`: NeoX rotary position embedding of q and k fused with the
+//! scatter of k/v into a token-slot KV pool. Depends on CubeCL alone, so the kernels can be
+//! launched, tested and compiled to WGSL, SPIR-V, CUDA or Metal Shading Language without Burn.
+
+mod launch;
+pub mod rope_pool;
+
+pub use launch::{RopePoolArgs, RopePoolGeometry, inv_freq, launch_rope_pool, vector_size};

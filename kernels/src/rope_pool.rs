@@ -1,0 +1,123 @@
+//! The fused kernel: NeoX rotation of q and k, plus the scatter of rotated k and raw v into
+//! the token-slot KV pool, in one launch.
+//!
+//! One unit owns one token and `N` consecutive rotation pairs (frequencies `j*N .. j*N+N`).
+//! It forms the `N` angles and their cos/sin once, then walks every q head and every kv head of
+//! its token with them, so the trigonometry is paid once per (token, frequency) whatever the
+//! head count. Adjacent units own adjacent frequencies of the same head row, so every load and
+//! store of a warp is one contiguous run of memory.
+//!
+//! Variants of the op (interleaved GPT-J pairs, a partial rotary dimension, scaled frequencies,
+//! a paged pool layout) plug in at the three seams below as comptime options of this kernel:
+//! [`pair_offsets`] (which two elements form a pair), [`rope_angle`] (the angle of a pair) and
+//! [`pool_row`] (where a token's row lands in the pool).
+
+use cubecl::prelude::*;
+
+/// Offsets, in vectors from the start of a head row, of the two halves of pair vector `j`
+/// (NeoX layout: element `i` pairs with element `i + head_dim / 2`).
+#[cube]
+pub fn pair_offsets(j: usize, half_vectors: usize) -> (usize, usize) {
+    (j, j + half_vectors)
+}
+
+/// The rotation angle of `N` pairs at `position`: `position * inv_freq`, in f32.
+#[cube]
+pub fn rope_angle<N: Size>(position: f32, inv_freq: Vector<f32, N>) -> Vector<f32, N> {
+    Vector::new(position) * inv_freq
+}
+
+/// Row index in the pool of a token whose slot is `slot`, or `pool_size` (no row) when the
+/// slot is negative or past the pool: such a token is never written.
+#[cube]
+pub fn pool_row<I: Int>(slot: I, pool_size: usize) -> usize {
+    let mut row = pool_size;
+    if slot >= I::new(0) {
+        let candidate = usize::cast_from(slot);
+        if candidate < pool_size {
+            row = candidate;
+        }
+    }
+    row
+}
+
+/// Rotates the pair `(x1, x2)` by the angle whose cosine and sine are `cos`, `sin`, in f32,
+/// and rounds the result to the storage type once.
+#[cube]
+fn rotate<F: Float, N: Size>(
+    x1: Vector<F, N>,
+    x2: Vector<F, N>,
+    cos: Vector<f32, N>,
+    sin: Vector<f32, N>,
+) -> (Vector<F, N>, Vector<F, N>) {
+    let a = Vector::<f32, N>::cast_from(x1);
+    let b = Vector::<f32, N>::cast_from(x2);
+    (
+        Vector::cast_from(a * cos - b * sin),
+        Vector::cast_from(a * sin + b * cos),
+    )
+}
+
+/// The fused op. All tensors are contiguous; shapes are those of the contract:
+/// `q [T, Hq, D]`, `k, v [T, Hkv, D]`, `positions, slots [T]`, `inv_freq [D/2]` (f32),
+/// `k_pool, v_pool [P, Hkv, D]` (updated in place), `q_out [T, Hq, D]`, `k_out [T, Hkv, D]`.
+/// `N` must divide `D / 2`.
+#[cube(launch_unchecked, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
+    q: &Tensor<Vector<F, N>>,
+    k: &Tensor<Vector<F, N>>,
+    v: &Tensor<Vector<F, N>>,
+    positions: &Tensor<I>,
+    slots: &Tensor<I>,
+    inv_freq: &Tensor<Vector<f32, N>>,
+    q_out: &mut Tensor<Vector<F, N>>,
+    k_out: &mut Tensor<Vector<F, N>>,
+    k_pool: &mut Tensor<Vector<F, N>>,
+    v_pool: &mut Tensor<Vector<F, N>>,
+    #[define(F, I)] _dtypes: [ElemType; 2],
+) {
+    let num_tokens = q.shape(0);
+    let num_qo_heads = q.shape(1);
+    let num_kv_heads = k.shape(1);
+    let pool_size = k_pool.shape(0);
+    let row_vectors = q.shape(2) / q.vector_size();
+    let half_vectors = row_vectors / 2;
+
+    let token = ABSOLUTE_POS / half_vectors;
+    let j = ABSOLUTE_POS % half_vectors;
+    if token >= num_tokens {
+        terminate!();
+    }
+
+    let angle = rope_angle::<N>(f32::cast_from(positions[token]), inv_freq[j]);
+    let cos = angle.cos();
+    let sin = angle.sin();
+    let (lo, hi) = pair_offsets(j, half_vectors);
+
+    let q_base = token * num_qo_heads * row_vectors;
+    for h in 0..num_qo_heads {
+        let row = q_base + h * row_vectors;
+        let (a, b) = rotate::<F, N>(q[row + lo], q[row + hi], cos, sin);
+        q_out[row + lo] = a;
+        q_out[row + hi] = b;
+    }
+
+    let pool = pool_row::<I>(slots[token], pool_size);
+    let write = pool < pool_size;
+    let kv_base = token * num_kv_heads * row_vectors;
+    let pool_base = pool * num_kv_heads * row_vectors;
+    for h in 0..num_kv_heads {
+        let row = kv_base + h * row_vectors;
+        let (a, b) = rotate::<F, N>(k[row + lo], k[row + hi], cos, sin);
+        k_out[row + lo] = a;
+        k_out[row + hi] = b;
+        if write {
+            let dst = pool_base + h * row_vectors;
+            k_pool[dst + lo] = a;
+            k_pool[dst + hi] = b;
+            v_pool[dst + lo] = v[row + lo];
+            v_pool[dst + hi] = v[row + hi];
+        }
+    }
+}

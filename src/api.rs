@@ -1,0 +1,162 @@
+//! The `Tensor`-level entry point: validation, backend check, then one dispatch call.
+
+use crate::backend::{RopeParams, RopePoolBackend};
+use crate::validate::{CallSignature, validate, validate_slots};
+use crate::{Dims, RopePoolConfig, RopePoolError};
+use burn::backend::Dispatch;
+use burn::backend::TensorMetadata;
+use burn::tensor::{Device, DispatchTensor, Int, Tensor};
+
+/// A float tensor argument of any rank (the rank is checked at run time, so a wrong one gets
+/// the documented error). Built from any `Tensor<D>` with `.into()`.
+pub struct FloatArg {
+    tensor: DispatchTensor,
+    device: Device,
+}
+
+/// An integer tensor argument of any rank. Built from any `Tensor<D, Int>` with `.into()`.
+pub struct IntArg {
+    tensor: DispatchTensor,
+    device: Device,
+}
+
+impl<const D: usize> From<Tensor<D>> for FloatArg {
+    fn from(tensor: Tensor<D>) -> Self {
+        let device = tensor.device();
+        Self {
+            tensor: tensor.into_dispatch(),
+            device,
+        }
+    }
+}
+
+impl<const D: usize> From<Tensor<D, Int>> for IntArg {
+    fn from(tensor: Tensor<D, Int>) -> Self {
+        let device = tensor.device();
+        Self {
+            tensor: tensor.into_dispatch(),
+            device,
+        }
+    }
+}
+
+fn dims(tensor: &DispatchTensor) -> Dims {
+    Dims(tensor.shape().to_vec())
+}
+
+/// The outputs of [`rope_pool_fused`].
+#[derive(Clone, Debug)]
+pub struct RopePoolOutput {
+    /// Rotated queries, `[num_tokens, num_qo_heads, head_dim]`.
+    pub q_rot: Tensor<3>,
+    /// Rotated keys, `[num_tokens, num_kv_heads, head_dim]`.
+    pub k_rot: Tensor<3>,
+    /// The key pool, row `slots[t]` replaced by `k_rot[t]` for every valid slot.
+    pub k_pool: Tensor<3>,
+    /// The value pool, row `slots[t]` replaced by `v[t]` for every valid slot.
+    pub v_pool: Tensor<3>,
+}
+
+/// Fails unless this build implements the op for `device`'s backend.
+fn check_backend(device: &Device) -> Result<(), RopePoolError> {
+    use burn::backend::DispatchDevice;
+    match device.as_dispatch() {
+        #[cfg(feature = "cube")]
+        DispatchDevice::Cube(_) => Ok(()),
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(_) => Ok(()),
+        #[allow(unreachable_patterns)]
+        _ => Err(RopePoolError::UnsupportedBackend {
+            device: format!("{device:?}"),
+        }),
+    }
+}
+
+/// The slots of a call as host integers (checked mode only: this reads the device).
+fn host_slots(slots: &DispatchTensor) -> Vec<i64> {
+    Tensor::<1, Int>::from_dispatch(slots.clone())
+        .into_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .unwrap_or_default()
+}
+
+/// Applies NeoX rotary position embedding to `q` and `k` and writes each token's rotated key
+/// and raw value into row `slots[t]` of the KV pools, in one pass (one kernel launch on GPU).
+///
+/// - `q: [num_tokens, num_qo_heads, head_dim]`, `k`, `v: [num_tokens, num_kv_heads, head_dim]`,
+///   f32, f16 or bf16, one dtype;
+/// - `positions`, `slots: [num_tokens]` integers; a slot `< 0` means "do not write", and a slot
+///   `>= pool_size` is never written (in checked mode it is an error);
+/// - `k_pool`, `v_pool: [pool_size, num_kv_heads, head_dim]`, the dtype of `q`.
+///
+/// The pools are taken by value: when the caller holds no other handle to them they are updated
+/// in place (no copy of the pool); a pool still shared elsewhere is copied first, so no other
+/// holder sees it change. Every argument is checked before anything runs; on error nothing is
+/// written and the error's `Display` is the documented message.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_pool_fused(
+    q: impl Into<FloatArg>,
+    k: impl Into<FloatArg>,
+    v: impl Into<FloatArg>,
+    positions: impl Into<IntArg>,
+    slots: impl Into<IntArg>,
+    k_pool: impl Into<FloatArg>,
+    v_pool: impl Into<FloatArg>,
+    config: &RopePoolConfig,
+) -> Result<RopePoolOutput, RopePoolError> {
+    let (q, k, v) = (q.into(), k.into(), v.into());
+    let (positions, slots) = (positions.into(), slots.into());
+    let (k_pool, v_pool) = (k_pool.into(), v_pool.into());
+    let signature = CallSignature {
+        q: dims(&q.tensor),
+        k: dims(&k.tensor),
+        v: dims(&v.tensor),
+        positions: dims(&positions.tensor),
+        slots: dims(&slots.tensor),
+        k_pool: dims(&k_pool.tensor),
+        v_pool: dims(&v_pool.tensor),
+        dtypes: [&q, &k, &v, &k_pool, &v_pool].map(|t| t.tensor.dtype()),
+    };
+    validate(&signature, config)?;
+    let devices = [&k.device, &v.device, &k_pool.device, &v_pool.device];
+    if devices.iter().any(|d| **d != q.device)
+        || positions.device != q.device
+        || slots.device != q.device
+    {
+        return Err(RopePoolError::DeviceMismatch);
+    }
+    check_backend(&q.device)?;
+    if config.check_slots {
+        validate_slots(&host_slots(&slots.tensor), signature.k_pool.0[0])?;
+    }
+
+    // The kernel reads positions and slots with one integer type.
+    let int_dtype = positions.tensor.dtype();
+    let slots = if slots.tensor.dtype() == int_dtype {
+        slots.tensor
+    } else {
+        Tensor::<1, Int>::from_dispatch(slots.tensor)
+            .cast(int_dtype)
+            .into_dispatch()
+    };
+
+    let out = <Dispatch as RopePoolBackend>::rope_pool_fused(
+        q.tensor,
+        k.tensor,
+        v.tensor,
+        positions.tensor,
+        slots,
+        k_pool.tensor,
+        v_pool.tensor,
+        RopeParams {
+            rope_base: config.rope_base,
+        },
+    );
+    Ok(RopePoolOutput {
+        q_rot: Tensor::from_dispatch(out.q_rot),
+        k_rot: Tensor::from_dispatch(out.k_rot),
+        k_pool: Tensor::from_dispatch(out.k_pool),
+        v_pool: Tensor::from_dispatch(out.v_pool),
+    })
+}

@@ -1,0 +1,93 @@
+//! The CubeCL backend implementation: prepares the buffers and launches the kernel of
+//! `rope-pool-kernels`. Covers every CubeCL runtime (wgpu/Vulkan/Metal/WebGPU, CUDA, ROCm, CPU);
+//! the fusion-wrapped backend reaches it through the lazy path the extension macro generates.
+
+use crate::backend::{RopeParams, RopePoolBackend, RopePoolPrimitives};
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::TensorMetadata;
+use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
+use rope_pool_kernels::{RopePoolArgs, RopePoolGeometry, launch_rope_pool};
+
+/// A contiguous tensor whose buffer this call owns: the input itself when nobody else holds it
+/// (the in-place path), a copy otherwise, so no other holder ever sees the pool change.
+fn owned_contiguous(tensor: CubeTensor) -> CubeTensor {
+    let tensor = into_contiguous(tensor);
+    if tensor.can_mut() {
+        tensor
+    } else {
+        tensor.copy()
+    }
+}
+
+/// A fresh dense output of `like`'s shape and dtype.
+fn empty_like(like: &CubeTensor) -> CubeTensor {
+    let shape = like.shape();
+    let bytes = shape.num_elements() * like.dtype.size();
+    let handle = like.client.empty(bytes);
+    CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        shape,
+        handle,
+        like.dtype,
+    )
+}
+
+impl RopePoolBackend for CubeBackend {
+    fn rope_pool_fused(
+        q: CubeTensor,
+        k: CubeTensor,
+        v: CubeTensor,
+        positions: CubeTensor,
+        slots: CubeTensor,
+        k_pool: CubeTensor,
+        v_pool: CubeTensor,
+        params: RopeParams,
+    ) -> RopePoolPrimitives<Self> {
+        let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
+        let (positions, slots) = (into_contiguous(positions), into_contiguous(slots));
+        let (k_pool, v_pool) = (owned_contiguous(k_pool), owned_contiguous(v_pool));
+        let q_rot = empty_like(&q);
+        let k_rot = empty_like(&k);
+
+        let [num_tokens, num_qo_heads, head_dim] = q.meta.shape().dims();
+        let geometry = RopePoolGeometry {
+            num_tokens,
+            num_qo_heads,
+            num_kv_heads: k.meta.shape()[1],
+            head_dim,
+            pool_size: k_pool.meta.shape()[0],
+        };
+        let client = q.client.clone();
+        let float = dtype_to_storage_type(q.dtype);
+        let int = dtype_to_storage_type(positions.dtype);
+        // Safety: every tensor is contiguous with the validated shapes; the pools and outputs are
+        // buffers this call owns, so none aliases an input.
+        unsafe {
+            launch_rope_pool(
+                &client,
+                float,
+                int,
+                geometry,
+                params.rope_base,
+                RopePoolArgs {
+                    q: q.into_tensor_arg(),
+                    k: k.into_tensor_arg(),
+                    v: v.into_tensor_arg(),
+                    positions: positions.into_tensor_arg(),
+                    slots: slots.into_tensor_arg(),
+                    q_out: q_rot.clone().into_tensor_arg(),
+                    k_out: k_rot.clone().into_tensor_arg(),
+                    k_pool: k_pool.clone().into_tensor_arg(),
+                    v_pool: v_pool.clone().into_tensor_arg(),
+                },
+            );
+        }
+        RopePoolPrimitives {
+            q_rot,
+            k_rot,
+            k_pool,
+            v_pool,
+        }
+    }
+}

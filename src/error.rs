@@ -1,0 +1,111 @@
+//! The errors of `rope_pool_fused`: one variant per documented message.
+
+use burn::tensor::DType;
+use core::fmt;
+
+/// A tensor shape that prints as `[a, b, c]`, the form the error messages use.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Dims(pub Vec<usize>);
+
+impl fmt::Display for Dims {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+impl<const D: usize> From<[usize; D]> for Dims {
+    fn from(dims: [usize; D]) -> Self {
+        Dims(dims.to_vec())
+    }
+}
+
+/// Why a `rope_pool_fused` call was refused. Checked before any kernel runs, in the order of the
+/// variants below; nothing is written when one is returned. `Display` gives the documented text.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RopePoolError {
+    /// One of q, k, v is not 3-D.
+    #[error("rope_pool_fused expects q/k/v to be 3-D")]
+    QkvRank { q: Dims, k: Dims, v: Dims },
+    /// positions or slots is not 1-D.
+    #[error("rope_pool_fused expects positions/slots to be 1-D")]
+    IndexRank { positions: Dims, slots: Dims },
+    /// k_pool or v_pool is not 3-D.
+    #[error("rope_pool_fused expects pool tensors to be 3-D")]
+    PoolRank { k_pool: Dims, v_pool: Dims },
+    /// q's head count or head size differs from the config.
+    #[error("q shape must be [num_tokens, num_qo_heads, head_dim], got {q}")]
+    QShape { q: Dims },
+    /// k's token count, head count or head size is off.
+    #[error("k shape must be [num_tokens, num_kv_heads, head_dim], got {k}")]
+    KShape { k: Dims },
+    /// v's shape differs from k's.
+    #[error("v shape must match k shape, got {v} vs {k}")]
+    VShape { v: Dims, k: Dims },
+    /// positions or slots does not have one entry per token.
+    #[error("positions/slots must have one entry per token")]
+    IndexLen {
+        num_tokens: usize,
+        positions: usize,
+        slots: usize,
+    },
+    /// k_pool's head count or head size differs from the config.
+    #[error("k_pool has incompatible shape {k_pool}")]
+    KPoolShape { k_pool: Dims },
+    /// v_pool's shape differs from k_pool's.
+    #[error("v_pool shape must match k_pool shape, got {v_pool} vs {k_pool}")]
+    VPoolShape { v_pool: Dims, k_pool: Dims },
+    /// q, k and v do not share one dtype.
+    #[error("q/k/v dtypes must match")]
+    QkvDtype { q: DType, k: DType, v: DType },
+    /// A pool's dtype differs from q's.
+    #[error("pool dtypes must match q/k/v dtype")]
+    PoolDtype {
+        qkv: DType,
+        k_pool: DType,
+        v_pool: DType,
+    },
+    /// `head_dim` is odd or zero.
+    #[error("head_dim must be even and > 0, got {head_dim}")]
+    HeadDim { head_dim: usize },
+    /// A head count is zero.
+    #[error("num_qo_heads and num_kv_heads must be > 0, got {num_qo_heads} and {num_kv_heads}")]
+    HeadCount {
+        num_qo_heads: usize,
+        num_kv_heads: usize,
+    },
+    /// `rope_base` is zero, negative, infinite or NaN.
+    #[error("rope_base must be positive and finite, got {rope_base}")]
+    RopeBase { rope_base: f64 },
+    /// The float dtype is not one the op computes in.
+    #[error("rope_pool_fused supports f32, f16 and bf16 tensors, got {dtype:?}")]
+    FloatDtype { dtype: DType },
+    /// The tensors are not all on one device.
+    #[error("all tensors must be on one device")]
+    DeviceMismatch,
+    /// Checked mode: a token's slot is past the end of the pool.
+    #[error("slot {slot} of token {token} is outside the pool of {pool_size} rows")]
+    SlotOutOfRange {
+        token: usize,
+        slot: i64,
+        pool_size: usize,
+    },
+    /// Checked mode: two tokens of the call write the same pool row.
+    #[error("slot {slot} is written by both token {first} and token {second}")]
+    DuplicateSlot {
+        slot: i64,
+        first: usize,
+        second: usize,
+    },
+    /// The tensors live on a backend this build of the crate does not implement the op for.
+    #[error(
+        "rope_pool_fused is not available on {device}: enable the burn-rope-pool feature of that backend"
+    )]
+    UnsupportedBackend { device: String },
+}

@@ -1,0 +1,97 @@
+//! The Flex (pure-Rust CPU) implementation: dense host buffers handed to [`crate::cpu`].
+
+use crate::backend::{RopeParams, RopePoolBackend, RopePoolPrimitives};
+use crate::cpu::{self, Heads, Storage};
+use burn::backend::TensorMetadata;
+use burn::tensor::{DType, Element};
+use burn_flex::{Flex, FlexTensor, Layout};
+use half::{bf16, f16};
+
+/// `tensor` with a dense row-major buffer of exactly its elements, starting at 0. Copies only
+/// when the layout is not already that; a shared buffer stays shared (writers copy on write).
+fn dense(tensor: FlexTensor) -> FlexTensor {
+    let exact = tensor.layout().contiguous_offsets() == Some((0, tensor.layout().num_elements()))
+        && tensor.bytes().len() == tensor.layout().num_elements() * tensor.dtype().size();
+    if exact { tensor } else { tensor.to_contiguous() }
+}
+
+/// The values of an integer tensor, widened to i64.
+fn indices(tensor: FlexTensor) -> Vec<i64> {
+    let data = dense(tensor).into_data();
+    match data.dtype() {
+        DType::I64 => data.try_to_vec::<i64>().unwrap_or_default(),
+        _ => data.convert::<i64>().try_to_vec::<i64>().unwrap_or_default(),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run<E: Storage + Element + bytemuck::Pod>(
+    q: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
+    positions: FlexTensor,
+    slots: FlexTensor,
+    k_pool: FlexTensor,
+    v_pool: FlexTensor,
+    params: RopeParams,
+) -> RopePoolPrimitives<Flex> {
+    let (q, k, v) = (dense(q), dense(k), dense(v));
+    let (mut k_pool, mut v_pool) = (dense(k_pool), dense(v_pool));
+    let [_, num_qo_heads, head_dim] = q.shape().dims();
+    let heads = Heads {
+        num_qo_heads,
+        num_kv_heads: k.shape()[1],
+        head_dim,
+    };
+    let inv_freq = rope_pool_kernels::inv_freq(head_dim, params.rope_base);
+    let mut q_out = vec![E::from_f32(0.0); q.shape().num_elements()];
+    let mut k_out = vec![E::from_f32(0.0); k.shape().num_elements()];
+    cpu::rope_pool(
+        heads,
+        &inv_freq,
+        q.storage::<E>(),
+        k.storage::<E>(),
+        v.storage::<E>(),
+        &indices(positions),
+        &indices(slots),
+        &mut q_out,
+        &mut k_out,
+        // Copy-on-write: a pool still held elsewhere is copied here, never changed under its
+        // other holder.
+        k_pool.storage_mut::<E>(),
+        v_pool.storage_mut::<E>(),
+    );
+    let output = |values: Vec<E>, like: &FlexTensor| {
+        FlexTensor::new(
+            burn::tensor::Bytes::from_elems(values),
+            Layout::contiguous(like.shape()),
+            like.dtype(),
+        )
+    };
+    RopePoolPrimitives {
+        q_rot: output(q_out, &q),
+        k_rot: output(k_out, &k),
+        k_pool,
+        v_pool,
+    }
+}
+
+impl RopePoolBackend for Flex {
+    fn rope_pool_fused(
+        q: FlexTensor,
+        k: FlexTensor,
+        v: FlexTensor,
+        positions: FlexTensor,
+        slots: FlexTensor,
+        k_pool: FlexTensor,
+        v_pool: FlexTensor,
+        params: RopeParams,
+    ) -> RopePoolPrimitives<Self> {
+        match q.dtype() {
+            DType::F32 => run::<f32>(q, k, v, positions, slots, k_pool, v_pool, params),
+            DType::F16 => run::<f16>(q, k, v, positions, slots, k_pool, v_pool, params),
+            DType::BF16 => run::<bf16>(q, k, v, positions, slots, k_pool, v_pool, params),
+            dtype => panic!("rope_pool_fused: unsupported dtype {dtype:?} (validated upstream)"),
+        }
+    }
+}

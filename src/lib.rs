@@ -1,0 +1,47 @@
+//! # burn-rope-pool
+//!
+//! One fused op for LLM inference with [Burn](https://burn.dev): NeoX rotary position embedding
+//! of the queries and keys of a batch of tokens, plus the scatter of each token's rotated key and
+//! raw value into its row of a token-slot KV pool — one GPU pass instead of four.
+//!
+//! ```no_run
+//! use burn::tensor::{Device, Distribution, Int, Tensor};
+//! use burn_rope_pool::{RopePoolConfig, rope_pool_fused};
+//!
+//! let device = Device::default();
+//! let config = RopePoolConfig::new(128, 32, 8).with_rope_base(500_000.0);
+//! let q = Tensor::<3>::random([4, 32, 128], Distribution::Default, &device);
+//! let k = Tensor::<3>::random([4, 8, 128], Distribution::Default, &device);
+//! let v = Tensor::<3>::random([4, 8, 128], Distribution::Default, &device);
+//! let positions = Tensor::<1, Int>::from_ints([0, 1, 2, 3], &device);
+//! let slots = Tensor::<1, Int>::from_ints([10, 11, -1, 12], &device); // -1: not cached
+//! let k_pool = Tensor::<3>::zeros([1024, 8, 128], &device);
+//! let v_pool = Tensor::<3>::zeros([1024, 8, 128], &device);
+//! let out = rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, &config)?;
+//! # Ok::<(), burn_rope_pool::RopePoolError>(())
+//! ```
+//!
+//! Backends: the CubeCL backend (feature `wgpu`, `vulkan`, `metal` or `cuda`; fusion-wrapped by
+//! default) runs the kernel of the `rope-pool-kernels` crate; `flex` runs a host loop. The math,
+//! the layouts and every error message follow the project's SPEC.
+
+#[cfg(not(any(feature = "cube", feature = "flex")))]
+compile_error!("burn-rope-pool needs at least one backend feature: wgpu, vulkan, metal, cuda or flex");
+
+mod api;
+mod backend;
+mod config;
+#[cfg(feature = "flex")]
+mod cpu;
+#[cfg(feature = "cube")]
+mod cube;
+mod error;
+#[cfg(feature = "flex")]
+mod flex;
+pub mod reference;
+mod validate;
+
+pub use api::{FloatArg, IntArg, RopePoolOutput, rope_pool_fused};
+pub use backend::{RopeParams, RopePoolBackend, RopePoolPrimitives};
+pub use config::RopePoolConfig;
+pub use error::{Dims, RopePoolError};
