@@ -38,6 +38,8 @@ mod cube;
 mod error;
 #[cfg(feature = "flex")]
 mod flex;
+pub mod devices;
+pub mod golden;
 pub mod reference;
 mod validate;
 

@@ -1,0 +1,237 @@
+//! Golden cases: the safetensors files of the contract (`q k v k_pool v_pool positions slots`,
+//! `expected.*` in f64, metadata `head_dim num_qo_heads num_kv_heads rope_base` and optionally
+//! `expect_error`), loaded, run on a device and scored. Shared by the tests and `replay`.
+
+use crate::reference::{ReferenceOutput, max_abs_error, norm_relative_error};
+use crate::{FloatArg, IntArg, RopePoolConfig, RopePoolError, rope_pool_fused};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use safetensors::{Dtype, SafeTensors};
+
+/// A host tensor of any rank, its values widened to f64.
+#[derive(Clone, Debug)]
+pub struct HostTensor {
+    /// Shape as stored.
+    pub dims: Vec<usize>,
+    /// Values, row-major.
+    pub values: Vec<f64>,
+    /// dtype as stored.
+    pub dtype: DType,
+}
+
+/// One golden case.
+#[derive(Clone, Debug)]
+pub struct GoldenCase {
+    /// The call's parameters, from the metadata.
+    pub config: RopePoolConfig,
+    /// The exact message an invalid call must return.
+    pub expect_error: Option<String>,
+    /// Inputs by name: `q k v k_pool v_pool positions slots`.
+    pub inputs: std::collections::BTreeMap<String, HostTensor>,
+    /// Expected outputs (absent for an `expect_error` case).
+    pub expected: Option<ReferenceOutput>,
+}
+
+/// Errors of a golden file that is not of the documented format.
+#[derive(Debug, thiserror::Error)]
+pub enum GoldenError {
+    /// The file could not be read.
+    #[error("cannot read {0}: {1}")]
+    Io(String, std::io::Error),
+    /// The file is not safetensors.
+    #[error("not a safetensors file: {0}")]
+    Format(#[from] safetensors::SafeTensorError),
+    /// A required entry is missing or malformed.
+    #[error("golden file: {0}")]
+    Content(String),
+}
+
+fn host_tensor(view: &safetensors::tensor::TensorView<'_>) -> Result<HostTensor, GoldenError> {
+    let bytes = view.data();
+    macro_rules! read {
+        ($t:ty, $conv:expr) => {
+            bytes
+                .chunks_exact(std::mem::size_of::<$t>())
+                .map(|c| $conv(<$t>::from_le_bytes(c.try_into().unwrap())))
+                .collect::<Vec<f64>>()
+        };
+    }
+    let (values, dtype) = match view.dtype() {
+        Dtype::F64 => (read!(f64, |x| x), DType::F64),
+        Dtype::F32 => (read!(f32, f64::from), DType::F32),
+        Dtype::F16 => (
+            read!(u16, |x| half::f16::from_bits(x).to_f64()),
+            DType::F16,
+        ),
+        Dtype::BF16 => (
+            read!(u16, |x| half::bf16::from_bits(x).to_f64()),
+            DType::BF16,
+        ),
+        Dtype::I64 => (read!(i64, |x| x as f64), DType::I64),
+        Dtype::I32 => (read!(i32, f64::from), DType::I32),
+        other => return Err(GoldenError::Content(format!("unsupported dtype {other:?}"))),
+    };
+    Ok(HostTensor {
+        dims: view.shape().to_vec(),
+        values,
+        dtype,
+    })
+}
+
+impl GoldenCase {
+    /// Reads a golden file.
+    pub fn load(path: impl AsRef<std::path::Path>) -> Result<Self, GoldenError> {
+        let path = path.as_ref();
+        let bytes =
+            std::fs::read(path).map_err(|e| GoldenError::Io(path.display().to_string(), e))?;
+        let (_, header) = SafeTensors::read_metadata(&bytes)?;
+        let meta = header.metadata().clone().unwrap_or_default();
+        let field = |name: &str| {
+            meta.get(name)
+                .ok_or_else(|| GoldenError::Content(format!("metadata `{name}` missing")))
+        };
+        let int = |name: &str| -> Result<usize, GoldenError> {
+            field(name)?
+                .parse()
+                .map_err(|_| GoldenError::Content(format!("metadata `{name}` is not an integer")))
+        };
+        let rope_base: f64 = field("rope_base")?
+            .parse()
+            .map_err(|_| GoldenError::Content("metadata `rope_base` is not a number".into()))?;
+        let config = RopePoolConfig::new(int("head_dim")?, int("num_qo_heads")?, int("num_kv_heads")?)
+            .with_rope_base(rope_base);
+
+        let tensors = SafeTensors::deserialize(&bytes)?;
+        let mut inputs = std::collections::BTreeMap::new();
+        let mut expected = std::collections::BTreeMap::new();
+        for (name, view) in tensors.tensors() {
+            let tensor = host_tensor(&view)?;
+            match name.strip_prefix("expected.") {
+                Some(out) => expected.insert(out.to_string(), tensor.values),
+                None => inputs.insert(name, tensor).map(|t| t.values),
+            };
+        }
+        for name in ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"] {
+            if !inputs.contains_key(name) {
+                return Err(GoldenError::Content(format!("input `{name}` missing")));
+            }
+        }
+        let mut take = |name: &str| expected.remove(name);
+        let expected = match (take("q_rot"), take("k_rot"), take("k_pool"), take("v_pool")) {
+            (Some(q_rot), Some(k_rot), Some(k_pool), Some(v_pool)) => Some(ReferenceOutput {
+                q_rot,
+                k_rot,
+                k_pool,
+                v_pool,
+            }),
+            _ => None,
+        };
+        let expect_error = meta.get("expect_error").cloned();
+        if expect_error.is_none() && expected.is_none() {
+            return Err(GoldenError::Content("expected outputs missing".into()));
+        }
+        Ok(Self {
+            config,
+            expect_error,
+            inputs,
+            expected,
+        })
+    }
+
+    fn float(&self, name: &str, device: &Device, dtype: Option<DType>) -> FloatArg {
+        let t = &self.inputs[name];
+        let values: Vec<f32> = t.values.iter().map(|&x| x as f32).collect();
+        let data = TensorData::new(values, t.dims.clone());
+        let options = (device, dtype.unwrap_or(t.dtype));
+        match t.dims.len() {
+            0 => Tensor::<0>::from_data(data, options).into(),
+            1 => Tensor::<1>::from_data(data, options).into(),
+            2 => Tensor::<2>::from_data(data, options).into(),
+            3 => Tensor::<3>::from_data(data, options).into(),
+            4 => Tensor::<4>::from_data(data, options).into(),
+            _ => Tensor::<5>::from_data(data, options).into(),
+        }
+    }
+
+    fn int(&self, name: &str, device: &Device) -> IntArg {
+        let t = &self.inputs[name];
+        let values: Vec<i64> = t.values.iter().map(|&x| x as i64).collect();
+        let data = TensorData::new(values, t.dims.clone());
+        match t.dims.len() {
+            0 => Tensor::<0, Int>::from_data(data, device).into(),
+            1 => Tensor::<1, Int>::from_data(data, device).into(),
+            2 => Tensor::<2, Int>::from_data(data, device).into(),
+            3 => Tensor::<3, Int>::from_data(data, device).into(),
+            _ => Tensor::<4, Int>::from_data(data, device).into(),
+        }
+    }
+
+    /// Runs the case on `device`, its float inputs stored as `dtype` (their file dtype when
+    /// `None`), and reads the four outputs back as f64.
+    pub fn run(&self, device: &Device, dtype: Option<DType>) -> Result<ReferenceOutput, RopePoolError> {
+        let out = rope_pool_fused(
+            self.float("q", device, dtype),
+            self.float("k", device, dtype),
+            self.float("v", device, dtype),
+            self.int("positions", device),
+            self.int("slots", device),
+            self.float("k_pool", device, dtype),
+            self.float("v_pool", device, dtype),
+            &self.config,
+        )?;
+        let host = |t: Tensor<3>| -> Vec<f64> {
+            t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap_or_default()
+        };
+        Ok(ReferenceOutput {
+            q_rot: host(out.q_rot),
+            k_rot: host(out.k_rot),
+            k_pool: host(out.k_pool),
+            v_pool: host(out.v_pool),
+        })
+    }
+}
+
+/// The error of each output of a run against the expected values.
+#[derive(Clone, Debug)]
+pub struct Score {
+    /// `(name, max abs error, norm-relative error)` for q_rot, k_rot, k_pool, v_pool.
+    pub outputs: Vec<(&'static str, f64, f64)>,
+}
+
+impl Score {
+    /// Scores `actual` against `expected`.
+    pub fn new(actual: &ReferenceOutput, expected: &ReferenceOutput) -> Self {
+        let pairs = [
+            ("q_rot", &actual.q_rot, &expected.q_rot),
+            ("k_rot", &actual.k_rot, &expected.k_rot),
+            ("k_pool", &actual.k_pool, &expected.k_pool),
+            ("v_pool", &actual.v_pool, &expected.v_pool),
+        ];
+        let outputs = pairs
+            .into_iter()
+            .map(|(name, a, e)| {
+                let sized = a.len() == e.len();
+                let nan = f64::NAN;
+                let abs = if sized { max_abs_error(a, e) } else { nan };
+                let rel = if sized { norm_relative_error(a, e) } else { nan };
+                (name, abs, rel)
+            })
+            .collect();
+        Self { outputs }
+    }
+
+    /// The worst norm-relative error (NaN when any output is NaN or missing).
+    pub fn worst(&self) -> f64 {
+        self.outputs.iter().fold(0.0, |m: f64, (_, _, r)| {
+            if r.is_nan() || m.is_nan() { f64::NAN } else { m.max(*r) }
+        })
+    }
+}
+
+/// The norm-relative tolerance of the contract for a storage dtype.
+pub fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 2e-3,
+        DType::BF16 => 1e-2,
+        _ => 5e-4,
+    }
+}
