@@ -127,6 +127,13 @@ pub fn rope_pool_fused(
         return Err(RopePoolError::DeviceMismatch);
     }
     check_backend(&q.device)?;
+    let dtype = signature.dtypes[0];
+    if !q.device.supports_dtype(dtype) {
+        return Err(RopePoolError::DeviceDtype {
+            dtype,
+            device: format!("{:?}", q.device),
+        });
+    }
     if config.check_slots {
         validate_slots(&host_slots(&slots.tensor), signature.k_pool.0[0])?;
     }

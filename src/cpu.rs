@@ -63,7 +63,7 @@ fn rotate_rows<E: Storage>(src: &[E], dst: &mut [E], cos: &[f32], sin: &[f32]) {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn rope_pool<E: Storage>(
     heads: Heads,
-    inv_freq: &[f32],
+    turns: &[f32],
     q: &[E],
     k: &[E],
     v: &[E],
@@ -85,7 +85,13 @@ pub(crate) fn rope_pool<E: Storage>(
     let (mut cos, mut sin) = (vec![0f32; half], vec![0f32; half]);
     for (token, (&position, &slot)) in positions.iter().zip(slots).enumerate() {
         for i in 0..half {
-            let (s, c) = (position as f32 * inv_freq[i]).sin_cos();
+            let angle = rope_pool_kernels::host_angle(
+                position as i32,
+                turns[i],
+                turns[half + i],
+                turns[2 * half + i],
+            );
+            let (s, c) = angle.sin_cos();
             cos[i] = c;
             sin[i] = s;
         }

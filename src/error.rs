@@ -86,6 +86,9 @@ pub enum RopePoolError {
     /// The float dtype is not one the op computes in.
     #[error("rope_pool_fused supports f32, f16 and bf16 tensors, got {dtype:?}")]
     FloatDtype { dtype: DType },
+    /// The device cannot compute in this dtype (e.g. bf16 on WGSL, which has no bf16 type).
+    #[error("{dtype:?} is not supported on {device}")]
+    DeviceDtype { dtype: DType, device: String },
     /// The tensors are not all on one device.
     #[error("all tensors must be on one device")]
     DeviceMismatch,

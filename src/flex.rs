@@ -43,12 +43,12 @@ fn run<E: Storage + Element + bytemuck::Pod>(
         num_kv_heads: k.shape()[1],
         head_dim,
     };
-    let inv_freq = rope_pool_kernels::inv_freq(head_dim, params.rope_base);
+    let turns = rope_pool_kernels::turn_table(head_dim, params.rope_base);
     let mut q_out = vec![E::from_f32(0.0); q.shape().num_elements()];
     let mut k_out = vec![E::from_f32(0.0); k.shape().num_elements()];
     cpu::rope_pool(
         heads,
-        &inv_freq,
+        &turns,
         q.storage::<E>(),
         k.storage::<E>(),
         v.storage::<E>(),

@@ -1,5 +1,6 @@
 //! Host side of the fused kernel: the frequency table, the vector width and the launch.
 
+use crate::angle::turn_table;
 use crate::rope_pool::rope_pool_kernel;
 use cubecl::client::Client;
 use cubecl::ir::{AddressType, ElemType};
@@ -27,14 +28,6 @@ impl RopePoolGeometry {
         let rows = self.num_tokens.max(self.pool_size);
         rows * self.num_qo_heads.max(self.num_kv_heads) * self.head_dim
     }
-}
-
-/// The RoPE frequencies `rope_base ^ (-2i / head_dim)` for `i in 0..head_dim / 2`, computed in
-/// f64 and rounded once to f32. Every backend uses this one table.
-pub fn inv_freq(head_dim: usize, rope_base: f64) -> Vec<f32> {
-    (0..head_dim / 2)
-        .map(|i| rope_base.powf(-2.0 * i as f64 / head_dim as f64) as f32)
-        .collect()
 }
 
 /// The widest vector the device loads efficiently for `elem_size`-byte elements that also
@@ -96,9 +89,9 @@ pub unsafe fn launch_rope_pool(
     }
     let vector = vector_size(client, float.size(), head_dim);
     let half = head_dim / 2;
-    let table = inv_freq(head_dim, rope_base);
+    let table = turn_table(head_dim, rope_base);
     let table = client.create_from_slice(f32::as_bytes(&table));
-    let inv_freq = unsafe { TensorArg::from_raw_parts(table, [1].into(), [half].into()) };
+    let turns = unsafe { TensorArg::from_raw_parts(table, [1].into(), [3 * half].into()) };
 
     let units = num_tokens * (half / vector);
     let cube_dim = CubeDim::new(client, units);
@@ -115,7 +108,7 @@ pub unsafe fn launch_rope_pool(
             args.v,
             args.positions,
             args.slots,
-            inv_freq,
+            turns,
             args.q_out,
             args.k_out,
             args.k_pool,

@@ -2,7 +2,9 @@
 //! scatter of k/v into a token-slot KV pool. Depends on CubeCL alone, so the kernels can be
 //! launched, tested and compiled to WGSL, SPIR-V, CUDA or Metal Shading Language without Burn.
 
+pub mod angle;
 mod launch;
 pub mod rope_pool;
 
-pub use launch::{RopePoolArgs, RopePoolGeometry, inv_freq, launch_rope_pool, vector_size};
+pub use angle::{host_angle, turn_table};
+pub use launch::{RopePoolArgs, RopePoolGeometry, launch_rope_pool, vector_size};

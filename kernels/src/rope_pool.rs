@@ -9,9 +9,11 @@
 //!
 //! Variants of the op (interleaved GPT-J pairs, a partial rotary dimension, scaled frequencies,
 //! a paged pool layout) plug in at the three seams below as comptime options of this kernel:
-//! [`pair_offsets`] (which two elements form a pair), [`rope_angle`] (the angle of a pair) and
+//! [`pair_offsets`] (which two elements form a pair), [`rope_angle`] (the angle of a pair, exact
+//! at long context: see [`crate::angle`]) and
 //! [`pool_row`] (where a token's row lands in the pool).
 
+use crate::angle::rope_angle;
 use cubecl::prelude::*;
 
 /// Offsets, in vectors from the start of a head row, of the two halves of pair vector `j`
@@ -19,12 +21,6 @@ use cubecl::prelude::*;
 #[cube]
 pub fn pair_offsets(j: usize, half_vectors: usize) -> (usize, usize) {
     (j, j + half_vectors)
-}
-
-/// The rotation angle of `N` pairs at `position`: `position * inv_freq`, in f32.
-#[cube]
-pub fn rope_angle<N: Size>(position: f32, inv_freq: Vector<f32, N>) -> Vector<f32, N> {
-    Vector::new(position) * inv_freq
 }
 
 /// Row index in the pool of a token whose slot is `slot`, or `pool_size` (no row) when the
@@ -59,7 +55,7 @@ fn rotate<F: Float, N: Size>(
 }
 
 /// The fused op. All tensors are contiguous; shapes are those of the contract:
-/// `q [T, Hq, D]`, `k, v [T, Hkv, D]`, `positions, slots [T]`, `inv_freq [D/2]` (f32),
+/// `q [T, Hq, D]`, `k, v [T, Hkv, D]`, `positions, slots [T]`, `turns [3 * D/2]` (f32, [`crate::angle::turn_table`]),
 /// `k_pool, v_pool [P, Hkv, D]` (updated in place), `q_out [T, Hq, D]`, `k_out [T, Hkv, D]`.
 /// `N` must divide `D / 2`.
 #[cube(launch_unchecked, address_type = "dynamic")]
@@ -70,7 +66,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     v: &Tensor<Vector<F, N>>,
     positions: &Tensor<I>,
     slots: &Tensor<I>,
-    inv_freq: &Tensor<Vector<f32, N>>,
+    turns: &Tensor<Vector<f32, N>>,
     q_out: &mut Tensor<Vector<F, N>>,
     k_out: &mut Tensor<Vector<F, N>>,
     k_pool: &mut Tensor<Vector<F, N>>,
@@ -90,7 +86,12 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
         terminate!();
     }
 
-    let angle = rope_angle::<N>(f32::cast_from(positions[token]), inv_freq[j]);
+    let angle = rope_angle::<N>(
+        i32::cast_from(positions[token]),
+        turns[j],
+        turns[half_vectors + j],
+        turns[2 * half_vectors + j],
+    );
     let cos = angle.cos();
     let sin = angle.sin();
     let (lo, hi) = pair_offsets(j, half_vectors);
