@@ -1,0 +1,266 @@
+//! Test support: the devices under test, random cases, poisoning, and scoring against the f64
+//! reference.
+#![allow(dead_code)]
+
+use burn::tensor::{DType, Device, DeviceKind, Int, Tensor, TensorData};
+use burn_rope_pool::reference::{ReferenceOutput, rope_pool_reference};
+use burn_rope_pool::{RopePoolConfig, RopePoolError, RopePoolOutput, rope_pool_fused};
+
+/// Whether wgpu opens an adapter here. With `CI=true` a missing adapter fails the test run
+/// (CI installs Mesa's software Vulkan so that the real kernel runs).
+pub fn wgpu_device() -> Option<Device> {
+    let device = Device::wgpu(DeviceKind::DefaultDevice);
+    let probe = device.clone();
+    let ok = std::panic::catch_unwind(move || {
+        Tensor::<1>::from_floats([1.0, 2.0], &probe).sum().into_scalar::<f32>() == 3.0
+    })
+    .unwrap_or(false);
+    if ok {
+        return Some(device);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("CI=true but no wgpu adapter: install mesa-vulkan-drivers (software Vulkan)");
+    }
+    eprintln!("no wgpu adapter here: wgpu tests skipped (install mesa-vulkan-drivers)");
+    None
+}
+
+/// Flex, then wgpu when an adapter is there.
+pub fn devices() -> Vec<(&'static str, Device)> {
+    let mut devices = vec![("flex", Device::flex())];
+    if let Some(device) = wgpu_device() {
+        devices.push(("wgpu", device));
+    }
+    devices
+}
+
+/// A small xorshift generator: cases are reproducible from their seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in `[-2, 2)`, never exactly zero.
+    pub fn value(&mut self) -> f64 {
+        let u = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let x = 4.0 * u - 2.0;
+        if x == 0.0 { 0.5 } else { x }
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+    pub fn values(&mut self, n: usize) -> Vec<f64> {
+        (0..n).map(|_| self.value()).collect()
+    }
+}
+
+/// `x` rounded to `dtype` and back.
+pub fn round_to(x: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => half::f16::from_f64(x).to_f64(),
+        DType::BF16 => half::bf16::from_f64(x).to_f64(),
+        _ => x as f32 as f64,
+    }
+}
+
+/// One call's host data.
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub config: RopePoolConfig,
+    pub num_tokens: usize,
+    pub pool_size: usize,
+    pub q: Vec<f64>,
+    pub k: Vec<f64>,
+    pub v: Vec<f64>,
+    pub positions: Vec<i64>,
+    pub slots: Vec<i64>,
+    pub k_pool: Vec<f64>,
+    pub v_pool: Vec<f64>,
+}
+
+impl Case {
+    /// A random case: random non-zero values, distinct valid slots mixed with negative ones and
+    /// ones past the pool, positions below `max_position`.
+    pub fn random(config: RopePoolConfig, num_tokens: usize, pool_size: usize, max_position: u64, seed: u64) -> Self {
+        let mut rng = Rng::new(seed);
+        let (hq, hkv, d) = (config.num_qo_heads, config.num_kv_heads, config.head_dim);
+        let mut free: Vec<i64> = (0..pool_size as i64).collect();
+        let slots = (0..num_tokens)
+            .map(|_| match rng.below(8) {
+                0 => -1 - rng.below(5) as i64,
+                1 => pool_size as i64 + rng.below(3) as i64,
+                _ if !free.is_empty() => free.swap_remove(rng.below(free.len() as u64) as usize),
+                _ => -1,
+            })
+            .collect();
+        Self {
+            num_tokens,
+            pool_size,
+            q: rng.values(num_tokens * hq * d),
+            k: rng.values(num_tokens * hkv * d),
+            v: rng.values(num_tokens * hkv * d),
+            positions: (0..num_tokens).map(|_| rng.below(max_position) as i64).collect(),
+            slots,
+            k_pool: rng.values(pool_size * hkv * d),
+            v_pool: rng.values(pool_size * hkv * d),
+            config,
+        }
+    }
+
+    /// The case with every float rounded to `dtype` (what the device actually receives).
+    pub fn rounded(&self, dtype: DType) -> Self {
+        let r = |v: &Vec<f64>| v.iter().map(|&x| round_to(x, dtype)).collect();
+        Self {
+            q: r(&self.q),
+            k: r(&self.k),
+            v: r(&self.v),
+            k_pool: r(&self.k_pool),
+            v_pool: r(&self.v_pool),
+            ..self.clone()
+        }
+    }
+
+    pub fn reference(&self) -> ReferenceOutput {
+        rope_pool_reference(
+            &self.config,
+            &self.q,
+            &self.k,
+            &self.v,
+            &self.positions,
+            &self.slots,
+            &self.k_pool,
+            &self.v_pool,
+        )
+    }
+
+    pub fn float(&self, values: &[f64], dims: [usize; 3], device: &Device, dtype: DType) -> Tensor<3> {
+        let values: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+        Tensor::from_data(TensorData::new(values, dims), (device, dtype))
+    }
+
+    pub fn int(&self, values: &[i64], device: &Device) -> Tensor<1, Int> {
+        Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), device)
+    }
+
+    pub fn q_dims(&self) -> [usize; 3] {
+        [self.num_tokens, self.config.num_qo_heads, self.config.head_dim]
+    }
+    pub fn kv_dims(&self) -> [usize; 3] {
+        [self.num_tokens, self.config.num_kv_heads, self.config.head_dim]
+    }
+    pub fn pool_dims(&self) -> [usize; 3] {
+        [self.pool_size, self.config.num_kv_heads, self.config.head_dim]
+    }
+
+    /// The seven input tensors on `device`.
+    pub fn tensors(&self, device: &Device, dtype: DType) -> Inputs {
+        Inputs {
+            q: self.float(&self.q, self.q_dims(), device, dtype),
+            k: self.float(&self.k, self.kv_dims(), device, dtype),
+            v: self.float(&self.v, self.kv_dims(), device, dtype),
+            positions: self.int(&self.positions, device),
+            slots: self.int(&self.slots, device),
+            k_pool: self.float(&self.k_pool, self.pool_dims(), device, dtype),
+            v_pool: self.float(&self.v_pool, self.pool_dims(), device, dtype),
+        }
+    }
+
+    /// Runs the op on `device` after poisoning the device's free memory with NaN, so an output
+    /// element the kernel fails to write shows up as NaN.
+    pub fn run(&self, device: &Device, dtype: DType) -> Result<ReferenceOutput, RopePoolError> {
+        poison(device, dtype, &[self.q_dims(), self.kv_dims()]);
+        let t = self.tensors(device, dtype);
+        let out = t.call(&self.config)?;
+        Ok(to_host(out))
+    }
+}
+
+/// Inputs of one call, as device tensors.
+pub struct Inputs {
+    pub q: Tensor<3>,
+    pub k: Tensor<3>,
+    pub v: Tensor<3>,
+    pub positions: Tensor<1, Int>,
+    pub slots: Tensor<1, Int>,
+    pub k_pool: Tensor<3>,
+    pub v_pool: Tensor<3>,
+}
+
+impl Inputs {
+    pub fn call(self, config: &RopePoolConfig) -> Result<RopePoolOutput, RopePoolError> {
+        rope_pool_fused(self.q, self.k, self.v, self.positions, self.slots, self.k_pool, self.v_pool, config)
+    }
+}
+
+/// Fills buffers of the output sizes with NaN and frees them, so the allocator hands the
+/// poisoned memory to the next outputs.
+pub fn poison(device: &Device, dtype: DType, shapes: &[[usize; 3]]) {
+    for shape in shapes {
+        let _ = Tensor::<3>::full(*shape, f32::NAN, (device, dtype)).into_data();
+    }
+}
+
+pub fn host(t: Tensor<3>) -> Vec<f64> {
+    t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap()
+}
+
+pub fn to_host(out: RopePoolOutput) -> ReferenceOutput {
+    ReferenceOutput {
+        q_rot: host(out.q_rot),
+        k_rot: host(out.k_rot),
+        k_pool: host(out.k_pool),
+        v_pool: host(out.v_pool),
+    }
+}
+
+/// The unit in the last place of `x` in `dtype`.
+pub fn ulp(x: f64, dtype: DType) -> f64 {
+    let (mantissa, min_exp) = match dtype {
+        DType::F16 => (10, -14),
+        DType::BF16 => (7, -126),
+        _ => (23, -126),
+    };
+    let exp = if x == 0.0 { min_exp } else { (x.abs().log2().floor() as i32).max(min_exp) };
+    2f64.powi(exp - mantissa)
+}
+
+/// Asserts `actual` matches `expected` output by output: norm-relative error ≤ `rel`, and for
+/// half types every element within one rounding of the storage type (plus 1e-6 absolute: the f32
+/// arithmetic's own error on inputs of magnitude ≤ 2, which dominates near zero).
+pub fn assert_close(actual: &ReferenceOutput, expected: &ReferenceOutput, dtype: DType, rel: f64, what: &str) {
+    let pairs = [
+        ("q_rot", &actual.q_rot, &expected.q_rot),
+        ("k_rot", &actual.k_rot, &expected.k_rot),
+        ("k_pool", &actual.k_pool, &expected.k_pool),
+        ("v_pool", &actual.v_pool, &expected.v_pool),
+    ];
+    for (name, a, e) in pairs {
+        assert_eq!(a.len(), e.len(), "{what}: {name} length");
+        let err = burn_rope_pool::reference::norm_relative_error(a, e);
+        assert!(err <= rel, "{what}: {name} norm-rel error {err:e} > {rel:e}");
+        if matches!(dtype, DType::F16 | DType::BF16) {
+            for (i, (&x, &y)) in a.iter().zip(e.iter()).enumerate() {
+                let bound = ulp(x.abs().max(y.abs()), dtype) * 1.01 + 1e-6;
+                assert!(
+                    (x - y).abs() <= bound,
+                    "{what}: {name}[{i}] = {x} vs {y}: more than one {dtype:?} rounding off"
+                );
+            }
+        }
+    }
+}
+
+/// The dtypes `device` computes in (bf16 is refused by WGSL devices: tested separately).
+pub fn dtypes(device: &Device) -> Vec<DType> {
+    [DType::F32, DType::F16, DType::BF16]
+        .into_iter()
+        .filter(|d| device.supports_dtype(*d))
+        .collect()
+}

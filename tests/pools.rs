@@ -1,0 +1,110 @@
+//! Pool semantics: in-place update without disturbing other holders, skipped and out-of-pool
+//! slots, and the plain (unfused) CubeCL backend called directly.
+
+mod common;
+
+use burn::tensor::DType;
+use burn_rope_pool::RopePoolConfig;
+use common::{Case, assert_close, devices, host};
+
+#[test]
+fn an_earlier_clone_of_the_pool_is_unchanged() {
+    for (name, device) in devices() {
+        let config = RopePoolConfig::new(16, 4, 2);
+        let mut case = Case::random(config.clone(), 4, 8, 1000, 11);
+        case.slots = vec![1, 3, 5, 7];
+        let t = case.tensors(&device, DType::F32);
+        let (k_clone, v_clone) = (t.k_pool.clone(), t.v_pool.clone());
+        let out = common::to_host(t.call(&config).unwrap());
+        assert_close(&out, &case.rounded(DType::F32).reference(), DType::F32, 1e-5, name);
+        let stored = |values: &[f64]| values.iter().map(|&x| x as f32 as f64).collect::<Vec<_>>();
+        assert_eq!(host(k_clone), stored(&case.k_pool), "{name}: k_pool clone changed");
+        assert_eq!(host(v_clone), stored(&case.v_pool), "{name}: v_pool clone changed");
+    }
+}
+
+#[test]
+fn successive_calls_update_the_pool_they_return() {
+    for (name, device) in devices() {
+        let config = RopePoolConfig::new(8, 2, 1);
+        let first = Case::random(config.clone(), 3, 6, 50, 21);
+        let mut second = Case::random(config.clone(), 3, 6, 50, 22);
+        let mut first = first;
+        first.slots = vec![0, 1, 2];
+        second.slots = vec![3, -1, 4];
+        let a = first.tensors(&device, DType::F32);
+        let out = a.call(&config).unwrap();
+        let mut b = second.tensors(&device, DType::F32);
+        b.k_pool = out.k_pool;
+        b.v_pool = out.v_pool;
+        let out = common::to_host(b.call(&config).unwrap());
+        let mut expected_case = second.clone();
+        let after_first = first.rounded(DType::F32).reference();
+        expected_case.k_pool = after_first.k_pool;
+        expected_case.v_pool = after_first.v_pool;
+        let expected = expected_case.rounded(DType::F32).reference();
+        assert_close(&out, &expected, DType::F32, 1e-5, name);
+    }
+}
+
+#[test]
+fn slots_past_the_pool_and_negative_slots_write_nothing() {
+    for (name, device) in devices() {
+        let config = RopePoolConfig::new(8, 2, 2);
+        let mut case = Case::random(config.clone(), 6, 4, 100, 31);
+        case.slots = vec![4, 5, 1000, i32::MAX as i64, -1, i32::MIN as i64];
+        let out = case.run(&device, DType::F32).unwrap();
+        let stored = |values: &[f64]| values.iter().map(|&x| x as f32 as f64).collect::<Vec<_>>();
+        assert_eq!(out.k_pool, stored(&case.k_pool), "{name}: k_pool written");
+        assert_eq!(out.v_pool, stored(&case.v_pool), "{name}: v_pool written");
+        assert_close(&out, &case.rounded(DType::F32).reference(), DType::F32, 1e-5, name);
+    }
+}
+
+/// The unfused CubeCL backend, called through the extension trait without burn's dispatch
+/// (and so without fusion), on the wgpu runtime.
+#[test]
+fn plain_cube_backend() {
+    use burn::backend::DispatchDevice;
+    use burn::backend::ops::{FloatTensorOps, IntTensorOps};
+    use burn::tensor::TensorData;
+    use burn_cubecl::CubeBackend;
+    use burn_rope_pool::{RopeParams, RopePoolBackend};
+
+    let Some(device) = common::wgpu_device() else { return };
+    let DispatchDevice::Cube(cube) = device.as_dispatch().clone() else {
+        panic!("wgpu is a CubeCL device")
+    };
+    let config = RopePoolConfig::new(32, 8, 2).with_rope_base(500_000.0);
+    let case = Case::random(config, 9, 16, 40_000, 41).rounded(DType::F32);
+    let float = |v: &[f64], dims: [usize; 3]| {
+        let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+        CubeBackend::float_from_data(TensorData::new(v, dims), &cube)
+    };
+    let int = |v: &[i64]| {
+        let v: Vec<i32> = v.iter().map(|&x| x as i32).collect();
+        CubeBackend::int_from_data(TensorData::new(v.clone(), [v.len()]), &cube)
+    };
+    let read = |t| {
+        let data = burn_cubecl::ops::into_data_sync(t);
+        data.convert::<f64>().try_to_vec::<f64>().unwrap()
+    };
+    let k_pool = float(&case.k_pool, case.pool_dims());
+    let out = CubeBackend::rope_pool_fused(
+        float(&case.q, case.q_dims()),
+        float(&case.k, case.kv_dims()),
+        float(&case.v, case.kv_dims()),
+        int(&case.positions),
+        int(&case.slots),
+        k_pool,
+        float(&case.v_pool, case.pool_dims()),
+        RopeParams { rope_base: case.config.rope_base },
+    );
+    let actual = burn_rope_pool::reference::ReferenceOutput {
+        q_rot: read(out.q_rot),
+        k_rot: read(out.k_rot),
+        k_pool: read(out.k_pool),
+        v_pool: read(out.v_pool),
+    };
+    assert_close(&actual, &case.reference(), DType::F32, 1e-5, "plain CubeBackend");
+}

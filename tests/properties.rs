@@ -1,0 +1,89 @@
+//! Random shapes against the f64 reference on every device: 1..=300 tokens, 1..=32 heads (GQA
+//! and MHA), head_dim 2..=256, pools of 1..=4096 rows, negative and out-of-pool slots, positions
+//! up to 65535, every dtype the device computes in. Outputs are poisoned with NaN first.
+
+mod common;
+
+use burn::tensor::DType;
+use burn_rope_pool::RopePoolConfig;
+use common::{Case, assert_close, devices, dtypes};
+use proptest::prelude::*;
+
+fn check(case: &Case) {
+    for (device_name, device) in devices() {
+        for dtype in dtypes(&device) {
+            let what = format!(
+                "{device_name} {dtype:?} T={} Hq={} Hkv={} D={} P={}",
+                case.num_tokens,
+                case.config.num_qo_heads,
+                case.config.num_kv_heads,
+                case.config.head_dim,
+                case.pool_size
+            );
+            let input = case.rounded(dtype);
+            let out = input.run(&device, dtype).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let expected = input.reference();
+            assert_close(&out, &expected, dtype, common_bound(dtype), &what);
+            if dtype == DType::F32 {
+                for (a, e) in out.q_rot.iter().zip(&expected.q_rot) {
+                    assert!((a - e).abs() <= 1e-5, "{what}: q_rot {a} vs {e}");
+                }
+            }
+        }
+    }
+}
+
+fn common_bound(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 1e-5,
+        other => burn_rope_pool::golden::tolerance(other),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_shapes_match_reference(
+        num_tokens in 1usize..=300,
+        num_kv_heads in 1usize..=8,
+        group in 1usize..=4,
+        half in 1usize..=128,
+        pool_size in 1usize..=4096,
+        base in prop_oneof![Just(10_000.0), Just(500_000.0), 100.0f64..1e6],
+        seed in any::<u64>(),
+    ) {
+        let config = RopePoolConfig::new(2 * half, num_kv_heads * group, num_kv_heads).with_rope_base(base);
+        check(&Case::random(config, num_tokens, pool_size, 65536, seed));
+    }
+}
+
+#[test]
+fn odd_shapes() {
+    // (tokens, q heads, kv heads, head_dim, pool)
+    let shapes = [
+        (1, 1, 1, 2, 1),     // the smallest call
+        (1, 32, 8, 128, 16), // decode, Llama-3-8B heads
+        (3, 1, 1, 256, 5),   // one head, widest head
+        (5, 4, 4, 6, 9),     // MHA, head_dim whose half is odd
+        (7, 28, 4, 128, 64), // Qwen2.5-7B GQA
+        (300, 2, 1, 2, 4096),
+    ];
+    for (i, (t, hq, hkv, d, p)) in shapes.into_iter().enumerate() {
+        let config = RopePoolConfig::new(d, hq, hkv).with_rope_base(500_000.0);
+        check(&Case::random(config, t, p, 65536, i as u64 + 1));
+    }
+}
+
+#[test]
+fn long_positions_are_exact_to_f32_rounding() {
+    // Positions across 0..2^24, the last one included, and several head sizes.
+    for (i, head_dim) in [2usize, 16, 64, 128, 256].into_iter().enumerate() {
+        let config = RopePoolConfig::new(head_dim, 2, 1).with_rope_base(if i % 2 == 0 { 10_000.0 } else { 500_000.0 });
+        let mut case = Case::random(config, 64, 64, 1 << 24, 77 + i as u64);
+        case.positions[0] = (1 << 24) - 1;
+        case.positions[1] = 131_071;
+        case.positions[2] = 1_000_000;
+        check(&case);
+    }
+}
