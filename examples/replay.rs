@@ -33,7 +33,11 @@ struct Args {
     output: Option<std::path::PathBuf>,
 }
 
-fn write_output(path: &std::path::Path, case: &GoldenCase, out: &burn_rope_pool::reference::ReferenceOutput) -> Result<(), String> {
+fn write_output(
+    path: &std::path::Path,
+    case: &GoldenCase,
+    out: &burn_rope_pool::reference::ReferenceOutput,
+) -> Result<(), String> {
     let shape = |name: &str| case.inputs[name].dims.clone();
     let tensors: Vec<(&str, Vec<usize>, Vec<u8>)> = [
         ("q_rot", shape("q"), &out.q_rot),
@@ -42,7 +46,13 @@ fn write_output(path: &std::path::Path, case: &GoldenCase, out: &burn_rope_pool:
         ("v_pool", shape("v_pool"), &out.v_pool),
     ]
     .into_iter()
-    .map(|(n, s, v)| (n, s, v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect()))
+    .map(|(n, s, v)| {
+        (
+            n,
+            s,
+            v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+        )
+    })
     .collect();
     let views: Vec<(&str, safetensors::tensor::TensorView<'_>)> = tensors
         .iter()
@@ -76,7 +86,10 @@ fn main() -> ExitCode {
         Dtype::F16 => DType::F16,
         Dtype::Bf16 => DType::BF16,
     });
-    println!("case {} on {device:?}, dtype {dtype:?}", args.case.display());
+    println!(
+        "case {} on {device:?}, dtype {dtype:?}",
+        args.case.display()
+    );
     let result = case.run(&device, dtype);
     if let Some(expected) = &case.expect_error {
         return match result {

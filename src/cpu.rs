@@ -47,7 +47,10 @@ pub(crate) struct Heads {
 /// Rotates every head row of `src` (one token's heads) into `dst` with the token's cos/sin.
 fn rotate_rows<E: Storage>(src: &[E], dst: &mut [E], cos: &[f32], sin: &[f32]) {
     let half = cos.len();
-    for (src, dst) in src.chunks_exact(2 * half).zip(dst.chunks_exact_mut(2 * half)) {
+    for (src, dst) in src
+        .chunks_exact(2 * half)
+        .zip(dst.chunks_exact_mut(2 * half))
+    {
         let (x1, x2) = src.split_at(half);
         let (o1, o2) = dst.split_at_mut(half);
         for i in 0..half {
@@ -96,18 +99,8 @@ pub(crate) fn rope_pool<E: Storage>(
             sin[i] = s;
         }
         let (qs, ks) = (token * q_row, token * kv_row);
-        rotate_rows(
-            &q[qs..qs + q_row],
-            &mut q_out[qs..qs + q_row],
-            &cos,
-            &sin,
-        );
-        rotate_rows(
-            &k[ks..ks + kv_row],
-            &mut k_out[ks..ks + kv_row],
-            &cos,
-            &sin,
-        );
+        rotate_rows(&q[qs..qs + q_row], &mut q_out[qs..qs + q_row], &cos, &sin);
+        rotate_rows(&k[ks..ks + kv_row], &mut k_out[ks..ks + kv_row], &cos, &sin);
         if slot >= 0 && (slot as u64) < pool_size as u64 {
             let ps = slot as usize * kv_row;
             k_pool[ps..ps + kv_row].copy_from_slice(&k_out[ks..ks + kv_row]);

@@ -3,8 +3,8 @@
 //! the fusion-wrapped backend reaches it through the lazy path the extension macro generates.
 
 use crate::backend::{RopeParams, RopePoolBackend, RopePoolPrimitives};
-use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::TensorMetadata;
+use burn::backend::cubecl::dtype_to_storage_type;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
 use rope_pool_kernels::{RopePoolArgs, RopePoolGeometry, launch_rope_pool};
 

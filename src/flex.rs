@@ -12,7 +12,11 @@ use half::{bf16, f16};
 fn dense(tensor: FlexTensor) -> FlexTensor {
     let exact = tensor.layout().contiguous_offsets() == Some((0, tensor.layout().num_elements()))
         && tensor.bytes().len() == tensor.layout().num_elements() * tensor.dtype().size();
-    if exact { tensor } else { tensor.to_contiguous() }
+    if exact {
+        tensor
+    } else {
+        tensor.to_contiguous()
+    }
 }
 
 /// The values of an integer tensor, widened to i64.
@@ -20,7 +24,10 @@ fn indices(tensor: FlexTensor) -> Vec<i64> {
     let data = dense(tensor).into_data();
     match data.dtype() {
         DType::I64 => data.try_to_vec::<i64>().unwrap_or_default(),
-        _ => data.convert::<i64>().try_to_vec::<i64>().unwrap_or_default(),
+        _ => data
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .unwrap_or_default(),
     }
 }
 

@@ -58,10 +58,7 @@ fn host_tensor(view: &safetensors::tensor::TensorView<'_>) -> Result<HostTensor,
     let (values, dtype) = match view.dtype() {
         Dtype::F64 => (read!(f64, |x| x), DType::F64),
         Dtype::F32 => (read!(f32, f64::from), DType::F32),
-        Dtype::F16 => (
-            read!(u16, |x| half::f16::from_bits(x).to_f64()),
-            DType::F16,
-        ),
+        Dtype::F16 => (read!(u16, |x| half::f16::from_bits(x).to_f64()), DType::F16),
         Dtype::BF16 => (
             read!(u16, |x| half::bf16::from_bits(x).to_f64()),
             DType::BF16,
@@ -97,8 +94,9 @@ impl GoldenCase {
         let rope_base: f64 = field("rope_base")?
             .parse()
             .map_err(|_| GoldenError::Content("metadata `rope_base` is not a number".into()))?;
-        let config = RopePoolConfig::new(int("head_dim")?, int("num_qo_heads")?, int("num_kv_heads")?)
-            .with_rope_base(rope_base);
+        let config =
+            RopePoolConfig::new(int("head_dim")?, int("num_qo_heads")?, int("num_kv_heads")?)
+                .with_rope_base(rope_base);
 
         let tensors = SafeTensors::deserialize(&bytes)?;
         let mut inputs = std::collections::BTreeMap::new();
@@ -167,7 +165,11 @@ impl GoldenCase {
 
     /// Runs the case on `device`, its float inputs stored as `dtype` (their file dtype when
     /// `None`), and reads the four outputs back as f64.
-    pub fn run(&self, device: &Device, dtype: Option<DType>) -> Result<ReferenceOutput, RopePoolError> {
+    pub fn run(
+        &self,
+        device: &Device,
+        dtype: Option<DType>,
+    ) -> Result<ReferenceOutput, RopePoolError> {
         let out = rope_pool_fused(
             self.float("q", device, dtype),
             self.float("k", device, dtype),
@@ -179,7 +181,10 @@ impl GoldenCase {
             &self.config,
         )?;
         let host = |t: Tensor<3>| -> Vec<f64> {
-            t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap_or_default()
+            t.into_data()
+                .convert::<f64>()
+                .try_to_vec::<f64>()
+                .unwrap_or_default()
         };
         Ok(ReferenceOutput {
             q_rot: host(out.q_rot),
@@ -212,7 +217,11 @@ impl Score {
                 let sized = a.len() == e.len();
                 let nan = f64::NAN;
                 let abs = if sized { max_abs_error(a, e) } else { nan };
-                let rel = if sized { norm_relative_error(a, e) } else { nan };
+                let rel = if sized {
+                    norm_relative_error(a, e)
+                } else {
+                    nan
+                };
                 (name, abs, rel)
             })
             .collect();
@@ -222,7 +231,11 @@ impl Score {
     /// The worst norm-relative error (NaN when any output is NaN or missing).
     pub fn worst(&self) -> f64 {
         self.outputs.iter().fold(0.0, |m: f64, (_, _, r)| {
-            if r.is_nan() || m.is_nan() { f64::NAN } else { m.max(*r) }
+            if r.is_nan() || m.is_nan() {
+                f64::NAN
+            } else {
+                m.max(*r)
+            }
         })
     }
 }

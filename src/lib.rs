@@ -26,7 +26,9 @@
 //! the layouts and every error message follow the project's SPEC.
 
 #[cfg(not(any(feature = "cube", feature = "flex")))]
-compile_error!("burn-rope-pool needs at least one backend feature: wgpu, vulkan, metal, cuda or flex");
+compile_error!(
+    "burn-rope-pool needs at least one backend feature: wgpu, vulkan, metal, cuda or flex"
+);
 
 mod api;
 mod backend;
@@ -35,10 +37,10 @@ mod config;
 mod cpu;
 #[cfg(feature = "cube")]
 mod cube;
+pub mod devices;
 mod error;
 #[cfg(feature = "flex")]
 mod flex;
-pub mod devices;
 pub mod golden;
 pub mod reference;
 mod validate;

@@ -89,5 +89,11 @@ pub fn max_abs_error(actual: &[f64], expected: &[f64]) -> f64 {
         .iter()
         .zip(expected)
         .map(|(a, e)| (a - e).abs())
-        .fold(0.0, |m: f64, d| if d.is_nan() || m.is_nan() { f64::NAN } else { m.max(d) })
+        .fold(0.0, |m: f64, d| {
+            if d.is_nan() || m.is_nan() {
+                f64::NAN
+            } else {
+                m.max(d)
+            }
+        })
 }

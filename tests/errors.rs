@@ -23,8 +23,16 @@ fn expect(device: &Device, message: &str, call: impl FnOnce(Inputs) -> Result<()
     let err = call(inputs).expect_err(message);
     assert_eq!(err.to_string(), message);
     let stored = |values: &[f64]| values.iter().map(|&x| x as f32 as f64).collect::<Vec<_>>();
-    assert_eq!(host(k_pool), stored(&case.k_pool), "k_pool changed by a refused call");
-    assert_eq!(host(v_pool), stored(&case.v_pool), "v_pool changed by a refused call");
+    assert_eq!(
+        host(k_pool),
+        stored(&case.k_pool),
+        "k_pool changed by a refused call"
+    );
+    assert_eq!(
+        host(v_pool),
+        stored(&case.v_pool),
+        "v_pool changed by a refused call"
+    );
 }
 
 fn run(t: Inputs, config: &RopePoolConfig) -> Result<(), RopePoolError> {
@@ -40,37 +48,60 @@ fn documented_errors_in_order() {
             let q: Tensor<2> = t.q.reshape([3, 32]);
             rope_pool_fused(q, t.k, t.v, t.positions, t.slots, t.k_pool, t.v_pool, &cfg).map(|_| ())
         });
-        expect(d, "rope_pool_fused expects positions/slots to be 1-D", |t| {
-            let positions: Tensor<2, Int> = t.positions.reshape([3, 1]);
-            rope_pool_fused(t.q, t.k, t.v, positions, t.slots, t.k_pool, t.v_pool, &cfg).map(|_| ())
-        });
+        expect(
+            d,
+            "rope_pool_fused expects positions/slots to be 1-D",
+            |t| {
+                let positions: Tensor<2, Int> = t.positions.reshape([3, 1]);
+                rope_pool_fused(t.q, t.k, t.v, positions, t.slots, t.k_pool, t.v_pool, &cfg)
+                    .map(|_| ())
+            },
+        );
         expect(d, "rope_pool_fused expects pool tensors to be 3-D", |t| {
             let v_pool: Tensor<4> = t.v_pool.reshape([6, 2, 2, 4]);
             rope_pool_fused(t.q, t.k, t.v, t.positions, t.slots, t.k_pool, v_pool, &cfg).map(|_| ())
         });
-        expect(d, "q shape must be [num_tokens, num_qo_heads, head_dim], got [3, 4, 8]", |t| {
-            run(t, &RopePoolConfig::new(8, 2, 2))
-        });
-        expect(d, "k shape must be [num_tokens, num_kv_heads, head_dim], got [2, 2, 8]", |mut t| {
-            t.k = t.k.slice([0..2]);
-            run(t, &cfg)
-        });
-        expect(d, "v shape must match k shape, got [3, 1, 8] vs [3, 2, 8]", |mut t| {
-            t.v = t.v.slice([0..3, 0..1]);
-            run(t, &cfg)
-        });
-        expect(d, "positions/slots must have one entry per token", |mut t| {
-            t.slots = t.slots.slice([0..2]);
-            run(t, &cfg)
-        });
+        expect(
+            d,
+            "q shape must be [num_tokens, num_qo_heads, head_dim], got [3, 4, 8]",
+            |t| run(t, &RopePoolConfig::new(8, 2, 2)),
+        );
+        expect(
+            d,
+            "k shape must be [num_tokens, num_kv_heads, head_dim], got [2, 2, 8]",
+            |mut t| {
+                t.k = t.k.slice([0..2]);
+                run(t, &cfg)
+            },
+        );
+        expect(
+            d,
+            "v shape must match k shape, got [3, 1, 8] vs [3, 2, 8]",
+            |mut t| {
+                t.v = t.v.slice([0..3, 0..1]);
+                run(t, &cfg)
+            },
+        );
+        expect(
+            d,
+            "positions/slots must have one entry per token",
+            |mut t| {
+                t.slots = t.slots.slice([0..2]);
+                run(t, &cfg)
+            },
+        );
         expect(d, "k_pool has incompatible shape [6, 2, 4]", |mut t| {
             t.k_pool = t.k_pool.slice([0..6, 0..2, 0..4]);
             run(t, &cfg)
         });
-        expect(d, "v_pool shape must match k_pool shape, got [5, 2, 8] vs [6, 2, 8]", |mut t| {
-            t.v_pool = t.v_pool.slice([0..5]);
-            run(t, &cfg)
-        });
+        expect(
+            d,
+            "v_pool shape must match k_pool shape, got [5, 2, 8] vs [6, 2, 8]",
+            |mut t| {
+                t.v_pool = t.v_pool.slice([0..5]);
+                run(t, &cfg)
+            },
+        );
         expect(d, "q/k/v dtypes must match", |mut t| {
             t.v = t.v.cast(DType::F16);
             run(t, &cfg)
@@ -83,8 +114,21 @@ fn documented_errors_in_order() {
         expect(d, "head_dim must be even and > 0, got 3", |t| {
             let q = t.q.slice([0..3, 0..4, 0..3]);
             let (k, v) = (t.k.slice([0..3, 0..2, 0..3]), t.v.slice([0..3, 0..2, 0..3]));
-            let (kp, vp) = (t.k_pool.slice([0..6, 0..2, 0..3]), t.v_pool.slice([0..6, 0..2, 0..3]));
-            rope_pool_fused(q, k, v, t.positions, t.slots, kp, vp, &RopePoolConfig::new(3, 4, 2)).map(|_| ())
+            let (kp, vp) = (
+                t.k_pool.slice([0..6, 0..2, 0..3]),
+                t.v_pool.slice([0..6, 0..2, 0..3]),
+            );
+            rope_pool_fused(
+                q,
+                k,
+                v,
+                t.positions,
+                t.slots,
+                kp,
+                vp,
+                &RopePoolConfig::new(3, 4, 2),
+            )
+            .map(|_| ())
         });
         expect(d, "rope_base must be positive and finite, got NaN", |t| {
             run(t, &cfg.clone().with_rope_base(f64::NAN))
@@ -92,19 +136,31 @@ fn documented_errors_in_order() {
         expect(d, "rope_base must be positive and finite, got -1", |t| {
             run(t, &cfg.clone().with_rope_base(-1.0))
         });
-        expect(d, "slot 9 of token 1 is outside the pool of 6 rows", |mut t| {
-            t.slots = Tensor::from_ints([0, 9, 4], d);
-            run(t, &cfg.clone().with_check_slots(true))
-        });
-        expect(d, "slot 4 is written by both token 0 and token 2", |mut t| {
-            t.slots = Tensor::from_ints([4, -1, 4], d);
-            run(t, &cfg.clone().with_check_slots(true))
-        });
+        expect(
+            d,
+            "slot 9 of token 1 is outside the pool of 6 rows",
+            |mut t| {
+                t.slots = Tensor::from_ints([0, 9, 4], d);
+                run(t, &cfg.clone().with_check_slots(true))
+            },
+        );
+        expect(
+            d,
+            "slot 4 is written by both token 0 and token 2",
+            |mut t| {
+                t.slots = Tensor::from_ints([4, -1, 4], d);
+                run(t, &cfg.clone().with_check_slots(true))
+            },
+        );
         // The first failing check wins: wrong q heads and a dtype mismatch report the heads.
-        expect(d, "q shape must be [num_tokens, num_qo_heads, head_dim], got [3, 4, 8]", |mut t| {
-            t.k = t.k.cast(DType::F16);
-            run(t, &RopePoolConfig::new(8, 3, 2))
-        });
+        expect(
+            d,
+            "q shape must be [num_tokens, num_qo_heads, head_dim], got [3, 4, 8]",
+            |mut t| {
+                t.k = t.k.cast(DType::F16);
+                run(t, &RopePoolConfig::new(8, 3, 2))
+            },
+        );
     }
 }
 
@@ -123,12 +179,17 @@ fn zero_heads_are_refused() {
         &cfg,
     )
     .unwrap_err();
-    assert_eq!(err.to_string(), "num_qo_heads and num_kv_heads must be > 0, got 0 and 0");
+    assert_eq!(
+        err.to_string(),
+        "num_qo_heads and num_kv_heads must be > 0, got 0 and 0"
+    );
 }
 
 #[test]
 fn tensors_on_two_devices_are_refused() {
-    let Some(gpu) = common::wgpu_device() else { return };
+    let Some(gpu) = common::wgpu_device() else {
+        return;
+    };
     let case = base_case();
     let cpu = Device::flex();
     let mut t = case.tensors(&cpu, DType::F32);

@@ -16,7 +16,11 @@ fn cases() -> Vec<(String, GoldenCase)> {
         .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
         .collect();
     files.sort();
-    assert!(files.len() >= 7, "golden cases missing in {}", dir.display());
+    assert!(
+        files.len() >= 7,
+        "golden cases missing in {}",
+        dir.display()
+    );
     files
         .into_iter()
         .map(|p| {
@@ -46,9 +50,17 @@ fn golden_cases_on_every_device_and_dtype() {
                 }
                 let out = result.unwrap_or_else(|e| panic!("{what}: {e}"));
                 let score = Score::new(&out, case.expected.as_ref().unwrap());
-                let bound = if dtype == DType::F32 { 1e-5 } else { tolerance(dtype) };
+                let bound = if dtype == DType::F32 {
+                    1e-5
+                } else {
+                    tolerance(dtype)
+                };
                 println!("{what}: {:?}", score.outputs);
-                assert!(score.worst() <= bound, "{what}: {:?} > {bound:e}", score.outputs);
+                assert!(
+                    score.worst() <= bound,
+                    "{what}: {:?} > {bound:e}",
+                    score.outputs
+                );
             }
         }
     }

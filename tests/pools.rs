@@ -16,10 +16,24 @@ fn an_earlier_clone_of_the_pool_is_unchanged() {
         let t = case.tensors(&device, DType::F32);
         let (k_clone, v_clone) = (t.k_pool.clone(), t.v_pool.clone());
         let out = common::to_host(t.call(&config).unwrap());
-        assert_close(&out, &case.rounded(DType::F32).reference(), DType::F32, 1e-5, name);
+        assert_close(
+            &out,
+            &case.rounded(DType::F32).reference(),
+            DType::F32,
+            1e-5,
+            name,
+        );
         let stored = |values: &[f64]| values.iter().map(|&x| x as f32 as f64).collect::<Vec<_>>();
-        assert_eq!(host(k_clone), stored(&case.k_pool), "{name}: k_pool clone changed");
-        assert_eq!(host(v_clone), stored(&case.v_pool), "{name}: v_pool clone changed");
+        assert_eq!(
+            host(k_clone),
+            stored(&case.k_pool),
+            "{name}: k_pool clone changed"
+        );
+        assert_eq!(
+            host(v_clone),
+            stored(&case.v_pool),
+            "{name}: v_pool clone changed"
+        );
     }
 }
 
@@ -57,7 +71,13 @@ fn slots_past_the_pool_and_negative_slots_write_nothing() {
         let stored = |values: &[f64]| values.iter().map(|&x| x as f32 as f64).collect::<Vec<_>>();
         assert_eq!(out.k_pool, stored(&case.k_pool), "{name}: k_pool written");
         assert_eq!(out.v_pool, stored(&case.v_pool), "{name}: v_pool written");
-        assert_close(&out, &case.rounded(DType::F32).reference(), DType::F32, 1e-5, name);
+        assert_close(
+            &out,
+            &case.rounded(DType::F32).reference(),
+            DType::F32,
+            1e-5,
+            name,
+        );
     }
 }
 
@@ -71,7 +91,9 @@ fn plain_cube_backend() {
     use burn_cubecl::CubeBackend;
     use burn_rope_pool::{RopeParams, RopePoolBackend};
 
-    let Some(device) = common::wgpu_device() else { return };
+    let Some(device) = common::wgpu_device() else {
+        return;
+    };
     let DispatchDevice::Cube(cube) = device.as_dispatch().clone() else {
         panic!("wgpu is a CubeCL device")
     };
@@ -98,7 +120,9 @@ fn plain_cube_backend() {
         int(&case.slots),
         k_pool,
         float(&case.v_pool, case.pool_dims()),
-        RopeParams { rope_base: case.config.rope_base },
+        RopeParams {
+            rope_base: case.config.rope_base,
+        },
     );
     let actual = burn_rope_pool::reference::ReferenceOutput {
         q_rot: read(out.q_rot),
@@ -106,5 +130,11 @@ fn plain_cube_backend() {
         k_pool: read(out.k_pool),
         v_pool: read(out.v_pool),
     };
-    assert_close(&actual, &case.reference(), DType::F32, 1e-5, "plain CubeBackend");
+    assert_close(
+        &actual,
+        &case.reference(),
+        DType::F32,
+        1e-5,
+        "plain CubeBackend",
+    );
 }

@@ -21,7 +21,9 @@ fn check(case: &Case) {
                 case.pool_size
             );
             let input = case.rounded(dtype);
-            let out = input.run(&device, dtype).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let out = input
+                .run(&device, dtype)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
             let expected = input.reference();
             assert_close(&out, &expected, dtype, common_bound(dtype), &what);
             if dtype == DType::F32 {
@@ -79,7 +81,11 @@ fn odd_shapes() {
 fn long_positions_are_exact_to_f32_rounding() {
     // Positions across 0..2^24, the last one included, and several head sizes.
     for (i, head_dim) in [2usize, 16, 64, 128, 256].into_iter().enumerate() {
-        let config = RopePoolConfig::new(head_dim, 2, 1).with_rope_base(if i % 2 == 0 { 10_000.0 } else { 500_000.0 });
+        let config = RopePoolConfig::new(head_dim, 2, 1).with_rope_base(if i % 2 == 0 {
+            10_000.0
+        } else {
+            500_000.0
+        });
         let mut case = Case::random(config, 64, 64, 1 << 24, 77 + i as u64);
         case.positions[0] = (1 << 24) - 1;
         case.positions[1] = 131_071;

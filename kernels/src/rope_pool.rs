@@ -58,7 +58,7 @@ fn rotate<F: Float, N: Size>(
 /// `q [T, Hq, D]`, `k, v [T, Hkv, D]`, `positions, slots [T]`, `turns [3 * D/2]` (f32, [`crate::angle::turn_table`]),
 /// `k_pool, v_pool [P, Hkv, D]` (updated in place), `q_out [T, Hq, D]`, `k_out [T, Hkv, D]`.
 /// `N` must divide `D / 2`.
-#[cube(launch_unchecked, address_type = "dynamic")]
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     q: &Tensor<Vector<F, N>>,

@@ -12,7 +12,10 @@ pub fn wgpu_device() -> Option<Device> {
     let device = Device::wgpu(DeviceKind::DefaultDevice);
     let probe = device.clone();
     let ok = std::panic::catch_unwind(move || {
-        Tensor::<1>::from_floats([1.0, 2.0], &probe).sum().into_scalar::<f32>() == 3.0
+        Tensor::<1>::from_floats([1.0, 2.0], &probe)
+            .sum()
+            .into_scalar::<f32>()
+            == 3.0
     })
     .unwrap_or(false);
     if ok {
@@ -88,7 +91,13 @@ pub struct Case {
 impl Case {
     /// A random case: random non-zero values, distinct valid slots mixed with negative ones and
     /// ones past the pool, positions below `max_position`.
-    pub fn random(config: RopePoolConfig, num_tokens: usize, pool_size: usize, max_position: u64, seed: u64) -> Self {
+    pub fn random(
+        config: RopePoolConfig,
+        num_tokens: usize,
+        pool_size: usize,
+        max_position: u64,
+        seed: u64,
+    ) -> Self {
         let mut rng = Rng::new(seed);
         let (hq, hkv, d) = (config.num_qo_heads, config.num_kv_heads, config.head_dim);
         let mut free: Vec<i64> = (0..pool_size as i64).collect();
@@ -106,7 +115,9 @@ impl Case {
             q: rng.values(num_tokens * hq * d),
             k: rng.values(num_tokens * hkv * d),
             v: rng.values(num_tokens * hkv * d),
-            positions: (0..num_tokens).map(|_| rng.below(max_position) as i64).collect(),
+            positions: (0..num_tokens)
+                .map(|_| rng.below(max_position) as i64)
+                .collect(),
             slots,
             k_pool: rng.values(pool_size * hkv * d),
             v_pool: rng.values(pool_size * hkv * d),
@@ -140,7 +151,13 @@ impl Case {
         )
     }
 
-    pub fn float(&self, values: &[f64], dims: [usize; 3], device: &Device, dtype: DType) -> Tensor<3> {
+    pub fn float(
+        &self,
+        values: &[f64],
+        dims: [usize; 3],
+        device: &Device,
+        dtype: DType,
+    ) -> Tensor<3> {
         let values: Vec<f32> = values.iter().map(|&x| x as f32).collect();
         Tensor::from_data(TensorData::new(values, dims), (device, dtype))
     }
@@ -150,13 +167,25 @@ impl Case {
     }
 
     pub fn q_dims(&self) -> [usize; 3] {
-        [self.num_tokens, self.config.num_qo_heads, self.config.head_dim]
+        [
+            self.num_tokens,
+            self.config.num_qo_heads,
+            self.config.head_dim,
+        ]
     }
     pub fn kv_dims(&self) -> [usize; 3] {
-        [self.num_tokens, self.config.num_kv_heads, self.config.head_dim]
+        [
+            self.num_tokens,
+            self.config.num_kv_heads,
+            self.config.head_dim,
+        ]
     }
     pub fn pool_dims(&self) -> [usize; 3] {
-        [self.pool_size, self.config.num_kv_heads, self.config.head_dim]
+        [
+            self.pool_size,
+            self.config.num_kv_heads,
+            self.config.head_dim,
+        ]
     }
 
     /// The seven input tensors on `device`.
@@ -195,7 +224,16 @@ pub struct Inputs {
 
 impl Inputs {
     pub fn call(self, config: &RopePoolConfig) -> Result<RopePoolOutput, RopePoolError> {
-        rope_pool_fused(self.q, self.k, self.v, self.positions, self.slots, self.k_pool, self.v_pool, config)
+        rope_pool_fused(
+            self.q,
+            self.k,
+            self.v,
+            self.positions,
+            self.slots,
+            self.k_pool,
+            self.v_pool,
+            config,
+        )
     }
 }
 
@@ -227,14 +265,24 @@ pub fn ulp(x: f64, dtype: DType) -> f64 {
         DType::BF16 => (7, -126),
         _ => (23, -126),
     };
-    let exp = if x == 0.0 { min_exp } else { (x.abs().log2().floor() as i32).max(min_exp) };
+    let exp = if x == 0.0 {
+        min_exp
+    } else {
+        (x.abs().log2().floor() as i32).max(min_exp)
+    };
     2f64.powi(exp - mantissa)
 }
 
 /// Asserts `actual` matches `expected` output by output: norm-relative error ≤ `rel`, and for
 /// half types every element within one rounding of the storage type (plus 1e-6 absolute: the f32
 /// arithmetic's own error on inputs of magnitude ≤ 2, which dominates near zero).
-pub fn assert_close(actual: &ReferenceOutput, expected: &ReferenceOutput, dtype: DType, rel: f64, what: &str) {
+pub fn assert_close(
+    actual: &ReferenceOutput,
+    expected: &ReferenceOutput,
+    dtype: DType,
+    rel: f64,
+    what: &str,
+) {
     let pairs = [
         ("q_rot", &actual.q_rot, &expected.q_rot),
         ("k_rot", &actual.k_rot, &expected.k_rot),
@@ -244,7 +292,10 @@ pub fn assert_close(actual: &ReferenceOutput, expected: &ReferenceOutput, dtype:
     for (name, a, e) in pairs {
         assert_eq!(a.len(), e.len(), "{what}: {name} length");
         let err = burn_rope_pool::reference::norm_relative_error(a, e);
-        assert!(err <= rel, "{what}: {name} norm-rel error {err:e} > {rel:e}");
+        assert!(
+            err <= rel,
+            "{what}: {name} norm-rel error {err:e} > {rel:e}"
+        );
         if matches!(dtype, DType::F16 | DType::BF16) {
             for (i, (&x, &y)) in a.iter().zip(e.iter()).enumerate() {
                 let bound = ulp(x.abs().max(y.abs()), dtype) * 1.01 + 1e-6;

@@ -1,0 +1,124 @@
+//! The kernel compiled to Metal Shading Language by CubeCL's MSL compiler (the one cubecl-wgpu
+//! uses on macOS), without a Mac: the generated source is committed under `kernels/generated/`
+//! so reviewers read exactly what runs on Apple GPUs, and this test fails when it is stale.
+//! Regenerate with `UPDATE_GENERATED=1 cargo test -p rope-pool-kernels --test msl`.
+
+use cubecl::Compiler as _;
+use cubecl::Device;
+use cubecl::ir::{AddressType, ElemType, FloatKind, IntKind};
+use cubecl::prelude::*;
+use cubecl::wgpu::WgpuDevice;
+use cubecl_cpp::MslCompiler;
+use cubecl_cpp::shared::CompilationOptions;
+use rope_pool_kernels::rope_pool::rope_pool_kernel;
+use std::sync::Arc;
+
+/// Vector width of the committed source (16-byte f32 loads; what Apple GPUs prefer).
+const VECTOR: usize = 4;
+
+fn msl(float: FloatKind) -> Option<String> {
+    let client = std::panic::catch_unwind(|| Device::Wgpu(WgpuDevice::default()).client()).ok()?;
+    let tensor = |dims: [usize; 3]| {
+        let len = dims.iter().product::<usize>();
+        let handle = client.empty(len * 4);
+        let strides = [dims[1] * dims[2], dims[2], 1];
+        unsafe { TensorArg::from_raw_parts(handle, strides.into(), dims.into()) }
+    };
+    let vector = |len: usize| {
+        let handle = client.empty(len * 4);
+        unsafe { TensorArg::from_raw_parts(handle, [1].into(), [len].into()) }
+    };
+    let kernel = rope_pool_kernel::create_dummy_kernel(
+        Arc::new(client.properties().clone()),
+        Arc::new(client.target_properties().clone()),
+        CubeCount::Static(1, 1, 1),
+        CubeDim::new_1d(256),
+        AddressType::U32,
+        VECTOR,
+        tensor([1, 4, 8]),
+        tensor([1, 2, 8]),
+        tensor([1, 2, 8]),
+        vector(1),
+        vector(1),
+        vector(12),
+        tensor([1, 4, 8]),
+        tensor([1, 2, 8]),
+        tensor([4, 2, 8]),
+        tensor([4, 2, 8]),
+        [ElemType::Float(float), ElemType::Int(IntKind::I32)],
+    );
+    let source = MslCompiler::default()
+        .compile(kernel.define(), &CompilationOptions::default())
+        .expect("the kernel compiles to MSL");
+    Some(source.to_string())
+}
+
+/// The source's tokens with SSA names (`v123`) erased, sorted: the MSL compiler numbers
+/// variables and orders the builtin parameters by hash-map order, so two generations of the same
+/// kernel differ only in those. Any real change (an operation, a type, a buffer) still shows.
+fn canonical(source: &str) -> Vec<String> {
+    let mut tokens: Vec<String> = source
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|t| !t.is_empty())
+        .map(|t| match t.strip_prefix('v') {
+            Some(n) if n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty() => "v#".into(),
+            _ => match t.rsplit_once("_v") {
+                Some((head, n)) if n.chars().all(|c| c.is_ascii_digit()) => format!("{head}_v#"),
+                _ => t.to_string(),
+            },
+        })
+        .collect();
+    tokens.sort();
+    tokens
+}
+
+#[test]
+fn committed_metal_source_is_current() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("generated");
+    let update = std::env::var("UPDATE_GENERATED").is_ok();
+    for (name, float) in [
+        ("f32", FloatKind::F32),
+        ("f16", FloatKind::F16),
+        ("bf16", FloatKind::BF16),
+    ] {
+        let Some(source) = msl(float) else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI=true but no wgpu adapter to build the kernel arguments"
+            );
+            eprintln!("no wgpu adapter: MSL check skipped");
+            return;
+        };
+        // What the source must contain: a Metal kernel entry point, the storage type, and the
+        // f32 trigonometry.
+        assert!(
+            source.contains("[[kernel]] void rope_pool_kernel"),
+            "{name}: no Metal kernel entry point"
+        );
+        let storage = match name {
+            "f32" => "float",
+            "f16" => "half",
+            _ => "bfloat",
+        };
+        assert!(
+            source.contains(storage),
+            "{name}: storage type `{storage}` missing"
+        );
+        assert!(
+            source.contains("cos(") && source.contains("sin("),
+            "{name}: no cos/sin"
+        );
+        let path = dir.join(format!("rope_pool_{name}.metal"));
+        if update {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &source).unwrap();
+            continue;
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            canonical(&committed) == canonical(&source),
+            "{} is stale: regenerate with UPDATE_GENERATED=1 cargo test -p rope-pool-kernels --test msl",
+            path.display()
+        );
+    }
+}

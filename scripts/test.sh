@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The project's test command (README). Installs what a fresh Debian/Ubuntu machine lacks for the
+# wgpu tests to run the real CubeCL kernel on Mesa's software Vulkan (lavapipe), then runs the
+# whole test suite. With CI=true a missing GPU adapter fails the wgpu tests instead of skipping.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+have_vulkan() {
+  ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' && ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1
+}
+
+if ! have_vulkan; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing Mesa's software Vulkan driver (mesa-vulkan-drivers, libvulkan1)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
+  else
+    echo "no Vulkan driver found: install it with" >&2
+    echo "  sudo apt-get install -y mesa-vulkan-drivers libvulkan1" >&2
+    echo "(without it the wgpu tests are skipped, or fail when CI=true)" >&2
+  fi
+fi
+
+# wgpu's Vulkan loader warns without a runtime dir; give it one.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+cargo test --workspace "$@"
