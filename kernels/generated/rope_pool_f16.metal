@@ -15,7 +15,7 @@ struct alignas(8) half_4 { half i_0; half i_1; half i_2; half i_3; };
 struct info_st {
     uint32_t scalars_usize[20];uint32_t static_meta[30];
 };
-[[max_total_threads_per_threadgroup(256)]] [[kernel]] void rope_pool_kernel_f_f16_i_i32_n_4_7bb04ea2(device half_4 const* const v1 [[buffer(0)]], device half_4 const* const v7 [[buffer(1)]], device half_4 const* const v13 [[buffer(2)]], device int32_t const* const v19 [[buffer(3)]], device int32_t const* const v25 [[buffer(4)]], device float_4 const* const v31 [[buffer(5)]], device half_4 * const v37 [[buffer(6)]], device half_4 * const v43 [[buffer(7)]], device half_4 * const v49 [[buffer(8)]], device half_4 * const v55 [[buffer(9)]], constant info_st const* const v276, uint32_t const thread_index_in_threadgroup_v859 [[thread_index_in_threadgroup]], uint3 const threadgroups_per_grid_v860 [[threadgroups_per_grid]], uint3 const threadgroup_position_in_grid_v861 [[threadgroup_position_in_grid]]) {
+[[max_total_threads_per_threadgroup(256)]] [[kernel]] void rope_pool_kernel_f_f16_i_i32_n_4_caf380c7(device half_4 const* const v1 [[buffer(0)]], device half_4 const* const v7 [[buffer(1)]], device half_4 const* const v13 [[buffer(2)]], device int32_t const* const v19 [[buffer(3)]], device int32_t const* const v25 [[buffer(4)]], device float_4 const* const v31 [[buffer(5)]], device half_4 * const v37 [[buffer(6)]], device half_4 * const v43 [[buffer(7)]], device half_4 * const v49 [[buffer(8)]], device half_4 * const v55 [[buffer(9)]], constant info_st const* const v276, uint32_t const thread_index_in_threadgroup_v859 [[thread_index_in_threadgroup]], uint3 const threadgroups_per_grid_v860 [[threadgroups_per_grid]], uint3 const threadgroup_position_in_grid_v861 [[threadgroup_position_in_grid]]) {
 constant uint32_t const* const dynamic_meta_v278 = reinterpret_cast<constant uint32_t const*>(v276 + 1);
 constant info_st& info_v277 = *v276;
 bool inv_return_flag_v319_store = true;
@@ -35,18 +35,18 @@ uint32_t const v78 = v318 / v77;
 uint32_t const v80 = v78 / v73;
 uint32_t const v862 = threadgroup_position_in_grid_v861[2];
 uint32_t const v810 = uint32_t(v862);
-uint32_t const v866 = threadgroups_per_grid_v860[1];
-uint32_t const v812 = uint32_t(v866);
+uint32_t const v863 = threadgroups_per_grid_v860[1];
+uint32_t const v812 = uint32_t(v863);
 uint32_t const v813 = v810 * v812;
-uint32_t const v863 = threadgroups_per_grid_v860[0];
-uint32_t const v815 = uint32_t(v863);
+uint32_t const v865 = threadgroups_per_grid_v860[0];
+uint32_t const v815 = uint32_t(v865);
 uint32_t const v816 = v813 * v815;
-uint32_t const v865 = threadgroup_position_in_grid_v861[1];
-uint32_t const v818 = uint32_t(v865);
+uint32_t const v864 = threadgroup_position_in_grid_v861[1];
+uint32_t const v818 = uint32_t(v864);
 uint32_t const v821 = v818 * v815;
 uint32_t const v822 = v816 + v821;
-uint32_t const v864 = threadgroup_position_in_grid_v861[0];
-uint32_t const v824 = uint32_t(v864);
+uint32_t const v866 = threadgroup_position_in_grid_v861[0];
+uint32_t const v824 = uint32_t(v866);
 uint32_t const v825 = v822 + v824;
 uint32_t const v858 = 256;
 uint32_t const v828 = v825 * v858;

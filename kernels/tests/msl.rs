@@ -53,13 +53,24 @@ fn msl(float: FloatKind) -> Option<String> {
     Some(source.to_string())
 }
 
-/// The source's tokens with SSA names (`v123`) erased, sorted: the MSL compiler numbers
-/// variables and orders the builtin parameters by hash-map order, so two generations of the same
-/// kernel differ only in those. Any real change (an operation, a type, a buffer) still shows.
+/// The source's tokens with SSA names (`v123`) and the entry point's id hash erased, sorted: the
+/// MSL compiler numbers variables and orders the builtin parameters by hash-map order, and the
+/// hash varies with the build's features, so two generations of the same kernel differ only in
+/// those. Any real change (an operation, a type, a buffer) still shows.
 fn canonical(source: &str) -> Vec<String> {
     let mut tokens: Vec<String> = source
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
         .filter(|t| !t.is_empty())
+        .map(|t| match t.rsplit_once('_') {
+            Some((name, hash))
+                if name.starts_with("rope_pool_kernel")
+                    && hash.len() == 8
+                    && hash.chars().all(|c| c.is_ascii_hexdigit()) =>
+            {
+                name
+            }
+            _ => t,
+        })
         .map(|t| match t.strip_prefix('v') {
             Some(n) if n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty() => "v#".into(),
             _ => match t.rsplit_once("_v") {
