@@ -1,13 +1,35 @@
 //! Picking a device by name, as the examples and benchmarks take it on the command line.
 
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
+
+/// Whether `device` can run a tiny computation (a GPU device without a usable adapter panics on
+/// first use; this turns that into `false`).
+pub fn device_works(device: &Device) -> bool {
+    let probe = device.clone();
+    std::panic::catch_unwind(move || {
+        Tensor::<1>::from_floats([1.0, 2.0], &probe)
+            .sum()
+            .into_scalar::<f32>()
+            == 3.0
+    })
+    .unwrap_or(false)
+}
 
 /// The device names this build can open: `flex`, `wgpu`, `vulkan`, `metal`, `cuda`, `default`.
+/// `default` is burn's default device, or Flex when that one has no usable adapter.
 pub fn device_by_name(name: &str) -> Result<Device, String> {
     #[cfg(feature = "wgpu")]
     use burn::tensor::DeviceKind;
     match name {
-        "default" => Ok(Device::default()),
+        "default" => {
+            let device = Device::default();
+            #[cfg(feature = "flex")]
+            if !device_works(&device) {
+                eprintln!("no usable GPU adapter for {device:?}: falling back to Flex (CPU)");
+                return Ok(Device::flex());
+            }
+            Ok(device)
+        }
         #[cfg(feature = "flex")]
         "flex" => Ok(Device::flex()),
         #[cfg(feature = "wgpu")]
