@@ -120,11 +120,11 @@ fn main() -> ExitCode {
     for (name, abs, rel) in &score.outputs {
         println!("{name:>7}: max abs {abs:.3e}  norm-rel {rel:.3e}");
     }
-    if let Some(path) = &args.output {
-        if let Err(e) = write_output(path, &case, &out) {
-            eprintln!("cannot write {}: {e}", path.display());
-            return ExitCode::from(2);
-        }
+    if let Some(path) = &args.output
+        && let Err(e) = write_output(path, &case, &out)
+    {
+        eprintln!("cannot write {}: {e}", path.display());
+        return ExitCode::from(2);
     }
     let worst = score.worst();
     if worst <= tol {

@@ -38,6 +38,7 @@ fn rotate(x: &[f64], positions: &[i64], row_len: usize, config: &RopePoolConfig)
 
 /// The op in f64 on dense row-major buffers whose shapes follow `config` (`q.len() / (Hq * D)`
 /// tokens, `k_pool.len() / (Hkv * D)` pool rows).
+#[allow(clippy::too_many_arguments)]
 pub fn rope_pool_reference(
     config: &RopePoolConfig,
     q: &[f64],

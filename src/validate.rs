@@ -96,7 +96,7 @@ pub(crate) fn validate(sig: &CallSignature, config: &RopePoolConfig) -> Result<(
 
 /// The checks of the config alone (after the shape and dtype checks of the contract).
 fn validate_config(config: &RopePoolConfig) -> Result<(), RopePoolError> {
-    if config.head_dim == 0 || config.head_dim % 2 != 0 {
+    if config.head_dim == 0 || !config.head_dim.is_multiple_of(2) {
         return Err(RopePoolError::HeadDim {
             head_dim: config.head_dim,
         });

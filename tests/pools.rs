@@ -23,17 +23,9 @@ fn an_earlier_clone_of_the_pool_is_unchanged() {
             1e-5,
             name,
         );
-        let stored = |values: &[f64]| values.iter().map(|&x| x as f32 as f64).collect::<Vec<_>>();
-        assert_eq!(
-            host(k_clone),
-            stored(&case.k_pool),
-            "{name}: k_pool clone changed"
-        );
-        assert_eq!(
-            host(v_clone),
-            stored(&case.v_pool),
-            "{name}: v_pool clone changed"
-        );
+        let stored = case.rounded(DType::F32);
+        assert_eq!(host(k_clone), stored.k_pool, "{name}: k_pool clone changed");
+        assert_eq!(host(v_clone), stored.v_pool, "{name}: v_pool clone changed");
     }
 }
 
@@ -68,9 +60,9 @@ fn slots_past_the_pool_and_negative_slots_write_nothing() {
         let mut case = Case::random(config.clone(), 6, 4, 100, 31);
         case.slots = vec![4, 5, 1000, i32::MAX as i64, -1, i32::MIN as i64];
         let out = case.run(&device, DType::F32).unwrap();
-        let stored = |values: &[f64]| values.iter().map(|&x| x as f32 as f64).collect::<Vec<_>>();
-        assert_eq!(out.k_pool, stored(&case.k_pool), "{name}: k_pool written");
-        assert_eq!(out.v_pool, stored(&case.v_pool), "{name}: v_pool written");
+        let stored = case.rounded(DType::F32);
+        assert_eq!(out.k_pool, stored.k_pool, "{name}: k_pool written");
+        assert_eq!(out.v_pool, stored.v_pool, "{name}: v_pool written");
         assert_close(
             &out,
             &case.rounded(DType::F32).reference(),

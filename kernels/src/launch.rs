@@ -36,7 +36,7 @@ pub fn vector_size(client: &Client, elem_size: usize, head_dim: usize) -> usize 
     let half = head_dim / 2;
     client
         .io_optimized_vector_sizes(elem_size)
-        .find(|&n| n > 0 && half % n == 0)
+        .find(|&n| n > 0 && half.is_multiple_of(n))
         .unwrap_or(1)
 }
 
