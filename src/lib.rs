@@ -43,6 +43,7 @@ mod error;
 mod flex;
 pub mod golden;
 pub mod reference;
+pub mod unfused;
 mod validate;
 
 pub use api::{FloatArg, IntArg, RopePoolOutput, rope_pool_fused};

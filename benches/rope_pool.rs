@@ -1,0 +1,239 @@
+//! Benchmark of `rope_pool_fused` against the unfused Burn path, on every backend the build
+//! enables (or `--device NAME`). Device time from the backend's profiler (timestamp queries on
+//! wgpu), medians of repeated windows, random inputs; bytes, GB/s and the fraction of the
+//! memory-bandwidth floor, with the copy bandwidth measured in the same run on the same device.
+//!
+//! `cargo bench --bench rope_pool -- [--device wgpu] [--quick] [--json OUT.json]`
+
+use burn::tensor::{DType, Device, Distribution, Int, Tensor, TensorData};
+use burn_rope_pool::unfused::rope_pool_unfused;
+use burn_rope_pool::{RopePoolConfig, RopePoolOutput, rope_pool_fused};
+use clap::Parser;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+#[derive(Parser)]
+struct Args {
+    /// Devices to run on (default: every one this build enables, wgpu only when it has an adapter).
+    #[arg(long)]
+    device: Vec<String>,
+    /// A short run for CPU backends: fewer token counts, smaller pools.
+    #[arg(long)]
+    quick: bool,
+    /// Write the rows as JSON here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// Timed windows per row (the median is reported).
+    #[arg(long, default_value_t = 15)]
+    windows: usize,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// (name, q heads, kv heads), head_dim 128.
+const MODELS: [(&str, usize, usize); 3] = [("llama3-8b", 32, 8), ("llama3-70b-tp8", 8, 1), ("qwen2.5-7b", 28, 4)];
+const HEAD_DIM: usize = 128;
+
+/// Median device time of `f` over `windows` windows of `reps` calls each, per call.
+fn time_per_call(device: &Device, windows: usize, reps: usize, mut f: impl FnMut() + Send) -> Duration {
+    let mut samples = Vec::with_capacity(windows);
+    for _ in 0..windows + 2 {
+        let (_, duration) = device
+            .profile_with(burn::tensor::ProfileOptions::default().flush(), || {
+                for _ in 0..reps {
+                    f();
+                }
+            })
+            .expect("profile window");
+        let ticks = futures_lite::future::block_on(duration.resolve());
+        if let Some(ticks) = ticks {
+            samples.push(ticks.duration() / reps as u32);
+        }
+    }
+    samples.drain(..2.min(samples.len())); // warm-up windows
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+/// Copy bandwidth (bytes read + written per second): `x + 1` over a large f32 tensor, results
+/// kept alive until the window closes so no work is skipped.
+fn copy_bandwidth(device: &Device, elements: usize, windows: usize) -> f64 {
+    let x = Tensor::<1>::random([elements], Distribution::Default, device);
+    let mut kept = Vec::new();
+    let t = time_per_call(device, windows, 5, || kept.push(x.clone() + 1.0));
+    drop(kept);
+    (2 * elements * 4) as f64 / t.as_secs_f64()
+}
+
+struct Inputs {
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    positions: Tensor<1, Int>,
+    slots: Tensor<1, Int>,
+}
+
+fn inputs(device: &Device, dtype: DType, tokens: usize, hq: usize, hkv: usize, pool: usize, seed: u64) -> Inputs {
+    let dist = Distribution::Normal(0.0, 1.0);
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    // Distinct valid slots (a partial Fisher–Yates over the pool), positions below 131072.
+    let mut rows: Vec<i32> = (0..pool as i32).collect();
+    for i in 0..tokens {
+        let j = i + (next() as usize) % (pool - i);
+        rows.swap(i, j);
+    }
+    let slots = rows[..tokens].to_vec();
+    let positions: Vec<i32> = (0..tokens).map(|_| (next() % 131_072) as i32).collect();
+    Inputs {
+        q: Tensor::random([tokens, hq, HEAD_DIM], dist, (device, dtype)),
+        k: Tensor::random([tokens, hkv, HEAD_DIM], dist, (device, dtype)),
+        v: Tensor::random([tokens, hkv, HEAD_DIM], dist, (device, dtype)),
+        positions: Tensor::from_data(TensorData::new(positions, [tokens]), device),
+        slots: Tensor::from_data(TensorData::new(slots, [tokens]), device),
+    }
+}
+
+#[derive(Debug)]
+struct Row {
+    device: String,
+    dtype: DType,
+    model: &'static str,
+    tokens: usize,
+    pool: usize,
+    bytes: usize,
+    fused: Duration,
+    unfused: Option<Duration>,
+    bandwidth: f64,
+}
+
+impl Row {
+    fn floor(&self) -> f64 {
+        self.bytes as f64 / self.bandwidth
+    }
+    fn gbps(&self) -> f64 {
+        self.bytes as f64 / self.fused.as_secs_f64() / 1e9
+    }
+    fn of_floor(&self) -> f64 {
+        self.floor() / self.fused.as_secs_f64()
+    }
+}
+
+/// The fewest bytes the op must move: read q, k, v, positions, slots; write q_rot, k_rot and the
+/// k/v pool rows of every (valid) token.
+fn min_bytes(tokens: usize, hq: usize, hkv: usize, elem: usize) -> usize {
+    tokens * HEAD_DIM * elem * (2 * hq + 4 * hkv) + tokens * 8
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bench_row(device: &Device, name: &str, dtype: DType, model: &'static str, hq: usize, hkv: usize, tokens: usize, pool: usize, with_unfused: bool, bandwidth: f64, windows: usize) -> Row {
+    let config = RopePoolConfig::new(HEAD_DIM, hq, hkv).with_rope_base(500_000.0);
+    let dist = Distribution::Normal(0.0, 1.0);
+    let mut k_pool = Some(Tensor::<3>::random([pool, hkv, HEAD_DIM], dist, (device, dtype)));
+    let mut v_pool = Some(Tensor::<3>::random([pool, hkv, HEAD_DIM], dist, (device, dtype)));
+    let x = inputs(device, dtype, tokens, hq, hkv, pool, tokens as u64 * 7919 + hq as u64);
+    let reps = if tokens >= 4096 { 5 } else { 20 };
+    let mut run = |fused: bool| {
+        let (kp, vp) = (k_pool.take().unwrap(), v_pool.take().unwrap());
+        let args = (x.q.clone(), x.k.clone(), x.v.clone(), x.positions.clone(), x.slots.clone());
+        let out: RopePoolOutput = if fused {
+            rope_pool_fused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config).expect("valid call")
+        } else {
+            rope_pool_unfused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config)
+        };
+        k_pool = Some(out.k_pool);
+        v_pool = Some(out.v_pool);
+    };
+    let fused = time_per_call(device, windows, reps, || run(true));
+    let unfused = with_unfused.then(|| time_per_call(device, windows.min(7), reps, || run(false)));
+    Row {
+        device: name.to_string(),
+        dtype,
+        model,
+        tokens,
+        pool,
+        bytes: min_bytes(tokens, hq, hkv, dtype.size()),
+        fused,
+        unfused,
+        bandwidth,
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let names = if args.device.is_empty() {
+        let mut names = vec!["flex".to_string()];
+        if burn_rope_pool::devices::device_works(&Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)) {
+            names.push("wgpu".to_string());
+        }
+        names
+    } else {
+        args.device.clone()
+    };
+    let mut rows = Vec::new();
+    let mut table = String::new();
+    for name in &names {
+        let device = burn_rope_pool::devices::device_by_name(name).expect("device");
+        let cpu = name == "flex";
+        let quick = args.quick || cpu;
+        let bandwidth = copy_bandwidth(&device, if quick { 1 << 24 } else { 1 << 28 }, args.windows);
+        let _ = writeln!(table, "\n### {name} ({device:?}) — copy bandwidth {:.1} GB/s\n", bandwidth / 1e9);
+        let _ = writeln!(table, "| dtype | model | tokens | pool | fused µs | GB/s | % floor | unfused µs | speed-up |");
+        let _ = writeln!(table, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        let tokens: &[usize] = if quick { &[1, 32, 512] } else { &[1, 32, 512, 4096, 32768] };
+        let pool = if quick { 16_384 } else { 131_072 };
+        let mut push = |row: Row, table: &mut String| {
+            let (unfused, speedup) = match row.unfused {
+                Some(u) => (format!("{:.1}", u.as_secs_f64() * 1e6), format!("{:.1}×", u.as_secs_f64() / row.fused.as_secs_f64())),
+                None => ("–".into(), "–".into()),
+            };
+            let _ = writeln!(
+                table,
+                "| {:?} | {} | {} | {} | {:.1} | {:.0} | {:.0}% | {} | {} |",
+                row.dtype, row.model, row.tokens, row.pool, row.fused.as_secs_f64() * 1e6, row.gbps(), 100.0 * row.of_floor(), unfused, speedup
+            );
+            eprintln!("{row:?}");
+            rows.push(row);
+        };
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            if !device.supports_dtype(dtype) {
+                let _ = writeln!(table, "| {dtype:?} | (not supported by this device) | | | | | | | |");
+                continue;
+            }
+            for (model, hq, hkv) in MODELS {
+                for &t in tokens {
+                    push(bench_row(&device, name, dtype, model, hq, hkv, t, pool, true, bandwidth, args.windows), &mut table);
+                }
+            }
+        }
+        // The pool size must not matter (in-place update): same call, small and huge pool.
+        let t = if quick { 512 } else { 4096 };
+        let dtype = DType::F16;
+        if device.supports_dtype(dtype) {
+            for pool in if quick { [4096, 65_536] } else { [4096, 1_048_576] } {
+                push(bench_row(&device, name, dtype, "llama3-8b", 32, 8, t, pool, false, bandwidth, args.windows), &mut table);
+            }
+        }
+    }
+    println!("{table}");
+    if let Some(path) = args.json {
+        let json: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"device\":\"{}\",\"dtype\":\"{:?}\",\"model\":\"{}\",\"tokens\":{},\"pool\":{},\"bytes\":{},\"fused_us\":{:.3},\"unfused_us\":{},\"copy_bandwidth_gbps\":{:.1},\"gbps\":{:.1},\"fraction_of_floor\":{:.4}}}",
+                    r.device, r.dtype, r.model, r.tokens, r.pool, r.bytes, r.fused.as_secs_f64() * 1e6,
+                    r.unfused.map_or("null".into(), |u| format!("{:.3}", u.as_secs_f64() * 1e6)),
+                    r.bandwidth / 1e9, r.gbps(), r.of_floor()
+                )
+            })
+            .collect();
+        std::fs::write(path, format!("[\n{}\n]\n", json.join(",\n"))).expect("write json");
+    }
+}
