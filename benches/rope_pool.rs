@@ -32,23 +32,27 @@ struct Args {
 }
 
 /// (name, q heads, kv heads), head_dim 128.
-const MODELS: [(&str, usize, usize); 3] = [("llama3-8b", 32, 8), ("llama3-70b-tp8", 8, 1), ("qwen2.5-7b", 28, 4)];
+const MODELS: [(&str, usize, usize); 3] = [
+    ("llama3-8b", 32, 8),
+    ("llama3-70b-tp8", 8, 1),
+    ("qwen2.5-7b", 28, 4),
+];
 const HEAD_DIM: usize = 128;
 
-/// Median device time of `f` over `windows` windows of `reps` calls each, per call.
-fn time_per_call(device: &Device, windows: usize, reps: usize, mut f: impl FnMut() + Send) -> Duration {
+/// Median device time of one call of `f`, over `windows` profiling windows of one call each (one
+/// call per window: fusion would otherwise merge the element-wise work of successive calls, and
+/// a window over many small calls counts the host gaps between them).
+fn time_per_call(device: &Device, windows: usize, mut f: impl FnMut() + Send) -> Duration {
     let mut samples = Vec::with_capacity(windows);
     for _ in 0..windows + 2 {
         let (_, duration) = device
             .profile_with(burn::tensor::ProfileOptions::default().flush(), || {
-                for _ in 0..reps {
-                    f();
-                }
+                f();
             })
             .expect("profile window");
         let ticks = futures_lite::future::block_on(duration.resolve());
         if let Some(ticks) = ticks {
-            samples.push(ticks.duration() / reps as u32);
+            samples.push(ticks.duration());
         }
     }
     samples.drain(..2.min(samples.len())); // warm-up windows
@@ -61,7 +65,7 @@ fn time_per_call(device: &Device, windows: usize, reps: usize, mut f: impl FnMut
 fn copy_bandwidth(device: &Device, elements: usize, windows: usize) -> f64 {
     let x = Tensor::<1>::random([elements], Distribution::Default, device);
     let mut kept = Vec::new();
-    let t = time_per_call(device, windows, 5, || kept.push(x.clone() + 1.0));
+    let t = time_per_call(device, windows, || kept.push(x.clone() + 1.0));
     drop(kept);
     (2 * elements * 4) as f64 / t.as_secs_f64()
 }
@@ -74,7 +78,15 @@ struct Inputs {
     slots: Tensor<1, Int>,
 }
 
-fn inputs(device: &Device, dtype: DType, tokens: usize, hq: usize, hkv: usize, pool: usize, seed: u64) -> Inputs {
+fn inputs(
+    device: &Device,
+    dtype: DType,
+    tokens: usize,
+    hq: usize,
+    hkv: usize,
+    pool: usize,
+    seed: u64,
+) -> Inputs {
     let dist = Distribution::Normal(0.0, 1.0);
     let mut state = seed | 1;
     let mut next = move || {
@@ -132,26 +144,61 @@ fn min_bytes(tokens: usize, hq: usize, hkv: usize, elem: usize) -> usize {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn bench_row(device: &Device, name: &str, dtype: DType, model: &'static str, hq: usize, hkv: usize, tokens: usize, pool: usize, with_unfused: bool, bandwidth: f64, windows: usize) -> Row {
+fn bench_row(
+    device: &Device,
+    name: &str,
+    dtype: DType,
+    model: &'static str,
+    hq: usize,
+    hkv: usize,
+    tokens: usize,
+    pool: usize,
+    with_unfused: bool,
+    bandwidth: f64,
+    windows: usize,
+) -> Row {
     let config = RopePoolConfig::new(HEAD_DIM, hq, hkv).with_rope_base(500_000.0);
     let dist = Distribution::Normal(0.0, 1.0);
-    let mut k_pool = Some(Tensor::<3>::random([pool, hkv, HEAD_DIM], dist, (device, dtype)));
-    let mut v_pool = Some(Tensor::<3>::random([pool, hkv, HEAD_DIM], dist, (device, dtype)));
-    let x = inputs(device, dtype, tokens, hq, hkv, pool, tokens as u64 * 7919 + hq as u64);
-    let reps = if tokens >= 4096 { 5 } else { 20 };
+    let mut k_pool = Some(Tensor::<3>::random(
+        [pool, hkv, HEAD_DIM],
+        dist,
+        (device, dtype),
+    ));
+    let mut v_pool = Some(Tensor::<3>::random(
+        [pool, hkv, HEAD_DIM],
+        dist,
+        (device, dtype),
+    ));
+    let x = inputs(
+        device,
+        dtype,
+        tokens,
+        hq,
+        hkv,
+        pool,
+        tokens as u64 * 7919 + hq as u64,
+    );
+    let windows = if tokens >= 4096 { windows } else { 3 * windows };
     let mut run = |fused: bool| {
         let (kp, vp) = (k_pool.take().unwrap(), v_pool.take().unwrap());
-        let args = (x.q.clone(), x.k.clone(), x.v.clone(), x.positions.clone(), x.slots.clone());
+        let args = (
+            x.q.clone(),
+            x.k.clone(),
+            x.v.clone(),
+            x.positions.clone(),
+            x.slots.clone(),
+        );
         let out: RopePoolOutput = if fused {
-            rope_pool_fused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config).expect("valid call")
+            rope_pool_fused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config)
+                .expect("valid call")
         } else {
             rope_pool_unfused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config)
         };
         k_pool = Some(out.k_pool);
         v_pool = Some(out.v_pool);
     };
-    let fused = time_per_call(device, windows, reps, || run(true));
-    let unfused = with_unfused.then(|| time_per_call(device, windows.min(7), reps, || run(false)));
+    let fused = time_per_call(device, windows, || run(true));
+    let unfused = with_unfused.then(|| time_per_call(device, windows.min(9), || run(false)));
     Row {
         device: name.to_string(),
         dtype,
@@ -169,7 +216,9 @@ fn main() {
     let args = Args::parse();
     let names = if args.device.is_empty() {
         let mut names = vec!["flex".to_string()];
-        if burn_rope_pool::devices::device_works(&Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)) {
+        if burn_rope_pool::devices::device_works(&Device::wgpu(
+            burn::tensor::DeviceKind::DefaultDevice,
+        )) {
             names.push("wgpu".to_string());
         }
         names
@@ -182,42 +231,106 @@ fn main() {
         let device = burn_rope_pool::devices::device_by_name(name).expect("device");
         let cpu = name == "flex";
         let quick = args.quick || cpu;
-        let bandwidth = copy_bandwidth(&device, if quick { 1 << 24 } else { 1 << 28 }, args.windows);
-        let _ = writeln!(table, "\n### {name} ({device:?}) — copy bandwidth {:.1} GB/s\n", bandwidth / 1e9);
-        let _ = writeln!(table, "| dtype | model | tokens | pool | fused µs | GB/s | % floor | unfused µs | speed-up |");
-        let _ = writeln!(table, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-        let tokens: &[usize] = if quick { &[1, 32, 512] } else { &[1, 32, 512, 4096, 32768] };
+        let bandwidth =
+            copy_bandwidth(&device, if quick { 1 << 24 } else { 1 << 28 }, args.windows);
+        let _ = writeln!(
+            table,
+            "\n### {name} ({device:?}) — copy bandwidth {:.1} GB/s\n",
+            bandwidth / 1e9
+        );
+        let _ = writeln!(
+            table,
+            "| dtype | model | tokens | pool | fused µs | GB/s | % floor | unfused µs | speed-up |"
+        );
+        let _ = writeln!(
+            table,
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        );
+        let tokens: &[usize] = if quick {
+            &[1, 32, 512]
+        } else {
+            &[1, 32, 512, 4096, 32768]
+        };
         let pool = if quick { 16_384 } else { 131_072 };
         let mut push = |row: Row, table: &mut String| {
             let (unfused, speedup) = match row.unfused {
-                Some(u) => (format!("{:.1}", u.as_secs_f64() * 1e6), format!("{:.1}×", u.as_secs_f64() / row.fused.as_secs_f64())),
+                Some(u) => (
+                    format!("{:.1}", u.as_secs_f64() * 1e6),
+                    format!("{:.1}×", u.as_secs_f64() / row.fused.as_secs_f64()),
+                ),
                 None => ("–".into(), "–".into()),
             };
             let _ = writeln!(
                 table,
                 "| {:?} | {} | {} | {} | {:.1} | {:.0} | {:.0}% | {} | {} |",
-                row.dtype, row.model, row.tokens, row.pool, row.fused.as_secs_f64() * 1e6, row.gbps(), 100.0 * row.of_floor(), unfused, speedup
+                row.dtype,
+                row.model,
+                row.tokens,
+                row.pool,
+                row.fused.as_secs_f64() * 1e6,
+                row.gbps(),
+                100.0 * row.of_floor(),
+                unfused,
+                speedup
             );
             eprintln!("{row:?}");
             rows.push(row);
         };
         for dtype in [DType::F32, DType::F16, DType::BF16] {
             if !device.supports_dtype(dtype) {
-                let _ = writeln!(table, "| {dtype:?} | (not supported by this device) | | | | | | | |");
+                let _ = writeln!(
+                    table,
+                    "| {dtype:?} | (not supported by this device) | | | | | | | |"
+                );
                 continue;
             }
             for (model, hq, hkv) in MODELS {
                 for &t in tokens {
-                    push(bench_row(&device, name, dtype, model, hq, hkv, t, pool, true, bandwidth, args.windows), &mut table);
+                    push(
+                        bench_row(
+                            &device,
+                            name,
+                            dtype,
+                            model,
+                            hq,
+                            hkv,
+                            t,
+                            pool,
+                            true,
+                            bandwidth,
+                            args.windows,
+                        ),
+                        &mut table,
+                    );
                 }
             }
         }
-        // The pool size must not matter (in-place update): same call, small and huge pool.
+        // The pool size must not matter (in-place update): same call, small and huge pool
+        // (Llama-3-70B/TP8 rows: 1 kv head, so a 1M-row f16 pool is 256 MiB per pool).
         let t = if quick { 512 } else { 4096 };
         let dtype = DType::F16;
         if device.supports_dtype(dtype) {
-            for pool in if quick { [4096, 65_536] } else { [4096, 1_048_576] } {
-                push(bench_row(&device, name, dtype, "llama3-8b", 32, 8, t, pool, false, bandwidth, args.windows), &mut table);
+            for pool in if quick {
+                [4096, 65_536]
+            } else {
+                [4096, 1_048_576]
+            } {
+                push(
+                    bench_row(
+                        &device,
+                        name,
+                        dtype,
+                        "llama3-70b-tp8",
+                        8,
+                        1,
+                        t,
+                        pool,
+                        false,
+                        bandwidth,
+                        args.windows,
+                    ),
+                    &mut table,
+                );
             }
         }
     }

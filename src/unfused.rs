@@ -4,14 +4,22 @@
 //! benchmarks compare against, and an independent implementation for the model tests.
 
 use crate::{RopePoolConfig, RopePoolOutput};
-use burn::tensor::{Int, IndexingUpdateOp, Tensor, TensorData};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 
 /// `cos` and `sin` of every (token, frequency) angle, `[T, 1, D/2]`, in the tensors' dtype,
 /// from the naive f32 angle `position * inv_freq`.
-fn cos_sin(positions: Tensor<1, Int>, like: &Tensor<3>, config: &RopePoolConfig) -> (Tensor<3>, Tensor<3>) {
+fn cos_sin(
+    positions: Tensor<1, Int>,
+    like: &Tensor<3>,
+    config: &RopePoolConfig,
+) -> (Tensor<3>, Tensor<3>) {
     let half = config.head_dim / 2;
     let inv_freq: Vec<f32> = (0..half)
-        .map(|i| config.rope_base.powf(-2.0 * i as f64 / config.head_dim as f64) as f32)
+        .map(|i| {
+            config
+                .rope_base
+                .powf(-2.0 * i as f64 / config.head_dim as f64) as f32
+        })
         .collect();
     let device = like.device();
     let inv_freq = Tensor::<1>::from_data(TensorData::new(inv_freq, [half]), &device);

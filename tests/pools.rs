@@ -130,3 +130,34 @@ fn plain_cube_backend() {
         "plain CubeBackend",
     );
 }
+
+/// The unfused Burn baseline (plain tensor ops) computes the same op: it is what the benchmark
+/// compares against, so it must be right too.
+#[test]
+fn unfused_baseline_matches_the_fused_op() {
+    use burn_rope_pool::unfused::rope_pool_unfused;
+    for (name, device) in devices() {
+        let config = RopePoolConfig::new(16, 4, 2).with_rope_base(10_000.0);
+        let mut case = Case::random(config.clone(), 5, 8, 2000, 51);
+        case.slots = vec![6, 0, 3, 7, 1];
+        let t = case.tensors(&device, DType::F32);
+        let out = rope_pool_unfused(
+            t.q,
+            t.k,
+            t.v,
+            t.positions,
+            t.slots,
+            t.k_pool,
+            t.v_pool,
+            &config,
+        );
+        // The unfused path forms the angle naively in f32: 1e-4 covers positions below 2000.
+        assert_close(
+            &common::to_host(out),
+            &case.rounded(DType::F32).reference(),
+            DType::F32,
+            1e-4,
+            name,
+        );
+    }
+}

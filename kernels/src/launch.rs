@@ -40,6 +40,24 @@ pub fn vector_size(client: &Client, elem_size: usize, head_dim: usize) -> usize 
         .unwrap_or(1)
 }
 
+/// Units the launch aims to keep in flight: enough to fill a large GPU several times over.
+const TARGET_UNITS: usize = 1 << 18;
+
+/// How many heads one unit walks: all of them (trigonometry paid once per token and frequency)
+/// when the batch alone fills the device, fewer when it does not, so small batches still put
+/// enough units in flight. `ROPE_POOL_HEADS_PER_UNIT` overrides it (for tuning).
+pub fn heads_per_unit(geometry: RopePoolGeometry, half_vectors: usize) -> usize {
+    let heads = (geometry.num_qo_heads + geometry.num_kv_heads).max(1);
+    if let Some(forced) = std::env::var("ROPE_POOL_HEADS_PER_UNIT")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        return forced.clamp(1, heads);
+    }
+    let all_split = geometry.num_tokens * heads * half_vectors;
+    all_split.div_ceil(TARGET_UNITS).clamp(1, heads)
+}
+
 /// The device tensors of one call. Every tensor must be contiguous and of the shape the
 /// contract gives it; `k_pool`/`v_pool` are written in place, so they must not alias any other
 /// argument.
@@ -93,7 +111,9 @@ pub unsafe fn launch_rope_pool(
     let table = client.create_from_slice(f32::as_bytes(&table));
     let turns = unsafe { TensorArg::from_raw_parts(table, [1].into(), [3 * half].into()) };
 
-    let units = num_tokens * (half / vector);
+    let heads = geometry.num_qo_heads + geometry.num_kv_heads;
+    let group = heads_per_unit(geometry, half / vector);
+    let units = num_tokens * heads.div_ceil(group) * (half / vector);
     let cube_dim = CubeDim::new(client, units);
     let cube_count = calculate_cube_count_elemwise(client, units, cube_dim);
     unsafe {
@@ -113,6 +133,7 @@ pub unsafe fn launch_rope_pool(
             args.k_out,
             args.k_pool,
             args.v_pool,
+            group as u32,
             [float, int],
         );
     }

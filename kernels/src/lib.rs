@@ -7,4 +7,4 @@ mod launch;
 pub mod rope_pool;
 
 pub use angle::{host_angle, turn_table};
-pub use launch::{RopePoolArgs, RopePoolGeometry, launch_rope_pool, vector_size};
+pub use launch::{RopePoolArgs, RopePoolGeometry, heads_per_unit, launch_rope_pool, vector_size};

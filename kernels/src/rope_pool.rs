@@ -55,9 +55,14 @@ fn rotate<F: Float, N: Size>(
 }
 
 /// The fused op. All tensors are contiguous; shapes are those of the contract:
-/// `q [T, Hq, D]`, `k, v [T, Hkv, D]`, `positions, slots [T]`, `turns [3 * D/2]` (f32, [`crate::angle::turn_table`]),
-/// `k_pool, v_pool [P, Hkv, D]` (updated in place), `q_out [T, Hq, D]`, `k_out [T, Hkv, D]`.
-/// `N` must divide `D / 2`.
+/// `q [T, Hq, D]`, `k, v [T, Hkv, D]`, `positions, slots [T]`, `turns [3 * D/2]` (f32,
+/// [`crate::angle::turn_table`]), `k_pool, v_pool [P, Hkv, D]` (updated in place),
+/// `q_out [T, Hq, D]`, `k_out [T, Hkv, D]`. `N` must divide `D / 2`.
+///
+/// A token's `Hq + Hkv` heads are split into groups of `heads_per_unit`; one unit handles one
+/// (token, head group, pair vector). All heads in one group (the default for large batches) pays
+/// the trigonometry once per (token, frequency); smaller groups put more units in flight when the
+/// batch is small.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
@@ -71,6 +76,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     k_out: &mut Tensor<Vector<F, N>>,
     k_pool: &mut Tensor<Vector<F, N>>,
     v_pool: &mut Tensor<Vector<F, N>>,
+    heads_per_unit: u32,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
     let num_tokens = q.shape(0);
@@ -79,12 +85,19 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     let pool_size = k_pool.shape(0);
     let row_vectors = q.shape(2) / q.vector_size();
     let half_vectors = row_vectors / 2;
+    let group_size = heads_per_unit as usize;
+    let num_heads = num_qo_heads + num_kv_heads;
+    let groups = num_heads.div_ceil(group_size);
 
-    let token = ABSOLUTE_POS / half_vectors;
+    let unit_row = ABSOLUTE_POS / half_vectors;
     let j = ABSOLUTE_POS % half_vectors;
+    let token = unit_row / groups;
+    let group = unit_row % groups;
     if token >= num_tokens {
         terminate!();
     }
+    let first = group * group_size;
+    let end = num_heads.min(first + group_size);
 
     let angle = rope_angle::<N>(
         i32::cast_from(positions[token]),
@@ -97,7 +110,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     let (lo, hi) = pair_offsets(j, half_vectors);
 
     let q_base = token * num_qo_heads * row_vectors;
-    for h in 0..num_qo_heads {
+    for h in first..num_qo_heads.min(end) {
         let row = q_base + h * row_vectors;
         let (a, b) = rotate::<F, N>(q[row + lo], q[row + hi], cos, sin);
         q_out[row + lo] = a;
@@ -108,7 +121,8 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     let write = pool < pool_size;
     let kv_base = token * num_kv_heads * row_vectors;
     let pool_base = pool * num_kv_heads * row_vectors;
-    for h in 0..num_kv_heads {
+    for head in num_qo_heads.max(first)..end {
+        let h = head - num_qo_heads;
         let row = kv_base + h * row_vectors;
         let (a, b) = rotate::<F, N>(k[row + lo], k[row + hi], cos, sin);
         k_out[row + lo] = a;

@@ -45,6 +45,7 @@ fn msl(float: FloatKind) -> Option<String> {
         tensor([1, 2, 8]),
         tensor([4, 2, 8]),
         tensor([4, 2, 8]),
+        6,
         [ElemType::Float(float), ElemType::Int(IntKind::I32)],
     );
     let source = MslCompiler::default()

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the benchmark (and the PyTorch/Triton anchor, when present) on the lent H200 through the
+# `device` tool. Build here first:
+#   cargo build --release --benches --examples && scripts/h200.sh pack
+# then run `scripts/h200.sh run` there with `.gl` and `.dev` carried (see the device README for
+# the Vulkan loader packages in `.gl`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-run}" in
+  pack)
+    mkdir -p .dev
+    bench=$(ls -t target/release/deps/rope_pool-* | grep -v '\.d$' | head -1)
+    strip -o .dev/bench "$bench"
+    strip -o .dev/replay target/release/examples/replay
+    xz -T2 -6 -f .dev/bench .dev/replay
+    [ -f ../shared/anchors/h200_anchor_bench.py ] && cp ../shared/anchors/h200_anchor_bench.py .dev/
+    ls -la .dev
+    ;;
+  run)
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    export XDG_RUNTIME_DIR=/tmp
+    for b in bench replay; do xz -d -c ".dev/$b.xz" > "/tmp/$b"; chmod +x "/tmp/$b"; done
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+    out=${OUT:-/tmp}
+    shift || true
+    /tmp/bench --device wgpu --json "$out/h200-wgpu.json" "$@" 2>"$out/bench.log" | tee "$out/h200-wgpu.md"
+    if [ -f .dev/h200_anchor_bench.py ] && [ -z "${SKIP_ANCHOR:-}" ]; then
+      PYTHONUNBUFFERED=1 python3 .dev/h200_anchor_bench.py > "$out/anchor.txt" 2>&1 || true
+      tail -5 "$out/anchor.txt"
+    fi
+    ;;
+esac
