@@ -26,6 +26,17 @@ struct Args {
     /// Timed windows per row (the median is reported).
     #[arg(long, default_value_t = 15)]
     windows: usize,
+    /// Copy bandwidth (GB/s, bytes read + written) to take as the floor's ceiling instead of
+    /// this program's own `x + 1` measurement, e.g. the PyTorch device-to-device copy the anchor
+    /// script measures on the same device in the same run. Both are printed.
+    #[arg(long)]
+    copy_bandwidth: Option<f64>,
+    /// Only these token counts (default: all of the run's).
+    #[arg(long, value_delimiter = ',')]
+    tokens: Vec<usize>,
+    /// Skip the unfused baseline and the pool-size rows.
+    #[arg(long)]
+    fused_only: bool,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -231,11 +242,16 @@ fn main() {
         let device = burn_rope_pool::devices::device_by_name(name).expect("device");
         let cpu = name == "flex";
         let quick = args.quick || cpu;
-        let bandwidth =
-            copy_bandwidth(&device, if quick { 1 << 24 } else { 1 << 28 }, args.windows);
+        let measured = copy_bandwidth(&device, if quick { 1 << 24 } else { 1 << 28 }, args.windows);
+        let bandwidth = args.copy_bandwidth.map_or(measured, |gbps| gbps * 1e9);
+        let source = match args.copy_bandwidth {
+            Some(_) => "given with --copy-bandwidth",
+            None => "this run's `x + 1`",
+        };
         let _ = writeln!(
             table,
-            "\n### {name} ({device:?}) — copy bandwidth {:.1} GB/s\n",
+            "\n### {name} ({device:?})\n\ncopy bandwidth: `x + 1` through Burn {:.1} GB/s; floor uses {:.1} GB/s ({source})\n",
+            measured / 1e9,
             bandwidth / 1e9
         );
         let _ = writeln!(
@@ -285,7 +301,10 @@ fn main() {
                 continue;
             }
             for (model, hq, hkv) in MODELS {
-                for &t in tokens {
+                for &t in tokens
+                    .iter()
+                    .filter(|t| args.tokens.is_empty() || args.tokens.contains(t))
+                {
                     push(
                         bench_row(
                             &device,
@@ -296,7 +315,7 @@ fn main() {
                             hkv,
                             t,
                             pool,
-                            true,
+                            !args.fused_only,
                             bandwidth,
                             args.windows,
                         ),
@@ -309,7 +328,7 @@ fn main() {
         // (Llama-3-70B/TP8 rows: 1 kv head, so a 1M-row f16 pool is 256 MiB per pool).
         let t = if quick { 512 } else { 4096 };
         let dtype = DType::F16;
-        if device.supports_dtype(dtype) {
+        if device.supports_dtype(dtype) && !args.fused_only {
             for pool in if quick {
                 [4096, 65_536]
             } else {

@@ -83,3 +83,16 @@ pub fn rope_angle<N: Size>(
         + frac_vector::<N>(p_hi * f1);
     frac_vector::<N>(turns) * Vector::new(core::f32::consts::TAU)
 }
+
+/// The naive f32 angle `position * inv_freq` (what SGLang's and FlashInfer's kernels compute),
+/// from the same table: kept only to measure what [`rope_angle`] costs.
+#[cube]
+pub fn naive_angle<N: Size>(
+    position: i32,
+    f1: Vector<f32, N>,
+    f2: Vector<f32, N>,
+    f3: Vector<f32, N>,
+) -> Vector<f32, N> {
+    let inv_freq = (f1 + f2 + f3) * Vector::new(core::f32::consts::TAU);
+    Vector::<f32, N>::new(f32::cast_from(position)) * inv_freq
+}

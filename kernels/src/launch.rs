@@ -83,7 +83,8 @@ pub struct RopePoolArgs {
 }
 
 /// Enqueues the fused kernel on `client`. `float` and `int` are the element types of the float
-/// tensors and of `positions`/`slots`. Does nothing for an empty batch.
+/// tensors and of `positions`/`slots`. Does nothing for an empty batch. (`ROPE_POOL_NAIVE_ANGLES`,
+/// when set, swaps the exact angle for the naive f32 one: a benchmark A/B switch only.)
 ///
 /// # Safety
 /// The tensors must be live, contiguous, of the shapes `geometry` describes, and the pools must
@@ -134,6 +135,7 @@ pub unsafe fn launch_rope_pool(
             args.k_pool,
             args.v_pool,
             group as u32,
+            std::env::var_os("ROPE_POOL_NAIVE_ANGLES").is_none(),
             [float, int],
         );
     }

@@ -13,7 +13,7 @@
 //! at long context: see [`crate::angle`]) and
 //! [`pool_row`] (where a token's row lands in the pool).
 
-use crate::angle::rope_angle;
+use crate::angle::{naive_angle, rope_angle};
 use cubecl::prelude::*;
 
 /// Offsets, in vectors from the start of a head row, of the two halves of pair vector `j`
@@ -62,7 +62,8 @@ fn rotate<F: Float, N: Size>(
 /// A token's `Hq + Hkv` heads are split into groups of `heads_per_unit`; one unit handles one
 /// (token, head group, pair vector). All heads in one group (the default for large batches) pays
 /// the trigonometry once per (token, frequency); smaller groups put more units in flight when the
-/// batch is small.
+/// batch is small. `exact_angles = false` forms the angle the naive way (`position * inv_freq`
+/// in f32), for measuring what the exact angle costs; launches use the exact one.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
@@ -77,6 +78,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     k_pool: &mut Tensor<Vector<F, N>>,
     v_pool: &mut Tensor<Vector<F, N>>,
     heads_per_unit: u32,
+    #[comptime] exact_angles: bool,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
     let num_tokens = q.shape(0);
@@ -99,12 +101,17 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     let first = group * group_size;
     let end = num_heads.min(first + group_size);
 
-    let angle = rope_angle::<N>(
-        i32::cast_from(positions[token]),
+    let (f1, f2, f3) = (
         turns[j],
         turns[half_vectors + j],
         turns[2 * half_vectors + j],
     );
+    let position = i32::cast_from(positions[token]);
+    let angle = if exact_angles {
+        rope_angle::<N>(position, f1, f2, f3)
+    } else {
+        naive_angle::<N>(position, f1, f2, f3)
+    };
     let cos = angle.cos();
     let sin = angle.sin();
     let (lo, hi) = pair_offsets(j, half_vectors);
