@@ -81,6 +81,76 @@ fn host_slots(slots: &DispatchTensor) -> Vec<i64> {
         .unwrap_or_default()
 }
 
+/// Every check of a call, in the contract's order; reads the slots back in checked mode.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    q: &FloatArg,
+    k: &FloatArg,
+    v: &FloatArg,
+    positions: &IntArg,
+    slots: &IntArg,
+    k_pool: &FloatArg,
+    v_pool: &FloatArg,
+    config: &RopePoolConfig,
+) -> Result<(), RopePoolError> {
+    let signature = CallSignature {
+        q: dims(&q.tensor),
+        k: dims(&k.tensor),
+        v: dims(&v.tensor),
+        positions: dims(&positions.tensor),
+        slots: dims(&slots.tensor),
+        k_pool: dims(&k_pool.tensor),
+        v_pool: dims(&v_pool.tensor),
+        dtypes: [q, k, v, k_pool, v_pool].map(|t| t.tensor.dtype()),
+    };
+    validate(&signature, config)?;
+    let devices = [&k.device, &v.device, &k_pool.device, &v_pool.device];
+    if devices.iter().any(|d| **d != q.device)
+        || positions.device != q.device
+        || slots.device != q.device
+    {
+        return Err(RopePoolError::DeviceMismatch);
+    }
+    check_backend(&q.device)?;
+    let dtype = signature.dtypes[0];
+    if !q.device.supports_dtype(dtype) {
+        return Err(RopePoolError::DeviceDtype {
+            dtype,
+            device: format!("{:?}", q.device),
+        });
+    }
+    if config.check_slots {
+        validate_slots(&host_slots(&slots.tensor), signature.k_pool.0[0])?;
+    }
+    Ok(())
+}
+
+/// Runs every check of [`rope_pool_fused`] on borrowed tensors, without running the op: for
+/// callers that must keep their pools when a call would be refused (the pools passed to
+/// `rope_pool_fused` are consumed, error or not).
+#[allow(clippy::too_many_arguments)]
+pub fn check_rope_pool_fused(
+    q: &Tensor<3>,
+    k: &Tensor<3>,
+    v: &Tensor<3>,
+    positions: &Tensor<1, Int>,
+    slots: &Tensor<1, Int>,
+    k_pool: &Tensor<3>,
+    v_pool: &Tensor<3>,
+    config: &RopePoolConfig,
+) -> Result<(), RopePoolError> {
+    check(
+        &q.clone().into(),
+        &k.clone().into(),
+        &v.clone().into(),
+        &positions.clone().into(),
+        &slots.clone().into(),
+        &k_pool.clone().into(),
+        &v_pool.clone().into(),
+        config,
+    )
+}
+
 /// Applies NeoX rotary position embedding to `q` and `k` and writes each token's rotated key
 /// and raw value into row `slots[t]` of the KV pools, in one pass (one kernel launch on GPU).
 ///
@@ -108,35 +178,7 @@ pub fn rope_pool_fused(
     let (q, k, v) = (q.into(), k.into(), v.into());
     let (positions, slots) = (positions.into(), slots.into());
     let (k_pool, v_pool) = (k_pool.into(), v_pool.into());
-    let signature = CallSignature {
-        q: dims(&q.tensor),
-        k: dims(&k.tensor),
-        v: dims(&v.tensor),
-        positions: dims(&positions.tensor),
-        slots: dims(&slots.tensor),
-        k_pool: dims(&k_pool.tensor),
-        v_pool: dims(&v_pool.tensor),
-        dtypes: [&q, &k, &v, &k_pool, &v_pool].map(|t| t.tensor.dtype()),
-    };
-    validate(&signature, config)?;
-    let devices = [&k.device, &v.device, &k_pool.device, &v_pool.device];
-    if devices.iter().any(|d| **d != q.device)
-        || positions.device != q.device
-        || slots.device != q.device
-    {
-        return Err(RopePoolError::DeviceMismatch);
-    }
-    check_backend(&q.device)?;
-    let dtype = signature.dtypes[0];
-    if !q.device.supports_dtype(dtype) {
-        return Err(RopePoolError::DeviceDtype {
-            dtype,
-            device: format!("{:?}", q.device),
-        });
-    }
-    if config.check_slots {
-        validate_slots(&host_slots(&slots.tensor), signature.k_pool.0[0])?;
-    }
+    check(&q, &k, &v, &positions, &slots, &k_pool, &v_pool, config)?;
 
     // The kernel reads positions and slots with one integer type.
     let int_dtype = positions.tensor.dtype();

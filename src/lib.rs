@@ -31,6 +31,7 @@ compile_error!(
 );
 
 mod api;
+pub mod attention;
 mod backend;
 mod config;
 #[cfg(feature = "flex")]
@@ -42,11 +43,12 @@ mod error;
 #[cfg(feature = "flex")]
 mod flex;
 pub mod golden;
+pub mod kv_pool;
 pub mod reference;
 pub mod unfused;
 mod validate;
 
-pub use api::{FloatArg, IntArg, RopePoolOutput, rope_pool_fused};
+pub use api::{FloatArg, IntArg, RopePoolOutput, check_rope_pool_fused, rope_pool_fused};
 pub use backend::{RopeParams, RopePoolBackend, RopePoolPrimitives};
 pub use config::RopePoolConfig;
 pub use error::{Dims, RopePoolError};

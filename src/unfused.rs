@@ -39,6 +39,16 @@ fn rotate(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>) -> Tensor<3> {
     Tensor::cat(vec![out1, out2], 2)
 }
 
+/// NeoX rotation of every head of `x: [T, H, D]` at `positions`, with plain tensor ops.
+pub fn rotate_unfused(
+    x: Tensor<3>,
+    positions: Tensor<1, Int>,
+    config: &RopePoolConfig,
+) -> Tensor<3> {
+    let (cos, sin) = cos_sin(positions, &x, config);
+    rotate(x, &cos, &sin)
+}
+
 /// `rope_pool_fused` with plain tensor ops. Every slot must be in `0..pool_size` (this path has
 /// no way to skip a token without reading the slots back), and inputs are not validated.
 #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,155 @@
+//! The LLaMA attention layer on the fused op against an unfused path (plain tensor ops: NeoX
+//! rotation, keys and values kept whole, no pool): prefill, decode, ragged batches, slot reuse,
+//! pool exhaustion.
+
+mod common;
+
+use burn::tensor::{DType, Device, Distribution, Int, Tensor, TensorData};
+use burn_rope_pool::attention::{
+    LlamaAttention, LlamaAttentionConfig, TokenInfo, causal_attention,
+};
+use burn_rope_pool::kv_pool::{KvPool, KvPoolError};
+use burn_rope_pool::unfused::rotate_unfused;
+
+fn config() -> LlamaAttentionConfig {
+    LlamaAttentionConfig {
+        hidden: 64,
+        num_heads: 4,
+        num_kv_heads: 2,
+        head_dim: 16,
+        rope_base: 10_000.0,
+    }
+}
+
+/// The layer's output for a whole sequence `x: [n, hidden]` computed without the pool.
+fn unfused(layer: &LlamaAttention, cfg: &LlamaAttentionConfig, x: Tensor<2>) -> Tensor<2> {
+    let [n, _] = x.dims();
+    let device = x.device();
+    let (hq, hkv, d) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+    let positions = Tensor::<1, Int>::from_data(
+        TensorData::new((0..n as i64).collect::<Vec<_>>(), [n]),
+        &device,
+    );
+    let rope = cfg.rope();
+    let q = rotate_unfused(
+        layer.q_proj.forward(x.clone()).reshape([n, hq, d]),
+        positions.clone(),
+        &rope,
+    );
+    let k = rotate_unfused(
+        layer.k_proj.forward(x.clone()).reshape([n, hkv, d]),
+        positions,
+        &rope,
+    );
+    let v = layer.v_proj.forward(x).reshape([n, hkv, d]);
+    let q_pos: Vec<usize> = (0..n).collect();
+    layer.o_proj.forward(causal_attention(q, k, v, &q_pos))
+}
+
+fn max_abs(a: Tensor<2>, b: Tensor<2>) -> f32 {
+    (a - b).abs().max().into_scalar::<f32>()
+}
+
+fn check_device(device: &Device) {
+    let cfg = config();
+    let layer = cfg.init(device);
+    let (a_len, b_len) = (7usize, 4usize);
+    let xa = Tensor::<2>::random(
+        [a_len + 3, cfg.hidden],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    );
+    let xb = Tensor::<2>::random([b_len, cfg.hidden], Distribution::Normal(0.0, 1.0), device);
+    let ref_a = unfused(&layer, &cfg, xa.clone());
+    let ref_b = unfused(&layer, &cfg, xb.clone());
+    let mut pool = KvPool::new(cfg.rope(), 32, device, DType::F32);
+
+    // Ragged prefill: sequence 1 (7 tokens) and sequence 2 (4 tokens) in one batch.
+    let x = Tensor::cat(vec![xa.clone().slice([0..a_len]), xb.clone()], 0);
+    let mut tokens: Vec<TokenInfo> = (0..a_len)
+        .map(|p| TokenInfo {
+            seq: 1,
+            position: p,
+        })
+        .collect();
+    tokens.extend((0..b_len).map(|p| TokenInfo {
+        seq: 2,
+        position: p,
+    }));
+    let out = layer.forward(x, &tokens, &mut pool).unwrap();
+    let err_a = max_abs(
+        out.clone().slice([0..a_len]),
+        ref_a.clone().slice([0..a_len]),
+    );
+    let err_b = max_abs(out.slice([a_len..a_len + b_len]), ref_b);
+    assert!(
+        err_a < 1e-4 && err_b < 1e-4,
+        "prefill errors {err_a} {err_b}"
+    );
+
+    // Sequence 2 finishes; its rows are reused by sequence 3 while sequence 1 decodes.
+    pool.slots.release(2).unwrap();
+    let xc = Tensor::<2>::random([2, cfg.hidden], Distribution::Normal(0.0, 1.0), device);
+    let ref_c = unfused(&layer, &cfg, xc.clone());
+    let mut prefix = a_len;
+    for step in 0..3 {
+        let x = Tensor::cat(
+            vec![
+                xa.clone().slice([prefix..prefix + 1]),
+                xc.clone().slice([0..1]),
+            ],
+            0,
+        );
+        let tokens = [
+            TokenInfo {
+                seq: 1,
+                position: prefix,
+            },
+            TokenInfo {
+                seq: 3 + step as u64,
+                position: 0,
+            },
+        ];
+        let out = layer.forward(x, &tokens, &mut pool).unwrap();
+        // Decoding token `prefix` equals the whole-sequence prefill at that row.
+        let err = max_abs(
+            out.clone().slice([0..1]),
+            ref_a.clone().slice([prefix..prefix + 1]),
+        );
+        assert!(err < 1e-4, "decode step {step}: {err}");
+        let err_c = max_abs(out.slice([1..2]), ref_c.clone().slice([0..1]));
+        assert!(
+            err_c < 1e-4,
+            "new sequence on reused rows, step {step}: {err_c}"
+        );
+        pool.slots.release(3 + step as u64).unwrap();
+        prefix += 1;
+    }
+
+    // Exhaustion is an error, and allocates nothing.
+    let free = pool.slots.available();
+    let x = Tensor::<2>::random([free + 1, cfg.hidden], Distribution::Default, device);
+    let tokens: Vec<TokenInfo> = (0..free + 1)
+        .map(|p| TokenInfo {
+            seq: 9,
+            position: p,
+        })
+        .collect();
+    let err = layer.forward(x, &tokens, &mut pool).unwrap_err();
+    assert_eq!(
+        err,
+        KvPoolError::Exhausted {
+            requested: free + 1,
+            available: free
+        }
+    );
+    assert_eq!(pool.slots.available(), free);
+}
+
+#[test]
+fn attention_layer_matches_the_unfused_path() {
+    for (name, device) in common::devices() {
+        eprintln!("device {name}");
+        check_device(&device);
+    }
+}
