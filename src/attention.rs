@@ -6,6 +6,7 @@
 
 use crate::RopePoolConfig;
 use crate::kv_pool::{KvPool, KvPoolError, SeqId};
+use crate::unfused::rotate_unfused;
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::softmax;
@@ -68,6 +69,7 @@ impl LlamaAttentionConfig {
             num_heads: self.num_heads,
             num_kv_heads: self.num_kv_heads,
             head_dim: self.head_dim,
+            rope_base: self.rope_base,
         }
     }
 }
@@ -86,6 +88,7 @@ pub struct LlamaAttention {
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
+    rope_base: f64,
 }
 
 /// Causal attention of `q: [n, Hq, D]` (positions `q_pos`) over `k, v: [L, Hkv, D]` (positions
@@ -118,6 +121,25 @@ pub fn causal_attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, q_pos: &[usize
 }
 
 impl LlamaAttention {
+    /// The same layer without the fused op or a pool: plain tensor ops (NeoX rotation, keys and
+    /// values of the whole sequence kept as they are) over one sequence `x: [n, hidden]` starting
+    /// at position 0. The reference the fused path is checked against.
+    pub fn forward_unfused(&self, x: Tensor<2>) -> Tensor<2> {
+        let [n, _] = x.dims();
+        let device = x.device();
+        let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let rope = RopePoolConfig::new(d, hq, hkv).with_rope_base(self.rope_base);
+        let positions: Vec<i64> = (0..n as i64).collect();
+        let positions = Tensor::<1, Int>::from_data(TensorData::new(positions, [n]), &device);
+        let q = self.q_proj.forward(x.clone()).reshape([n, hq, d]);
+        let k = self.k_proj.forward(x.clone()).reshape([n, hkv, d]);
+        let v = self.v_proj.forward(x).reshape([n, hkv, d]);
+        let q = rotate_unfused(q, positions.clone(), &rope);
+        let k = rotate_unfused(k, positions, &rope);
+        let q_pos: Vec<usize> = (0..n).collect();
+        self.o_proj.forward(causal_attention(q, k, v, &q_pos))
+    }
+
     /// Forward over a ragged batch: `hidden: [T, hidden]`, `tokens[t]` the sequence and position
     /// of row `t` (a sequence's new tokens in position order, continuing where its rows in the
     /// pool end). Allocates a pool row for every token, runs `rope_pool_fused` once for the

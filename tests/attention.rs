@@ -4,12 +4,9 @@
 
 mod common;
 
-use burn::tensor::{DType, Device, Distribution, Int, Tensor, TensorData};
-use burn_rope_pool::attention::{
-    LlamaAttention, LlamaAttentionConfig, TokenInfo, causal_attention,
-};
+use burn::tensor::{DType, Device, Distribution, Tensor};
+use burn_rope_pool::attention::{LlamaAttentionConfig, TokenInfo};
 use burn_rope_pool::kv_pool::{KvPool, KvPoolError};
-use burn_rope_pool::unfused::rotate_unfused;
 
 fn config() -> LlamaAttentionConfig {
     LlamaAttentionConfig {
@@ -19,31 +16,6 @@ fn config() -> LlamaAttentionConfig {
         head_dim: 16,
         rope_base: 10_000.0,
     }
-}
-
-/// The layer's output for a whole sequence `x: [n, hidden]` computed without the pool.
-fn unfused(layer: &LlamaAttention, cfg: &LlamaAttentionConfig, x: Tensor<2>) -> Tensor<2> {
-    let [n, _] = x.dims();
-    let device = x.device();
-    let (hq, hkv, d) = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
-    let positions = Tensor::<1, Int>::from_data(
-        TensorData::new((0..n as i64).collect::<Vec<_>>(), [n]),
-        &device,
-    );
-    let rope = cfg.rope();
-    let q = rotate_unfused(
-        layer.q_proj.forward(x.clone()).reshape([n, hq, d]),
-        positions.clone(),
-        &rope,
-    );
-    let k = rotate_unfused(
-        layer.k_proj.forward(x.clone()).reshape([n, hkv, d]),
-        positions,
-        &rope,
-    );
-    let v = layer.v_proj.forward(x).reshape([n, hkv, d]);
-    let q_pos: Vec<usize> = (0..n).collect();
-    layer.o_proj.forward(causal_attention(q, k, v, &q_pos))
 }
 
 fn max_abs(a: Tensor<2>, b: Tensor<2>) -> f32 {
@@ -60,8 +32,8 @@ fn check_device(device: &Device) {
         device,
     );
     let xb = Tensor::<2>::random([b_len, cfg.hidden], Distribution::Normal(0.0, 1.0), device);
-    let ref_a = unfused(&layer, &cfg, xa.clone());
-    let ref_b = unfused(&layer, &cfg, xb.clone());
+    let ref_a = layer.forward_unfused(xa.clone());
+    let ref_b = layer.forward_unfused(xb.clone());
     let mut pool = KvPool::new(cfg.rope(), 32, device, DType::F32);
 
     // Ragged prefill: sequence 1 (7 tokens) and sequence 2 (4 tokens) in one batch.
@@ -90,7 +62,7 @@ fn check_device(device: &Device) {
     // Sequence 2 finishes; its rows are reused by sequence 3 while sequence 1 decodes.
     pool.slots.release(2).unwrap();
     let xc = Tensor::<2>::random([2, cfg.hidden], Distribution::Normal(0.0, 1.0), device);
-    let ref_c = unfused(&layer, &cfg, xc.clone());
+    let ref_c = layer.forward_unfused(xc.clone());
     let mut prefix = a_len;
     for step in 0..3 {
         let x = Tensor::cat(
