@@ -3,7 +3,14 @@
 //! finishing early and a new one reusing its pool rows. Every step is checked against the
 //! unfused path (plain Burn ops, keys/values kept whole, no pool).
 //!
-//! `cargo run --release --example llama_attention -- [--device flex|wgpu|vulkan|metal] [--small]`
+//! `cargo run --release --example llama_attention -- [--device flex|wgpu|vulkan|metal] [--small]
+//!  [--weights FILE.safetensors] [--save-weights FILE.safetensors] [--dump OUT.safetensors]`
+//!
+//! `--weights` reads HuggingFace-named tensors `q_proj.weight k_proj.weight v_proj.weight
+//! o_proj.weight` (HF `[out, in]` layout; a `model.layers.N.self_attn.` prefix is accepted)
+//! through burn's store; `--save-weights` writes the layer's weights in that layout; `--dump`
+//! writes each phase's layer input, positions, sequence ids and output, for comparison with an
+//! outside implementation (e.g. transformers' LlamaAttention with the same weights).
 
 use burn::tensor::{DType, Distribution, Tensor};
 use burn_rope_pool::attention::{LlamaAttention, LlamaAttentionConfig, TokenInfo};
@@ -26,6 +33,93 @@ struct Args {
     /// Decode steps after the prefill.
     #[arg(long, default_value_t = 8)]
     steps: usize,
+    /// Load the projections from a HuggingFace-named safetensors file.
+    #[arg(long)]
+    weights: Option<std::path::PathBuf>,
+    /// Write the layer's projections (HF names and layout) to this safetensors file.
+    #[arg(long)]
+    save_weights: Option<std::path::PathBuf>,
+    /// Write every phase's input, positions, sequence ids and output to this safetensors file.
+    #[arg(long)]
+    dump: Option<std::path::PathBuf>,
+}
+
+/// Loads `q_proj k_proj v_proj o_proj` (`.weight`, HF `[out, in]`) into `layer`.
+fn load_weights(layer: &mut LlamaAttention, path: &std::path::Path) -> Result<(), String> {
+    use burn::store::{ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
+    let mut store = SafetensorsStore::from_file(path)
+        .with_from_adapter(PyTorchToBurnAdapter)
+        .with_key_remapping(r"^(model\.)?(layers\.\d+\.)?self_attn\.", "")
+        .allow_partial(true);
+    let result = layer.load_from(&mut store).map_err(|e| e.to_string())?;
+    let missing: Vec<_> = result.missing.iter().map(|m| format!("{m:?}")).collect();
+    if !missing.is_empty() {
+        return Err(format!("missing tensors: {}", missing.join(", ")));
+    }
+    Ok(())
+}
+
+/// Named f32 tensors for a safetensors file.
+#[derive(Default)]
+struct Dump(Vec<(String, Vec<usize>, Vec<u8>)>);
+
+impl Dump {
+    fn push(&mut self, name: String, dims: Vec<usize>, values: Vec<f32>) {
+        self.0.push((
+            name,
+            dims,
+            values.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ));
+    }
+    fn tensor(&mut self, name: String, t: &Tensor<2>) {
+        let dims = t.dims().to_vec();
+        let values = t
+            .clone()
+            .into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .unwrap_or_default();
+        self.push(name, dims, values);
+    }
+    fn tokens(&mut self, phase: &str, tokens: &[TokenInfo]) {
+        let n = tokens.len();
+        self.push(
+            format!("{phase}.positions"),
+            vec![n],
+            tokens.iter().map(|t| t.position as f32).collect(),
+        );
+        self.push(
+            format!("{phase}.seq_ids"),
+            vec![n],
+            tokens.iter().map(|t| t.seq as f32).collect(),
+        );
+    }
+    fn write(&self, path: &std::path::Path) -> Result<(), String> {
+        let views = self
+            .0
+            .iter()
+            .map(|(n, d, b)| {
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, d.clone(), b)
+                    .map(|v| (n.as_str(), v))
+                    .map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        safetensors::serialize_to_file(views, None, path).map_err(|e| e.to_string())
+    }
+}
+
+/// The layer's projections in HF names and `[out, in]` layout.
+fn save_weights(layer: &LlamaAttention, path: &std::path::Path) -> Result<(), String> {
+    let mut dump = Dump::default();
+    for (name, linear) in [
+        ("q_proj", &layer.q_proj),
+        ("k_proj", &layer.k_proj),
+        ("v_proj", &layer.v_proj),
+        ("o_proj", &layer.o_proj),
+    ] {
+        dump.tensor(format!("{name}.weight"), &linear.weight.val().transpose());
+    }
+    dump.write(path)
 }
 
 /// One running sequence: its id and every hidden state it has fed the layer so far.
@@ -84,10 +178,33 @@ fn main() -> ExitCode {
         LlamaAttentionConfig::llama3_8b()
     };
     println!(
-        "layer: hidden {}, {} q heads, {} kv heads, head_dim {}, θ = {} (random weights)",
-        cfg.hidden, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rope_base
+        "layer: hidden {}, {} q heads, {} kv heads, head_dim {}, θ = {} ({})",
+        cfg.hidden,
+        cfg.num_heads,
+        cfg.num_kv_heads,
+        cfg.head_dim,
+        cfg.rope_base,
+        if args.weights.is_some() {
+            "weights from file"
+        } else {
+            "random weights"
+        }
     );
-    let layer = cfg.init(&device);
+    let mut layer = cfg.init(&device);
+    if let Some(path) = &args.weights {
+        if let Err(e) = load_weights(&mut layer, path) {
+            eprintln!("cannot load {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+        println!("weights: {}", path.display());
+    }
+    if let Some(path) = &args.save_weights {
+        if let Err(e) = save_weights(&layer, path) {
+            eprintln!("cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    let mut dump = Dump::default();
     let mut pool = KvPool::new(cfg.rope(), 1024, &device, DType::F32);
     let tolerance = 1e-3;
     let random =
@@ -114,7 +231,10 @@ fn main() -> ExitCode {
         });
     }
     let start = Instant::now();
-    let out = match layer.forward(Tensor::cat(batch, 0), &tokens, &mut pool) {
+    let input = Tensor::cat(batch, 0);
+    dump.tensor("prefill.input".into(), &input);
+    dump.tokens("prefill", &tokens);
+    let out = match layer.forward(input, &tokens, &mut pool) {
         Ok(out) => out,
         Err(e) => {
             eprintln!("prefill failed: {e}");
@@ -123,6 +243,7 @@ fn main() -> ExitCode {
     };
     let _ = out.clone().into_data(); // wait for the device
     let prefill_time = start.elapsed();
+    dump.tensor("prefill.output".into(), &out);
     let err = check(&layer, &seqs, &tokens, &out);
     println!(
         "prefill: {} tokens of {} sequences, max abs error vs unfused {err:.2e}",
@@ -156,7 +277,10 @@ fn main() -> ExitCode {
             seq.inputs.push(x);
         }
         let start = Instant::now();
-        let out = match layer.forward(Tensor::cat(batch, 0), &tokens, &mut pool) {
+        let input = Tensor::cat(batch, 0);
+        dump.tensor(format!("decode{step}.input"), &input);
+        dump.tokens(&format!("decode{step}"), &tokens);
+        let out = match layer.forward(input, &tokens, &mut pool) {
             Ok(out) => out,
             Err(e) => {
                 bar.abandon();
@@ -167,6 +291,7 @@ fn main() -> ExitCode {
         let _ = out.clone().into_data();
         decode_time += start.elapsed();
         decode_tokens += tokens.len();
+        dump.tensor(format!("decode{step}.output"), &out);
         let err = check(&layer, &seqs, &tokens, &out);
         bar.suspend(|| {
             println!(
@@ -201,6 +326,8 @@ fn main() -> ExitCode {
                         position,
                     })
                     .collect();
+                dump.tensor(format!("join{next_id}.input"), &x);
+                dump.tokens(&format!("join{next_id}"), &tokens);
                 let out = match layer.forward(x.clone(), &tokens, &mut pool) {
                     Ok(out) => out,
                     Err(e) => {
@@ -208,6 +335,7 @@ fn main() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 };
+                dump.tensor(format!("join{next_id}.output"), &out);
                 seqs.push(Sequence {
                     id: next_id,
                     inputs: vec![x],
@@ -227,6 +355,13 @@ fn main() -> ExitCode {
         bar.inc(1);
     }
     bar.finish_with_message("done");
+    if let Some(path) = &args.dump {
+        if let Err(e) = dump.write(path) {
+            eprintln!("cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+        println!("dump: {}", path.display());
+    }
     println!(
         "prefill {:.0} tokens/s, decode {:.0} tokens/s (wall clock, incl. projections and attention)",
         prefill_tokens as f64 / prefill_time.as_secs_f64(),
