@@ -32,11 +32,16 @@ impl RopePoolGeometry {
 
 /// The widest vector the device loads efficiently for `elem_size`-byte elements that also
 /// divides `half = head_dim / 2`, so a unit's vector never straddles the two halves of a row.
+/// `ROPE_POOL_VECTOR` caps the width (for tuning).
 pub fn vector_size(client: &Client, elem_size: usize, head_dim: usize) -> usize {
     let half = head_dim / 2;
+    let cap = std::env::var("ROPE_POOL_VECTOR")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(usize::MAX);
     client
         .io_optimized_vector_sizes(elem_size)
-        .find(|&n| n > 0 && half.is_multiple_of(n))
+        .find(|&n| n > 0 && n <= cap && half.is_multiple_of(n))
         .unwrap_or(1)
 }
 
