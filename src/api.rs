@@ -179,7 +179,23 @@ pub fn rope_pool_fused(
     let (positions, slots) = (positions.into(), slots.into());
     let (k_pool, v_pool) = (k_pool.into(), v_pool.into());
     check(&q, &k, &v, &positions, &slots, &k_pool, &v_pool, config)?;
+    Ok(run_checked(
+        q, k, v, positions, slots, k_pool, v_pool, config,
+    ))
+}
 
+/// The op on arguments [`check`] (or [`check_rope_pool_fused`]) has already accepted.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_checked(
+    q: FloatArg,
+    k: FloatArg,
+    v: FloatArg,
+    positions: IntArg,
+    slots: IntArg,
+    k_pool: FloatArg,
+    v_pool: FloatArg,
+    config: &RopePoolConfig,
+) -> RopePoolOutput {
     // The kernel reads positions and slots with one integer type.
     let int_dtype = positions.tensor.dtype();
     let slots = if slots.tensor.dtype() == int_dtype {
@@ -202,10 +218,10 @@ pub fn rope_pool_fused(
             rope_base: config.rope_base,
         },
     );
-    Ok(RopePoolOutput {
+    RopePoolOutput {
         q_rot: Tensor::from_dispatch(out.q_rot),
         k_rot: Tensor::from_dispatch(out.k_rot),
         k_pool: Tensor::from_dispatch(out.k_pool),
         v_pool: Tensor::from_dispatch(out.v_pool),
-    })
+    }
 }

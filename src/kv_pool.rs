@@ -1,7 +1,8 @@
 //! A layer's token-slot KV pool: the k/v pool tensors, and the allocator that hands out their
 //! rows to the tokens of running sequences (continuous batching).
 
-use crate::{RopePoolConfig, RopePoolError, check_rope_pool_fused, rope_pool_fused};
+use crate::api::run_checked;
+use crate::{RopePoolConfig, RopePoolError, check_rope_pool_fused};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use std::collections::HashMap;
 
@@ -154,17 +155,18 @@ impl KvPool {
             self.v(),
             &self.config,
         )?;
+        // Checked above: run without checking (and, in checked mode, reading the slots) again.
         let (k_pool, v_pool) = (self.k.take(), self.v.take());
-        let out = rope_pool_fused(
-            q,
-            k,
-            v,
-            positions,
-            slots,
-            k_pool.expect("present"),
-            v_pool.expect("present"),
+        let out = run_checked(
+            q.into(),
+            k.into(),
+            v.into(),
+            positions.into(),
+            slots.into(),
+            k_pool.expect("present").into(),
+            v_pool.expect("present").into(),
             &self.config,
-        )?;
+        );
         self.k = Some(out.k_pool);
         self.v = Some(out.v_pool);
         Ok((out.q_rot, out.k_rot))
