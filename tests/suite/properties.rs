@@ -2,11 +2,9 @@
 //! and MHA), head_dim 2..=256, pools of 1..=4096 rows, negative and out-of-pool slots, positions
 //! up to 65535, every dtype the device computes in. Outputs are poisoned with NaN first.
 
-mod common;
-
+use crate::common::{Case, assert_close, devices, dtypes};
 use burn::tensor::DType;
 use burn_rope_pool::RopePoolConfig;
-use common::{Case, assert_close, devices, dtypes};
 use proptest::prelude::*;
 
 fn check(case: &Case) {

@@ -1,6 +1,5 @@
 //! Test support: the devices under test, random cases, poisoning, and scoring against the f64
 //! reference.
-#![allow(dead_code)]
 
 use burn::tensor::{DType, Device, DeviceKind, Int, Tensor, TensorData};
 use burn_rope_pool::reference::{ReferenceOutput, rope_pool_reference};

@@ -1,11 +1,9 @@
 //! Pool semantics: in-place update without disturbing other holders, skipped and out-of-pool
 //! slots, and the plain (unfused) CubeCL backend called directly.
 
-mod common;
-
+use crate::common::{Case, assert_close, devices, host};
 use burn::tensor::DType;
 use burn_rope_pool::RopePoolConfig;
-use common::{Case, assert_close, devices, host};
 
 #[test]
 fn an_earlier_clone_of_the_pool_is_unchanged() {
@@ -15,7 +13,7 @@ fn an_earlier_clone_of_the_pool_is_unchanged() {
         case.slots = vec![1, 3, 5, 7];
         let t = case.tensors(&device, DType::F32);
         let (k_clone, v_clone) = (t.k_pool.clone(), t.v_pool.clone());
-        let out = common::to_host(t.call(&config).unwrap());
+        let out = crate::common::to_host(t.call(&config).unwrap());
         let stored = case.rounded(DType::F32);
         assert_close(&out, &stored.reference(), DType::F32, 1e-5, name);
         assert_eq!(host(k_clone), stored.k_pool, "{name}: k_pool clone changed");
@@ -37,7 +35,7 @@ fn successive_calls_update_the_pool_they_return() {
         let mut b = second.tensors(&device, DType::F32);
         b.k_pool = out.k_pool;
         b.v_pool = out.v_pool;
-        let out = common::to_host(b.call(&config).unwrap());
+        let out = crate::common::to_host(b.call(&config).unwrap());
         let mut expected_case = second.clone();
         let after_first = first.rounded(DType::F32).reference();
         expected_case.k_pool = after_first.k_pool;
@@ -71,7 +69,7 @@ fn plain_cube_backend() {
     use burn_cubecl::CubeBackend;
     use burn_rope_pool::{RopeParams, RopePoolBackend};
 
-    let Some(device) = common::wgpu_device() else {
+    let Some(device) = crate::common::wgpu_device() else {
         return;
     };
     let DispatchDevice::Cube(cube) = device.as_dispatch().clone() else {
@@ -141,7 +139,7 @@ fn unfused_baseline_matches_the_fused_op() {
         );
         // The unfused path forms the angle naively in f32: 1e-4 covers positions below 2000.
         assert_close(
-            &common::to_host(out),
+            &crate::common::to_host(out),
             &case.rounded(DType::F32).reference(),
             DType::F32,
             1e-4,

@@ -2,8 +2,6 @@
 //! dtype: results within the contract's tolerance of the f64 expected values (f32 within 1e-5,
 //! long positions included), invalid calls with exactly the expected message.
 
-mod common;
-
 use burn::tensor::DType;
 use burn_rope_pool::RopePoolError;
 use burn_rope_pool::golden::{GoldenCase, Score, tolerance};
@@ -32,7 +30,7 @@ fn cases() -> Vec<(String, GoldenCase)> {
 
 #[test]
 fn golden_cases_on_every_device_and_dtype() {
-    for (device_name, device) in common::devices() {
+    for (device_name, device) in crate::common::devices() {
         for (name, case) in cases() {
             for dtype in [DType::F32, DType::F16, DType::BF16] {
                 let what = format!("{name} on {device_name} as {dtype:?}");

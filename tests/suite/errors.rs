@@ -3,11 +3,9 @@
 
 #![allow(clippy::single_range_in_vec_init)] // `slice([a..b])` slices the first axis
 
-mod common;
-
+use crate::common::{Case, Inputs, devices, host};
 use burn::tensor::{DType, Device, Int, Tensor};
 use burn_rope_pool::{RopePoolConfig, RopePoolError, rope_pool_fused};
-use common::{Case, Inputs, devices, host};
 
 fn base_case() -> Case {
     let config = RopePoolConfig::new(8, 4, 2);
@@ -189,7 +187,7 @@ fn zero_heads_are_refused() {
 
 #[test]
 fn tensors_on_two_devices_are_refused() {
-    let Some(gpu) = common::wgpu_device() else {
+    let Some(gpu) = crate::common::wgpu_device() else {
         return;
     };
     let case = base_case();

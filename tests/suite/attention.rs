@@ -2,8 +2,6 @@
 //! rotation, keys and values kept whole, no pool): prefill, decode, ragged batches, slot reuse,
 //! pool exhaustion.
 
-mod common;
-
 use burn::tensor::{DType, Device, Distribution, Tensor};
 use burn_rope_pool::attention::{LlamaAttentionConfig, TokenInfo};
 use burn_rope_pool::kv_pool::{KvPool, KvPoolError};
@@ -120,7 +118,7 @@ fn check_device(device: &Device) {
 
 #[test]
 fn attention_layer_matches_the_unfused_path() {
-    for (name, device) in common::devices() {
+    for (name, device) in crate::common::devices() {
         eprintln!("device {name}");
         check_device(&device);
     }

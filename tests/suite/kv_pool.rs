@@ -1,12 +1,10 @@
 //! The KV pool and its slot allocator: allocation order, release and reuse, exhaustion as an
 //! error, and writes through the fused op that keep the pool (or leave it as it was).
 
-mod common;
-
+use crate::common::{Case, devices, host};
 use burn::tensor::{DType, Tensor};
 use burn_rope_pool::RopePoolConfig;
 use burn_rope_pool::kv_pool::{KvPool, KvPoolError, SlotAllocator};
-use common::{Case, devices, host};
 
 #[test]
 fn allocator_hands_out_reuses_and_refuses() {

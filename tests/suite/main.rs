@@ -1,0 +1,10 @@
+//! The integration tests, linked into one binary (each module used to be its own test binary:
+//! a dozen copies of burn + wgpu to link, which cost CI minutes and gigabytes of disk).
+
+mod attention;
+mod common;
+mod errors;
+mod golden;
+mod kv_pool;
+mod pools;
+mod properties;
