@@ -71,14 +71,21 @@ fn time_per_call(device: &Device, windows: usize, mut f: impl FnMut() + Send) ->
     samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
 
-/// Copy bandwidth (bytes read + written per second): `x + 1` over a large f32 tensor, results
-/// kept alive until the window closes so no work is skipped.
-fn copy_bandwidth(device: &Device, elements: usize, windows: usize) -> f64 {
-    let x = Tensor::<1>::random([elements], Distribution::Default, device);
+/// Device time of Burn's own element-wise copy moving `bytes` (read + written): `x + 1` over an
+/// f32 tensor of `bytes / 8` elements, results kept alive until the window closes so no work is
+/// skipped. What the same launch path reaches on the simplest memory-bound kernel.
+fn copy_time(device: &Device, bytes: usize, windows: usize) -> Duration {
+    let x = Tensor::<1>::random([(bytes / 8).max(1)], Distribution::Default, device);
     let mut kept = Vec::new();
     let t = time_per_call(device, windows, || kept.push(x.clone() + 1.0));
     drop(kept);
-    (2 * elements * 4) as f64 / t.as_secs_f64()
+    t
+}
+
+/// Copy bandwidth (bytes read + written per second) of [`copy_time`] over `elements` f32.
+fn copy_bandwidth(device: &Device, elements: usize, windows: usize) -> f64 {
+    let bytes = 2 * elements * 4;
+    bytes as f64 / copy_time(device, bytes, windows).as_secs_f64()
 }
 
 struct Inputs {
@@ -132,6 +139,8 @@ struct Row {
     pool: usize,
     bytes: usize,
     fused: Duration,
+    /// Burn's `x + 1` moving the same bytes ([`copy_time`]).
+    copy: Duration,
     unfused: Option<Duration>,
     bandwidth: f64,
 }
@@ -210,14 +219,16 @@ fn bench_row(
     };
     let fused = time_per_call(device, windows, || run(true));
     let unfused = with_unfused.then(|| time_per_call(device, windows.min(9), || run(false)));
+    let bytes = min_bytes(tokens, hq, hkv, dtype.size());
     Row {
         device: name.to_string(),
         dtype,
         model,
         tokens,
         pool,
-        bytes: min_bytes(tokens, hq, hkv, dtype.size()),
+        bytes,
         fused,
+        copy: copy_time(device, bytes, windows),
         unfused,
         bandwidth,
     }
@@ -256,11 +267,11 @@ fn main() {
         );
         let _ = writeln!(
             table,
-            "| dtype | model | tokens | pool | fused µs | GB/s | % floor | unfused µs | speed-up |"
+            "| dtype | model | tokens | pool | fused µs | GB/s | % floor | copy µs (% floor) | unfused µs | speed-up |"
         );
         let _ = writeln!(
             table,
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
         );
         let tokens: &[usize] = if quick {
             &[1, 32, 512]
@@ -278,7 +289,7 @@ fn main() {
             };
             let _ = writeln!(
                 table,
-                "| {:?} | {} | {} | {} | {:.1} | {:.0} | {:.0}% | {} | {} |",
+                "| {:?} | {} | {} | {} | {:.1} | {:.0} | {:.0}% | {:.1} ({:.0}%) | {} | {} |",
                 row.dtype,
                 row.model,
                 row.tokens,
@@ -286,6 +297,8 @@ fn main() {
                 row.fused.as_secs_f64() * 1e6,
                 row.gbps(),
                 100.0 * row.of_floor(),
+                row.copy.as_secs_f64() * 1e6,
+                100.0 * row.floor() / row.copy.as_secs_f64(),
                 unfused,
                 speedup
             );
@@ -296,7 +309,7 @@ fn main() {
             if !device.supports_dtype(dtype) {
                 let _ = writeln!(
                     table,
-                    "| {dtype:?} | (not supported by this device) | | | | | | | |"
+                    "| {dtype:?} | (not supported by this device) | | | | | | | | |"
                 );
                 continue;
             }
@@ -359,8 +372,9 @@ fn main() {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"device\":\"{}\",\"dtype\":\"{:?}\",\"model\":\"{}\",\"tokens\":{},\"pool\":{},\"bytes\":{},\"fused_us\":{:.3},\"unfused_us\":{},\"copy_bandwidth_gbps\":{:.1},\"gbps\":{:.1},\"fraction_of_floor\":{:.4}}}",
+                    "{{\"device\":\"{}\",\"dtype\":\"{:?}\",\"model\":\"{}\",\"tokens\":{},\"pool\":{},\"bytes\":{},\"fused_us\":{:.3},\"copy_us\":{:.3},\"unfused_us\":{},\"copy_bandwidth_gbps\":{:.1},\"gbps\":{:.1},\"fraction_of_floor\":{:.4}}}",
                     r.device, r.dtype, r.model, r.tokens, r.pool, r.bytes, r.fused.as_secs_f64() * 1e6,
+                    r.copy.as_secs_f64() * 1e6,
                     r.unfused.map_or("null".into(), |u| format!("{:.3}", u.as_secs_f64() * 1e6)),
                     r.bandwidth / 1e9, r.gbps(), r.of_floor()
                 )

@@ -3,7 +3,7 @@
 # `device` tool. Build here first:
 #   cargo build --release --benches --examples && scripts/h200.sh pack
 # then run `scripts/h200.sh run` there with `.gl` and `.dev` carried (see the device README for
-# the Vulkan loader packages in `.gl`).
+# the Vulkan loader packages in `.gl`). `scripts/h200.sh sweep` runs the tuning-knob sweep instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-run}" in
@@ -16,7 +16,7 @@ case "${1:-run}" in
     [ -f ../shared/anchors/h200_anchor_bench.py ] && cp ../shared/anchors/h200_anchor_bench.py .dev/
     ls -la .dev
     ;;
-  run)
+  run | sweep)
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -25,7 +25,21 @@ case "${1:-run}" in
     for b in bench replay; do xz -d -c ".dev/$b.xz" > "/tmp/$b"; chmod +x "/tmp/$b"; done
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
     out=${OUT:-/tmp}
+    mode=$1
     shift || true
+    if [ "$mode" = sweep ]; then
+      # The kernel's tuning knobs (kernels/src/launch.rs), one bench run each, fused rows only at
+      # the sizes the bandwidth target is about. Extra arguments go to every run.
+      for knobs in "" ROPE_POOL_HEAD_ORDER=strided ROPE_POOL_HEADS_PER_UNIT=1 \
+        ROPE_POOL_HEADS_PER_UNIT=2 ROPE_POOL_HEADS_PER_UNIT=4 "ROPE_POOL_HEADS_PER_UNIT=4 ROPE_POOL_HEAD_ORDER=strided" \
+        ROPE_POOL_HEADS_PER_UNIT=10 ROPE_POOL_HEADS_PER_UNIT=20 ROPE_POOL_CUBE_DIM=128 \
+        ROPE_POOL_CUBE_DIM=512 ROPE_POOL_CUBE_DIM=1024 ROPE_POOL_VECTOR=2; do
+        echo "## knobs: ${knobs:-(defaults)}" | tee -a "$out/sweep.md"
+        env $knobs /tmp/bench --device wgpu --fused-only --tokens 4096,32768 --windows 9 "$@" \
+          2>>"$out/bench.log" | grep -E '^\||copy bandwidth' | tee -a "$out/sweep.md"
+      done
+      exit 0
+    fi
     /tmp/bench --device wgpu --json "$out/h200-wgpu.json" "$@" 2>"$out/bench.log" | tee "$out/h200-wgpu.md"
     if [ -f .dev/h200_anchor_bench.py ] && [ -z "${SKIP_ANCHOR:-}" ]; then
       PYTHONUNBUFFERED=1 python3 .dev/h200_anchor_bench.py > "$out/anchor.txt" 2>&1 || true

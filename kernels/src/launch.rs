@@ -30,15 +30,17 @@ impl RopePoolGeometry {
     }
 }
 
+/// A numeric tuning override from the environment (benchmarks only; unset in normal use).
+fn tuning_knob(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 /// The widest vector the device loads efficiently for `elem_size`-byte elements that also
 /// divides `half = head_dim / 2`, so a unit's vector never straddles the two halves of a row.
 /// `ROPE_POOL_VECTOR` caps the width (for tuning).
 pub fn vector_size(client: &Client, elem_size: usize, head_dim: usize) -> usize {
     let half = head_dim / 2;
-    let cap = std::env::var("ROPE_POOL_VECTOR")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(usize::MAX);
+    let cap = tuning_knob("ROPE_POOL_VECTOR").unwrap_or(usize::MAX);
     client
         .io_optimized_vector_sizes(elem_size)
         .find(|&n| n > 0 && n <= cap && half.is_multiple_of(n))
@@ -53,10 +55,7 @@ const TARGET_UNITS: usize = 1 << 18;
 /// enough units in flight. `ROPE_POOL_HEADS_PER_UNIT` overrides it (for tuning).
 pub fn heads_per_unit(geometry: RopePoolGeometry, half_vectors: usize) -> usize {
     let heads = (geometry.num_qo_heads + geometry.num_kv_heads).max(1);
-    if let Some(forced) = std::env::var("ROPE_POOL_HEADS_PER_UNIT")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
+    if let Some(forced) = tuning_knob("ROPE_POOL_HEADS_PER_UNIT") {
         return forced.clamp(1, heads);
     }
     let all_split = geometry.num_tokens * heads * half_vectors;
@@ -88,8 +87,12 @@ pub struct RopePoolArgs {
 }
 
 /// Enqueues the fused kernel on `client`. `float` and `int` are the element types of the float
-/// tensors and of `positions`/`slots`. Does nothing for an empty batch. (`ROPE_POOL_NAIVE_ANGLES`,
-/// when set, swaps the exact angle for the naive f32 one: a benchmark A/B switch only.)
+/// tensors and of `positions`/`slots`. Does nothing for an empty batch.
+///
+/// Benchmark A/B switches (unset in normal use): `ROPE_POOL_NAIVE_ANGLES` swaps the exact angle
+/// for the naive f32 one; `ROPE_POOL_HEAD_ORDER=strided` gives each unit every `groups`-th head
+/// instead of a run of consecutive heads; `ROPE_POOL_CUBE_DIM` sets the units per cube;
+/// `ROPE_POOL_VECTOR` and `ROPE_POOL_HEADS_PER_UNIT` override the vector width and the group.
 ///
 /// # Safety
 /// The tensors must be live, contiguous, of the shapes `geometry` describes, and the pools must
@@ -120,7 +123,12 @@ pub unsafe fn launch_rope_pool(
     let heads = geometry.num_qo_heads + geometry.num_kv_heads;
     let group = heads_per_unit(geometry, half / vector);
     let units = num_tokens * heads.div_ceil(group) * (half / vector);
-    let cube_dim = CubeDim::new(client, units);
+    let cube_dim = match tuning_knob("ROPE_POOL_CUBE_DIM") {
+        Some(n) => CubeDim::new_1d(
+            n.clamp(1, client.properties().hardware.max_units_per_cube as usize) as u32,
+        ),
+        None => CubeDim::new(client, units),
+    };
     let cube_count = calculate_cube_count_elemwise(client, units, cube_dim);
     unsafe {
         rope_pool_kernel::launch_unchecked(
@@ -140,6 +148,7 @@ pub unsafe fn launch_rope_pool(
             args.k_pool,
             args.v_pool,
             group as u32,
+            std::env::var("ROPE_POOL_HEAD_ORDER").is_ok_and(|v| v == "strided"),
             std::env::var_os("ROPE_POOL_NAIVE_ANGLES").is_none(),
             [float, int],
         );

@@ -62,7 +62,9 @@ fn rotate<F: Float, N: Size>(
 /// A token's `Hq + Hkv` heads are split into groups of `heads_per_unit`; one unit handles one
 /// (token, head group, pair vector). All heads in one group (the default for large batches) pays
 /// the trigonometry once per (token, frequency); smaller groups put more units in flight when the
-/// batch is small. `exact_angles = false` forms the angle the naive way (`position * inv_freq`
+/// batch is small. A group is `heads_per_unit` consecutive heads, or with `strided_heads` every
+/// `groups`-th head (so the units of one token read neighbouring heads at each step).
+/// `exact_angles = false` forms the angle the naive way (`position * inv_freq`
 /// in f32), for measuring what the exact angle costs; launches use the exact one.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
@@ -78,6 +80,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     k_pool: &mut Tensor<Vector<F, N>>,
     v_pool: &mut Tensor<Vector<F, N>>,
     heads_per_unit: u32,
+    #[comptime] strided_heads: bool,
     #[comptime] exact_angles: bool,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
@@ -98,8 +101,13 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     if token >= num_tokens {
         terminate!();
     }
-    let first = group * group_size;
-    let end = num_heads.min(first + group_size);
+    // This unit's heads: `start, start + step, ...` below `stop`; q heads first, then kv heads.
+    let (start, step, stop) = if strided_heads {
+        (group, groups, num_heads)
+    } else {
+        let first = group * group_size;
+        (first, 1, num_heads.min(first + group_size))
+    };
 
     let (f1, f2, f3) = (
         turns[j],
@@ -117,18 +125,20 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     let (lo, hi) = pair_offsets(j, half_vectors);
 
     let q_base = token * num_qo_heads * row_vectors;
-    for h in first..num_qo_heads.min(end) {
-        let row = q_base + h * row_vectors;
+    let mut head = start;
+    while head < num_qo_heads.min(stop) {
+        let row = q_base + head * row_vectors;
         let (a, b) = rotate::<F, N>(q[row + lo], q[row + hi], cos, sin);
         q_out[row + lo] = a;
         q_out[row + hi] = b;
+        head += step;
     }
 
     let pool = pool_row::<I>(slots[token], pool_size);
     let write = pool < pool_size;
     let kv_base = token * num_kv_heads * row_vectors;
     let pool_base = pool * num_kv_heads * row_vectors;
-    for head in num_qo_heads.max(first)..end {
+    while head < stop {
         let h = head - num_qo_heads;
         let row = kv_base + h * row_vectors;
         let (a, b) = rotate::<F, N>(k[row + lo], k[row + hi], cos, sin);
@@ -141,5 +151,6 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
             v_pool[dst + lo] = v[row + lo];
             v_pool[dst + hi] = v[row + hi];
         }
+        head += step;
     }
 }
