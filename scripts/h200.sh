@@ -30,10 +30,13 @@ case "${1:-run}" in
     if [ "$mode" = sweep ]; then
       # The kernel's tuning knobs (kernels/src/launch.rs), one bench run each, fused rows only at
       # the sizes the bandwidth target is about. Extra arguments go to every run.
-      for knobs in "" ROPE_POOL_HEAD_ORDER=strided ROPE_POOL_HEADS_PER_UNIT=1 \
-        ROPE_POOL_HEADS_PER_UNIT=2 ROPE_POOL_HEADS_PER_UNIT=4 "ROPE_POOL_HEADS_PER_UNIT=4 ROPE_POOL_HEAD_ORDER=strided" \
-        ROPE_POOL_HEADS_PER_UNIT=10 ROPE_POOL_HEADS_PER_UNIT=20 ROPE_POOL_CUBE_DIM=128 \
-        ROPE_POOL_CUBE_DIM=512 ROPE_POOL_CUBE_DIM=1024 ROPE_POOL_VECTOR=2; do
+      # SWEEP (knob sets separated by `;`, empty for the defaults) replaces the list below.
+      default_sweep=";ROPE_POOL_HEAD_ORDER=contiguous;ROPE_POOL_HEADS_PER_UNIT=1;ROPE_POOL_HEADS_PER_UNIT=2"
+      default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=4;ROPE_POOL_HEADS_PER_UNIT=40"
+      default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=10;ROPE_POOL_HEADS_PER_UNIT=20;ROPE_POOL_CUBE_DIM=128"
+      default_sweep+=";ROPE_POOL_CUBE_DIM=512;ROPE_POOL_CUBE_DIM=1024;ROPE_POOL_VECTOR=2"
+      IFS=';' read -r -a sweep <<< "${SWEEP-$default_sweep}"
+      for knobs in "${sweep[@]}"; do
         echo "## knobs: ${knobs:-(defaults)}" | tee -a "$out/sweep.md"
         env $knobs /tmp/bench --device wgpu --fused-only --tokens 4096,32768 --windows 9 "$@" \
           2>>"$out/bench.log" | grep -E '^\||copy bandwidth' | tee -a "$out/sweep.md"

@@ -50,16 +50,30 @@ pub fn vector_size(client: &Client, elem_size: usize, head_dim: usize) -> usize 
 /// Units the launch aims to keep in flight: enough to fill a large GPU several times over.
 const TARGET_UNITS: usize = 1 << 18;
 
-/// How many heads one unit walks: all of them (trigonometry paid once per token and frequency)
-/// when the batch alone fills the device, fewer when it does not, so small batches still put
-/// enough units in flight. `ROPE_POOL_HEADS_PER_UNIT` overrides it (for tuning).
+/// The most heads one unit walks. Measured on the H200 (benches/NOTES.md, entry 6): groups of 4
+/// strided heads were within a few percent of the best setting on every row at 4096 and 32768
+/// tokens; whole-token groups (the trigonometry paid once per token) were 5–12% slower.
+const MAX_HEADS_PER_UNIT: usize = 4;
+
+/// How many heads one unit walks: enough that the batch puts about [`TARGET_UNITS`] units in
+/// flight (one head per unit for small batches), at most [`MAX_HEADS_PER_UNIT`], so each unit's
+/// cos/sin serve several heads. `ROPE_POOL_HEADS_PER_UNIT` overrides it (for tuning).
 pub fn heads_per_unit(geometry: RopePoolGeometry, half_vectors: usize) -> usize {
     let heads = (geometry.num_qo_heads + geometry.num_kv_heads).max(1);
     if let Some(forced) = tuning_knob("ROPE_POOL_HEADS_PER_UNIT") {
         return forced.clamp(1, heads);
     }
     let all_split = geometry.num_tokens * heads * half_vectors;
-    all_split.div_ceil(TARGET_UNITS).clamp(1, heads)
+    all_split
+        .div_ceil(TARGET_UNITS)
+        .clamp(1, MAX_HEADS_PER_UNIT.min(heads))
+}
+
+/// Whether a unit's heads are strided (every `groups`-th head, so the units of one token read
+/// neighbouring heads at each step: the default, measured faster) or consecutive
+/// (`ROPE_POOL_HEAD_ORDER=contiguous`, the earlier order, kept for A/B runs).
+fn strided_heads() -> bool {
+    std::env::var("ROPE_POOL_HEAD_ORDER").map_or(true, |v| v != "contiguous")
 }
 
 /// The device tensors of one call. Every tensor must be contiguous and of the shape the
@@ -90,8 +104,8 @@ pub struct RopePoolArgs {
 /// tensors and of `positions`/`slots`. Does nothing for an empty batch.
 ///
 /// Benchmark A/B switches (unset in normal use): `ROPE_POOL_NAIVE_ANGLES` swaps the exact angle
-/// for the naive f32 one; `ROPE_POOL_HEAD_ORDER=strided` gives each unit every `groups`-th head
-/// instead of a run of consecutive heads; `ROPE_POOL_CUBE_DIM` sets the units per cube;
+/// for the naive f32 one; `ROPE_POOL_HEAD_ORDER=contiguous` gives each unit a run of consecutive
+/// heads instead of every `groups`-th head; `ROPE_POOL_CUBE_DIM` sets the units per cube;
 /// `ROPE_POOL_VECTOR` and `ROPE_POOL_HEADS_PER_UNIT` override the vector width and the group.
 ///
 /// # Safety
@@ -148,7 +162,7 @@ pub unsafe fn launch_rope_pool(
             args.k_pool,
             args.v_pool,
             group as u32,
-            std::env::var("ROPE_POOL_HEAD_ORDER").is_ok_and(|v| v == "strided"),
+            strided_heads(),
             std::env::var_os("ROPE_POOL_NAIVE_ANGLES").is_none(),
             [float, int],
         );

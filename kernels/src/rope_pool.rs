@@ -1,11 +1,12 @@
 //! The fused kernel: NeoX rotation of q and k, plus the scatter of rotated k and raw v into
 //! the token-slot KV pool, in one launch.
 //!
-//! One unit owns one token and `N` consecutive rotation pairs (frequencies `j*N .. j*N+N`).
-//! It forms the `N` angles and their cos/sin once, then walks every q head and every kv head of
-//! its token with them, so the trigonometry is paid once per (token, frequency) whatever the
-//! head count. Adjacent units own adjacent frequencies of the same head row, so every load and
-//! store of a warp is one contiguous run of memory.
+//! One unit owns one token, a group of its heads and `N` consecutive rotation pairs
+//! (frequencies `j*N .. j*N+N`). It forms the `N` angles and their cos/sin once, then walks the
+//! q heads and kv heads of its group with them, so the trigonometry is paid once per (token,
+//! frequency, group). A group is every `groups`-th head of the token: at each step the units of
+//! one token read neighbouring heads, and adjacent units own adjacent frequencies of the same
+//! head row, so the loads and stores of a warp are contiguous runs of memory.
 //!
 //! Variants of the op (interleaved GPT-J pairs, a partial rotary dimension, scaled frequencies,
 //! a paged pool layout) plug in at the three seams below as comptime options of this kernel:
@@ -60,12 +61,12 @@ fn rotate<F: Float, N: Size>(
 /// `q_out [T, Hq, D]`, `k_out [T, Hkv, D]`. `N` must divide `D / 2`.
 ///
 /// A token's `Hq + Hkv` heads are split into groups of `heads_per_unit`; one unit handles one
-/// (token, head group, pair vector). All heads in one group (the default for large batches) pays
-/// the trigonometry once per (token, frequency); smaller groups put more units in flight when the
-/// batch is small. A group is `heads_per_unit` consecutive heads, or with `strided_heads` every
-/// `groups`-th head (so the units of one token read neighbouring heads at each step).
-/// `exact_angles = false` forms the angle the naive way (`position * inv_freq`
-/// in f32), for measuring what the exact angle costs; launches use the exact one.
+/// (token, head group, pair vector). Larger groups pay the trigonometry fewer times; smaller
+/// ones put more units in flight. With `strided_heads` (what launches use) a group is every
+/// `groups`-th head, so the units of one token read neighbouring heads at each step; without, a
+/// run of `heads_per_unit` consecutive heads. `exact_angles = false` forms the angle the naive
+/// way (`position * inv_freq` in f32), for measuring what the exact angle costs; launches use
+/// the exact one.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(

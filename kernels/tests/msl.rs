@@ -46,7 +46,7 @@ fn msl(float: FloatKind) -> Option<String> {
         tensor([4, 2, 8]),
         tensor([4, 2, 8]),
         6,
-        false,
+        true,
         true,
         [ElemType::Float(float), ElemType::Int(IntKind::I32)],
     );
