@@ -12,6 +12,8 @@
 //! writes each phase's layer input, positions, sequence ids and output, for comparison with an
 //! outside implementation (e.g. transformers' LlamaAttention with the same weights).
 
+#![allow(clippy::single_range_in_vec_init)] // `slice([a..b])` slices the first axis
+
 use burn::tensor::{DType, Distribution, Tensor};
 use burn_rope_pool::attention::{LlamaAttention, LlamaAttentionConfig, TokenInfo};
 use burn_rope_pool::devices::device_by_name;
@@ -198,11 +200,11 @@ fn main() -> ExitCode {
         }
         println!("weights: {}", path.display());
     }
-    if let Some(path) = &args.save_weights {
-        if let Err(e) = save_weights(&layer, path) {
-            eprintln!("cannot write {}: {e}", path.display());
-            return ExitCode::from(2);
-        }
+    if let Some(path) = &args.save_weights
+        && let Err(e) = save_weights(&layer, path)
+    {
+        eprintln!("cannot write {}: {e}", path.display());
+        return ExitCode::from(2);
     }
     let mut dump = Dump::default();
     let mut pool = KvPool::new(cfg.rope(), 1024, &device, DType::F32);
@@ -250,7 +252,7 @@ fn main() -> ExitCode {
         tokens.len(),
         seqs.len()
     );
-    if !(err <= tolerance) {
+    if err.is_nan() || err > tolerance {
         eprintln!("FAIL: prefill error {err:.2e} > {tolerance:e}");
         return ExitCode::FAILURE;
     }
@@ -299,7 +301,7 @@ fn main() -> ExitCode {
                 tokens.len()
             )
         });
-        if !(err <= tolerance) {
+        if err.is_nan() || err > tolerance {
             bar.abandon();
             eprintln!("FAIL: step {step} error {err:.2e} > {tolerance:e}");
             return ExitCode::FAILURE;
@@ -345,7 +347,7 @@ fn main() -> ExitCode {
                 bar.suspend(|| {
                     println!("sequence {next_id} joined on reused rows: max abs error {err:.2e}")
                 });
-                if !(err <= tolerance) {
+                if err.is_nan() || err > tolerance {
                     eprintln!("FAIL: error {err:.2e} > {tolerance:e}");
                     return ExitCode::FAILURE;
                 }

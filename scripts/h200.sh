@@ -28,10 +28,12 @@ case "${1:-run}" in
     mode=$1
     shift || true
     if [ "$mode" = sweep ]; then
-      # The kernel's tuning knobs (kernels/src/launch.rs), one bench run each, fused rows only at
+      # The kernel's tuning knobs (kernels/src/tuning.rs), one bench run each, fused rows only at
       # the sizes the bandwidth target is about. Extra arguments go to every run.
       # SWEEP (knob sets separated by `;`, empty for the defaults) replaces the list below.
-      default_sweep=";ROPE_POOL_HEAD_ORDER=contiguous;ROPE_POOL_HEADS_PER_UNIT=1;ROPE_POOL_HEADS_PER_UNIT=2"
+      default_sweep=";ROPE_POOL_NAIVE_ANGLES=1;ROPE_POOL_PAIRED_HEADS=1;;ROPE_POOL_NAIVE_ANGLES=1"
+      default_sweep+=";ROPE_POOL_PAIRED_HEADS=1;ROPE_POOL_HEAD_ORDER=contiguous"
+      default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=1;ROPE_POOL_HEADS_PER_UNIT=2"
       default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=4;ROPE_POOL_HEADS_PER_UNIT=40"
       default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=10;ROPE_POOL_HEADS_PER_UNIT=20;ROPE_POOL_CUBE_DIM=128"
       default_sweep+=";ROPE_POOL_CUBE_DIM=512;ROPE_POOL_CUBE_DIM=1024;ROPE_POOL_VECTOR=2"

@@ -6,7 +6,7 @@ use crate::backend::{RopeParams, RopePoolBackend, RopePoolPrimitives};
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
-use rope_pool_kernels::{RopePoolArgs, RopePoolGeometry, launch_rope_pool};
+use rope_pool_kernels::{LaunchTuning, RopePoolArgs, RopePoolGeometry, launch_rope_pool};
 
 /// A contiguous tensor whose buffer this call owns: the input itself when nobody else holds it
 /// (the in-place path), a copy otherwise, so no other holder ever sees the pool change.
@@ -81,6 +81,8 @@ impl RopePoolBackend for CubeBackend {
                     k_pool: k_pool.clone().into_tensor_arg(),
                     v_pool: v_pool.clone().into_tensor_arg(),
                 },
+                // The defaults, unless a benchmark run sets `ROPE_POOL_*` knobs.
+                &LaunchTuning::from_env(),
             );
         }
         RopePoolPrimitives {

@@ -2,6 +2,7 @@
 
 use crate::angle::turn_table;
 use crate::rope_pool::rope_pool_kernel;
+use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
 use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
@@ -30,20 +31,14 @@ impl RopePoolGeometry {
     }
 }
 
-/// A numeric tuning override from the environment (benchmarks only; unset in normal use).
-fn tuning_knob(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
 /// The widest vector the device loads efficiently for `elem_size`-byte elements that also
-/// divides `half = head_dim / 2`, so a unit's vector never straddles the two halves of a row.
-/// `ROPE_POOL_VECTOR` caps the width (for tuning).
-pub fn vector_size(client: &Client, elem_size: usize, head_dim: usize) -> usize {
+/// divides `half = head_dim / 2` (so a unit's vector never straddles the two halves of a row),
+/// at most `max` elements.
+pub fn vector_size(client: &Client, elem_size: usize, head_dim: usize, max: usize) -> usize {
     let half = head_dim / 2;
-    let cap = tuning_knob("ROPE_POOL_VECTOR").unwrap_or(usize::MAX);
     client
         .io_optimized_vector_sizes(elem_size)
-        .find(|&n| n > 0 && n <= cap && half.is_multiple_of(n))
+        .find(|&n| n > 0 && n <= max && half.is_multiple_of(n))
         .unwrap_or(1)
 }
 
@@ -57,23 +52,13 @@ const MAX_HEADS_PER_UNIT: usize = 4;
 
 /// How many heads one unit walks: enough that the batch puts about [`TARGET_UNITS`] units in
 /// flight (one head per unit for small batches), at most [`MAX_HEADS_PER_UNIT`], so each unit's
-/// cos/sin serve several heads. `ROPE_POOL_HEADS_PER_UNIT` overrides it (for tuning).
+/// cos/sin serve several heads.
 pub fn heads_per_unit(geometry: RopePoolGeometry, half_vectors: usize) -> usize {
     let heads = (geometry.num_qo_heads + geometry.num_kv_heads).max(1);
-    if let Some(forced) = tuning_knob("ROPE_POOL_HEADS_PER_UNIT") {
-        return forced.clamp(1, heads);
-    }
     let all_split = geometry.num_tokens * heads * half_vectors;
     all_split
         .div_ceil(TARGET_UNITS)
         .clamp(1, MAX_HEADS_PER_UNIT.min(heads))
-}
-
-/// Whether a unit's heads are strided (every `groups`-th head, so the units of one token read
-/// neighbouring heads at each step: the default, measured faster) or consecutive
-/// (`ROPE_POOL_HEAD_ORDER=contiguous`, the earlier order, kept for A/B runs).
-fn strided_heads() -> bool {
-    std::env::var("ROPE_POOL_HEAD_ORDER").map_or(true, |v| v != "contiguous")
 }
 
 /// The device tensors of one call. Every tensor must be contiguous and of the shape the
@@ -101,12 +86,8 @@ pub struct RopePoolArgs {
 }
 
 /// Enqueues the fused kernel on `client`. `float` and `int` are the element types of the float
-/// tensors and of `positions`/`slots`. Does nothing for an empty batch.
-///
-/// Benchmark A/B switches (unset in normal use): `ROPE_POOL_NAIVE_ANGLES` swaps the exact angle
-/// for the naive f32 one; `ROPE_POOL_HEAD_ORDER=contiguous` gives each unit a run of consecutive
-/// heads instead of every `groups`-th head; `ROPE_POOL_CUBE_DIM` sets the units per cube;
-/// `ROPE_POOL_VECTOR` and `ROPE_POOL_HEADS_PER_UNIT` override the vector width and the group.
+/// tensors and of `positions`/`slots`. `tuning` is [`LaunchTuning::default`] in normal use (or
+/// [`LaunchTuning::from_env`] for benchmark runs). Does nothing for an empty batch.
 ///
 /// # Safety
 /// The tensors must be live, contiguous, of the shapes `geometry` describes, and the pools must
@@ -119,6 +100,7 @@ pub unsafe fn launch_rope_pool(
     geometry: RopePoolGeometry,
     rope_base: f64,
     args: RopePoolArgs,
+    tuning: &LaunchTuning,
 ) {
     let RopePoolGeometry {
         num_tokens,
@@ -128,16 +110,20 @@ pub unsafe fn launch_rope_pool(
     if num_tokens == 0 || head_dim < 2 {
         return;
     }
-    let vector = vector_size(client, float.size(), head_dim);
+    let max_vector = tuning.max_vector.unwrap_or(usize::MAX);
+    let vector = vector_size(client, float.size(), head_dim, max_vector);
     let half = head_dim / 2;
     let table = turn_table(head_dim, rope_base);
     let table = client.create_from_slice(f32::as_bytes(&table));
     let turns = unsafe { TensorArg::from_raw_parts(table, [1].into(), [3 * half].into()) };
 
     let heads = geometry.num_qo_heads + geometry.num_kv_heads;
-    let group = heads_per_unit(geometry, half / vector);
+    let group = match tuning.heads_per_unit {
+        Some(forced) => forced.clamp(1, heads.max(1)),
+        None => heads_per_unit(geometry, half / vector),
+    };
     let units = num_tokens * heads.div_ceil(group) * (half / vector);
-    let cube_dim = match tuning_knob("ROPE_POOL_CUBE_DIM") {
+    let cube_dim = match tuning.cube_dim {
         Some(n) => CubeDim::new_1d(
             n.clamp(1, client.properties().hardware.max_units_per_cube as usize) as u32,
         ),
@@ -162,8 +148,9 @@ pub unsafe fn launch_rope_pool(
             args.k_pool,
             args.v_pool,
             group as u32,
-            strided_heads(),
-            std::env::var_os("ROPE_POOL_NAIVE_ANGLES").is_none(),
+            !tuning.contiguous_heads,
+            tuning.paired_heads,
+            !tuning.naive_angles,
             [float, int],
         );
     }

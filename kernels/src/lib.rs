@@ -5,6 +5,8 @@
 pub mod angle;
 mod launch;
 pub mod rope_pool;
+mod tuning;
 
 pub use angle::{host_angle, turn_table};
 pub use launch::{RopePoolArgs, RopePoolGeometry, heads_per_unit, launch_rope_pool, vector_size};
+pub use tuning::LaunchTuning;

@@ -61,8 +61,7 @@ fn check_device(device: &Device) {
     pool.slots.release(2).unwrap();
     let xc = Tensor::<2>::random([2, cfg.hidden], Distribution::Normal(0.0, 1.0), device);
     let ref_c = layer.forward_unfused(xc.clone());
-    let mut prefix = a_len;
-    for step in 0..3 {
+    for (step, prefix) in (a_len..a_len + 3).enumerate() {
         let x = Tensor::cat(
             vec![
                 xa.clone().slice([prefix..prefix + 1]),
@@ -93,7 +92,6 @@ fn check_device(device: &Device) {
             "new sequence on reused rows, step {step}: {err_c}"
         );
         pool.slots.release(3 + step as u64).unwrap();
-        prefix += 1;
     }
 
     // Exhaustion is an error, and allocates nothing.

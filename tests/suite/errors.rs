@@ -1,8 +1,6 @@
 //! Every documented error, with its exact message, on every device; the pools a caller still
 //! holds are unchanged after a refused call.
 
-#![allow(clippy::single_range_in_vec_init)] // `slice([a..b])` slices the first axis
-
 use crate::common::{Case, Inputs, devices, host};
 use burn::tensor::{DType, Device, Int, Tensor};
 use burn_rope_pool::{RopePoolConfig, RopePoolError, rope_pool_fused};

@@ -1,6 +1,8 @@
 //! The integration tests, linked into one binary (each module used to be its own test binary:
 //! a dozen copies of burn + wgpu to link, which cost CI minutes and gigabytes of disk).
 
+#![allow(clippy::single_range_in_vec_init)] // `slice([a..b])` slices the first axis
+
 mod attention;
 mod common;
 mod errors;
