@@ -237,13 +237,15 @@ fn bench_row(
 fn main() {
     let args = Args::parse();
     let names = if args.device.is_empty() {
-        let mut names = vec!["flex".to_string()];
-        if burn_rope_pool::devices::device_works(&Device::wgpu(
-            burn::tensor::DeviceKind::DefaultDevice,
-        )) {
-            names.push("wgpu".to_string());
-        }
-        names
+        // Every device this build can open (flex, wgpu, cuda), GPUs only with a usable adapter.
+        ["flex", "wgpu", "cuda"]
+            .into_iter()
+            .filter(|name| {
+                burn_rope_pool::devices::device_by_name(name)
+                    .is_ok_and(|d| *name == "flex" || burn_rope_pool::devices::device_works(&d))
+            })
+            .map(String::from)
+            .collect()
     } else {
         args.device.clone()
     };

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# MEASUREMENT ONLY — not for CI, not for users. Builds the benchmark with burn's `cuda` feature,
+# so the H200 can run the kernel through CUDA and Nsight Compute (`ncu`) can read its counters,
+# which the Vulkan path does not allow. cubecl-cuda pulls `tracel-llvm-bundler`, whose build
+# script downloads LLVM 23 (impossible offline); this points it at Debian's LLVM 22 instead, an
+# unsupported version mismatch (../shared/GPU.md). Output: `.dev/bench-cuda.xz` (stripped, xz).
+# Run there: `xz -d -c .dev/bench-cuda.xz > /tmp/bench-cuda; chmod +x /tmp/bench-cuda;
+# /tmp/bench-cuda --device cuda --fused-only --tokens 4096` (under `ncu` for counters).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! [ -x /usr/lib/llvm-22/bin/llvm-config ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq llvm-22-dev libpolly-22-dev libzstd-dev >/dev/null
+fi
+export XDG_DATA_HOME="$PWD/.dev/xdg"
+llvm="$XDG_DATA_HOME/tracel/tracel-llvm-23.1.0-4"
+mkdir -p "$llvm/bin"
+ln -sfn /usr/lib/llvm-22/include "$llvm/include"
+ln -sfn /usr/lib/llvm-22/lib "$llvm/lib"
+touch "$llvm/.tracel-llvm-installed"
+cat > "$llvm/bin/llvm-config" <<'WRAP'
+#!/bin/sh
+/usr/lib/llvm-22/bin/llvm-config "$@" | sed 's#/usr/lib/x86_64-linux-gnu/libz3.so#-lz3#g'
+WRAP
+chmod +x "$llvm/bin/llvm-config"
+CARGO_TARGET_DIR=target/cuda cargo build --release --bench rope_pool --no-default-features \
+  --features cuda,flex
+bench=$(ls -t target/cuda/release/deps/rope_pool-* | grep -v '\.d$' | head -1)
+strip -o .dev/bench-cuda "$bench"
+xz -T2 -6 -f .dev/bench-cuda
+ls -la .dev/bench-cuda.xz
