@@ -131,8 +131,8 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     let q_stop = num_qo_heads.min(stop);
     let mut head = start;
     if paired_heads {
-        // Four loads issued before the first store: the compiler cannot hoist the next head's
-        // loads above this head's stores itself (it must assume `q_out` may alias `q`).
+        // Four loads issued before the first store: a compiler that assumes `q_out` may alias
+        // `q` cannot hoist the next head's loads above this head's stores itself.
         while head + step < q_stop {
             let r0 = q_base + head * row_vectors;
             let r1 = r0 + step * row_vectors;
