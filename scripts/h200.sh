@@ -30,7 +30,9 @@ case "${1:-run}" in
     if [ "$mode" = sweep ]; then
       # The kernel's tuning knobs (kernels/src/tuning.rs), one bench run each, fused rows only at
       # the sizes the bandwidth target is about. Extra arguments go to every run.
-      # SWEEP (knob sets separated by `;`, empty for the defaults) replaces the list below.
+      # SWEEP (knob sets separated by `;`, empty for the defaults) replaces the list below. The
+      # list starts with defaults / naive angles / paired heads twice, alternating, so the A/B
+      # of each shows its run-to-run spread.
       default_sweep=";ROPE_POOL_NAIVE_ANGLES=1;ROPE_POOL_PAIRED_HEADS=1;;ROPE_POOL_NAIVE_ANGLES=1"
       default_sweep+=";ROPE_POOL_PAIRED_HEADS=1;ROPE_POOL_HEAD_ORDER=contiguous"
       default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=1;ROPE_POOL_HEADS_PER_UNIT=2"

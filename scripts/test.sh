@@ -24,7 +24,7 @@ fi
 
 # wgpu's Vulkan loader warns without a runtime dir; give it one.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
-# A clean checkout builds ~3.5 GB under target/; say what room there is, so a full disk shows.
+# A clean checkout builds ~2.5 GB under target/; say what room there is, so a full disk shows.
 df -h . 2>/dev/null | tail -1 | awk '{print "disk free for target/: " $4}'
 if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
 cargo test --workspace "$@"

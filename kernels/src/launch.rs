@@ -46,8 +46,9 @@ pub fn vector_size(client: &Client, elem_size: usize, head_dim: usize, max: usiz
 const TARGET_UNITS: usize = 1 << 18;
 
 /// The most heads one unit walks. Measured on the H200 (benches/NOTES.md, entry 6): groups of 4
-/// strided heads were within a few percent of the best setting on every row at 4096 and 32768
-/// tokens; whole-token groups (the trigonometry paid once per token) were 5–12% slower.
+/// strided heads were within 3% of the best of 15 settings on 11 of 12 rows at 4096 and 32768
+/// tokens; whole-token groups (the trigonometry paid once per token) were up to 7% slower at
+/// 32768 tokens (level on f16 llama3-70b-tp8).
 const MAX_HEADS_PER_UNIT: usize = 4;
 
 /// How many heads one unit walks: enough that the batch puts about [`TARGET_UNITS`] units in
