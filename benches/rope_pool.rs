@@ -158,9 +158,10 @@ impl Row {
 }
 
 /// The fewest bytes the op must move: read q, k, v, positions, slots; write q_rot, k_rot and the
-/// k/v pool rows of every (valid) token.
+/// k/v pool rows of every (valid) token. Per token and head row: q twice (read, write), kv five
+/// times (read k and v; write k_rot, the k pool row and the v pool row).
 fn min_bytes(tokens: usize, hq: usize, hkv: usize, elem: usize) -> usize {
-    tokens * HEAD_DIM * elem * (2 * hq + 4 * hkv) + tokens * 8
+    tokens * HEAD_DIM * elem * (2 * hq + 5 * hkv) + tokens * 8
 }
 
 #[allow(clippy::too_many_arguments)]

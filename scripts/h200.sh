@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Runs the benchmark (and the PyTorch/Triton anchor, when present) on the lent H200 through the
 # `device` tool. Build here first:
-#   cargo build --release --benches --examples && scripts/h200.sh pack
+#   scripts/h200.sh pack
 # then run `scripts/h200.sh run` there with `.gl` and `.dev` carried (see the device README for
 # the Vulkan loader packages in `.gl`). `scripts/h200.sh sweep` runs the tuning-knob sweep instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-run}" in
   pack)
+    # Builds the bench twice — burn's `wgpu` (WGSL) and `vulkan` (SPIR-V) paths — and the replay
+    # example, strips them and compresses them into .dev for the device tool to carry.
     mkdir -p .dev
-    bench=$(ls -t target/release/deps/rope_pool-* | grep -v '\.d$' | head -1)
-    strip -o .dev/bench "$bench"
-    strip -o .dev/replay target/release/examples/replay
-    xz -T2 -6 -f .dev/bench .dev/replay
+    executable() {
+      cargo build --release "$@" --message-format=json |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+    }
+    strip -o .dev/bench "$(executable --bench rope_pool)"
+    strip -o .dev/bench-vulkan "$(executable --bench rope_pool --features vulkan)"
+    strip -o .dev/replay "$(executable --example replay)"
+    xz -T2 -6 -f .dev/bench .dev/bench-vulkan .dev/replay
     [ -f ../shared/anchors/h200_anchor_bench.py ] && cp ../shared/anchors/h200_anchor_bench.py .dev/
     ls -la .dev
     ;;
@@ -22,7 +28,12 @@ case "${1:-run}" in
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
     export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
     export XDG_RUNTIME_DIR=/tmp
-    for b in bench replay; do xz -d -c ".dev/$b.xz" > "/tmp/$b"; chmod +x "/tmp/$b"; done
+    for f in .dev/*.xz; do
+      b=$(basename "$f" .xz)
+      [ "$b" = bench-cuda ] && continue # measurement-only CUDA build: unpacked where it is used
+      xz -d -c "$f" > "/tmp/$b"
+      chmod +x "/tmp/$b"
+    done
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
     out=${OUT:-/tmp}
     mode=$1
@@ -30,11 +41,12 @@ case "${1:-run}" in
     if [ "$mode" = sweep ]; then
       # The kernel's tuning knobs (kernels/src/tuning.rs), one bench run each, fused rows only at
       # the sizes the bandwidth target is about. Extra arguments go to every run.
-      # SWEEP (knob sets separated by `;`, empty for the defaults) replaces the list below. The
-      # list starts with defaults / naive angles / paired heads twice, alternating, so the A/B
-      # of each shows its run-to-run spread.
-      default_sweep=";ROPE_POOL_NAIVE_ANGLES=1;ROPE_POOL_PAIRED_HEADS=1;;ROPE_POOL_NAIVE_ANGLES=1"
-      default_sweep+=";ROPE_POOL_PAIRED_HEADS=1;ROPE_POOL_HEAD_ORDER=contiguous"
+      # SWEEP (knob sets separated by `;`; an unused variable such as ROPE_POOL_DEFAULTS=1 for the
+      # defaults, since an empty set is dropped) replaces the list below. The
+      # list starts with defaults / naive angles twice, alternating, so the A/B shows its
+      # run-to-run spread. BENCH=bench-vulkan DEVICE=vulkan sweeps the SPIR-V path instead.
+      default_sweep="ROPE_POOL_DEFAULTS=1;ROPE_POOL_NAIVE_ANGLES=1;ROPE_POOL_DEFAULTS=1"
+      default_sweep+=";ROPE_POOL_NAIVE_ANGLES=1;ROPE_POOL_HEAD_ORDER=contiguous"
       default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=1;ROPE_POOL_HEADS_PER_UNIT=2"
       default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=4;ROPE_POOL_HEADS_PER_UNIT=40"
       default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=10;ROPE_POOL_HEADS_PER_UNIT=20;ROPE_POOL_CUBE_DIM=128"
@@ -42,12 +54,14 @@ case "${1:-run}" in
       IFS=';' read -r -a sweep <<< "${SWEEP-$default_sweep}"
       for knobs in "${sweep[@]}"; do
         echo "## knobs: ${knobs:-(defaults)}" | tee -a "$out/sweep.md"
-        env $knobs /tmp/bench --device wgpu --fused-only --tokens 4096,32768 --windows 9 "$@" \
+        env $knobs "/tmp/${BENCH:-bench}" --device "${DEVICE:-wgpu}" --fused-only --tokens 4096,32768 --windows 9 "$@" \
           2>>"$out/bench.log" | grep -E '^\||copy bandwidth' | tee -a "$out/sweep.md"
       done
       exit 0
     fi
     /tmp/bench --device wgpu --json "$out/h200-wgpu.json" "$@" 2>"$out/bench.log" | tee "$out/h200-wgpu.md"
+    /tmp/bench-vulkan --device vulkan --json "$out/h200-vulkan.json" "$@" 2>>"$out/bench.log" |
+      tee "$out/h200-vulkan.md"
     if [ -f .dev/h200_anchor_bench.py ] && [ -z "${SKIP_ANCHOR:-}" ]; then
       PYTHONUNBUFFERED=1 python3 .dev/h200_anchor_bench.py > "$out/anchor.txt" 2>&1 || true
       tail -5 "$out/anchor.txt"

@@ -150,7 +150,6 @@ pub unsafe fn launch_rope_pool(
             args.v_pool,
             group as u32,
             !tuning.contiguous_heads,
-            tuning.paired_heads,
             !tuning.naive_angles,
             [float, int],
         );

@@ -64,10 +64,9 @@ fn rotate<F: Float, N: Size>(
 /// (token, head group, pair vector). Larger groups pay the trigonometry fewer times; smaller
 /// ones put more units in flight. With `strided_heads` (what launches use) a group is every
 /// `groups`-th head, so the units of one token read neighbouring heads at each step; without, a
-/// run of `heads_per_unit` consecutive heads. `paired_heads` loads two q heads before storing
-/// either (more bytes in flight per unit; a tuning option, off by default). `exact_angles =
-/// false` forms the angle the naive way (`position * inv_freq` in f32), for measuring what the
-/// exact angle costs; launches use the exact one.
+/// run of `heads_per_unit` consecutive heads. `exact_angles = false` forms the angle the naive
+/// way (`position * inv_freq` in f32), for measuring what the exact angle costs; launches use the
+/// exact one.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
@@ -83,7 +82,6 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     v_pool: &mut Tensor<Vector<F, N>>,
     heads_per_unit: u32,
     #[comptime] strided_heads: bool,
-    #[comptime] paired_heads: bool,
     #[comptime] exact_angles: bool,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
@@ -130,22 +128,6 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     let q_base = token * num_qo_heads * row_vectors;
     let q_stop = num_qo_heads.min(stop);
     let mut head = start;
-    if paired_heads {
-        // Four loads issued before the first store: a compiler that assumes `q_out` may alias
-        // `q` cannot hoist the next head's loads above this head's stores itself.
-        while head + step < q_stop {
-            let r0 = q_base + head * row_vectors;
-            let r1 = r0 + step * row_vectors;
-            let (x0, y0, x1, y1) = (q[r0 + lo], q[r0 + hi], q[r1 + lo], q[r1 + hi]);
-            let (a0, b0) = rotate::<F, N>(x0, y0, cos, sin);
-            let (a1, b1) = rotate::<F, N>(x1, y1, cos, sin);
-            q_out[r0 + lo] = a0;
-            q_out[r0 + hi] = b0;
-            q_out[r1 + lo] = a1;
-            q_out[r1 + hi] = b1;
-            head += 2 * step;
-        }
-    }
     while head < q_stop {
         let row = q_base + head * row_vectors;
         let (a, b) = rotate::<F, N>(q[row + lo], q[row + hi], cos, sin);

@@ -14,9 +14,6 @@ pub struct LaunchTuning {
     /// A unit walks a run of consecutive heads instead of every `groups`-th head
     /// (`ROPE_POOL_HEAD_ORDER=contiguous`).
     pub contiguous_heads: bool,
-    /// A unit loads two q heads before storing either (`ROPE_POOL_PAIRED_HEADS=1`): twice the
-    /// bytes in flight per unit.
-    pub paired_heads: bool,
     /// Units per cube instead of CubeCL's element-wise default (`ROPE_POOL_CUBE_DIM`).
     pub cube_dim: Option<usize>,
     /// Cap on the vector width, in elements (`ROPE_POOL_VECTOR`).
@@ -38,7 +35,6 @@ impl LaunchTuning {
                 heads_per_unit: number("ROPE_POOL_HEADS_PER_UNIT"),
                 contiguous_heads: std::env::var("ROPE_POOL_HEAD_ORDER")
                     .is_ok_and(|v| v == "contiguous"),
-                paired_heads: flag("ROPE_POOL_PAIRED_HEADS"),
                 cube_dim: number("ROPE_POOL_CUBE_DIM"),
                 max_vector: number("ROPE_POOL_VECTOR"),
                 naive_angles: flag("ROPE_POOL_NAIVE_ANGLES"),

@@ -47,7 +47,6 @@ fn msl(float: FloatKind) -> Option<String> {
         tensor([4, 2, 8]),
         6,
         true,
-        false,
         true,
         [ElemType::Float(float), ElemType::Int(IntKind::I32)],
     );

@@ -161,12 +161,11 @@ fn every_tuning_variant_matches_the_default_bit_for_bit() {
         },
         LaunchTuning {
             heads_per_unit: Some(4),
-            paired_heads: true,
+            cube_dim: Some(64),
             ..defaults
         },
         LaunchTuning {
             heads_per_unit: Some(64),
-            paired_heads: true,
             contiguous_heads: true,
             ..defaults
         },
@@ -178,7 +177,6 @@ fn every_tuning_variant_matches_the_default_bit_for_bit() {
         LaunchTuning {
             max_vector: Some(1),
             heads_per_unit: Some(5),
-            paired_heads: true,
             ..defaults
         },
         LaunchTuning {
