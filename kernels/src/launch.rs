@@ -6,7 +6,12 @@ use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
 use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
+use cubecl::device::DeviceId;
+use cubecl::server::Handle;
 use cubecl::{CubeDim, calculate_cube_count_elemwise};
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 /// The sizes of one call, read off the tensor shapes by the caller (already validated).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +67,33 @@ pub fn heads_per_unit(geometry: RopePoolGeometry, half_vectors: usize) -> usize 
         .clamp(1, MAX_HEADS_PER_UNIT.min(heads))
 }
 
+/// The frequency table ([`turn_table`]) of `head_dim` and `rope_base` on `client`'s device:
+/// uploaded on first use and kept for the life of the process (`3 * head_dim / 2` f32, 768 bytes
+/// at head_dim 128), so a call uploads nothing. At most [`MAX_CACHED_TABLES`] are kept; past
+/// that the cache starts afresh.
+fn turn_table_on_device(client: &Client, head_dim: usize, rope_base: f64) -> Handle {
+    type Key = (DeviceId, TypeId, usize, u64);
+    static TABLES: OnceLock<Mutex<HashMap<Key, Handle>>> = OnceLock::new();
+    let service = client.service_id();
+    let key = (service.device, service.service, head_dim, rope_base.to_bits());
+    let mut tables = TABLES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if tables.len() >= MAX_CACHED_TABLES && !tables.contains_key(&key) {
+        tables.clear();
+    }
+    tables
+        .entry(key)
+        .or_insert_with(|| {
+            client.create_from_slice(f32::as_bytes(&turn_table(head_dim, rope_base)))
+        })
+        .clone()
+}
+
+/// How many (device, head_dim, rope_base) frequency tables stay uploaded.
+const MAX_CACHED_TABLES: usize = 64;
+
 /// The device tensors of one call. Every tensor must be contiguous and of the shape the
 /// contract gives it; `k_pool`/`v_pool` are written in place, so they must not alias any other
 /// argument.
@@ -114,8 +146,7 @@ pub unsafe fn launch_rope_pool(
     let max_vector = tuning.max_vector.unwrap_or(usize::MAX);
     let vector = vector_size(client, float.size(), head_dim, max_vector);
     let half = head_dim / 2;
-    let table = turn_table(head_dim, rope_base);
-    let table = client.create_from_slice(f32::as_bytes(&table));
+    let table = turn_table_on_device(client, head_dim, rope_base);
     let turns = unsafe { TensorArg::from_raw_parts(table, [1].into(), [3 * half].into()) };
 
     let heads = geometry.num_qo_heads + geometry.num_kv_heads;
