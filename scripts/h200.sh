@@ -41,10 +41,10 @@ case "${1:-run}" in
     if [ "$mode" = sweep ]; then
       # The kernel's tuning knobs (kernels/src/tuning.rs), one bench run each, fused rows only at
       # the sizes the bandwidth target is about. Extra arguments go to every run.
-      # SWEEP (knob sets separated by `;`; an unused variable such as ROPE_POOL_DEFAULTS=1 for the
-      # defaults, since an empty set is dropped) replaces the list below. The
-      # list starts with defaults / naive angles twice, alternating, so the A/B shows its
-      # run-to-run spread. BENCH=bench-vulkan DEVICE=vulkan sweeps the SPIR-V path instead.
+      # SWEEP (knob sets separated by `;`) replaces the list below; name the defaults with an
+      # unused variable such as ROPE_POOL_DEFAULTS=1, since an empty SWEEP runs nothing. The list
+      # starts with defaults / naive angles twice, alternating, so the A/B shows its run-to-run
+      # spread. BENCH=bench-vulkan DEVICE=vulkan sweeps the SPIR-V path instead.
       default_sweep="ROPE_POOL_DEFAULTS=1;ROPE_POOL_NAIVE_ANGLES=1;ROPE_POOL_DEFAULTS=1"
       default_sweep+=";ROPE_POOL_NAIVE_ANGLES=1;ROPE_POOL_HEAD_ORDER=contiguous"
       default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=1;ROPE_POOL_HEADS_PER_UNIT=2"
