@@ -4,9 +4,9 @@ use crate::angle::turn_table;
 use crate::rope_pool::rope_pool_kernel;
 use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
+use cubecl::device::DeviceId;
 use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
-use cubecl::device::DeviceId;
 use cubecl::server::Handle;
 use cubecl::{CubeDim, calculate_cube_count_elemwise};
 use std::any::TypeId;
@@ -75,7 +75,12 @@ fn turn_table_on_device(client: &Client, head_dim: usize, rope_base: f64) -> Han
     type Key = (DeviceId, TypeId, usize, u64);
     static TABLES: OnceLock<Mutex<HashMap<Key, Handle>>> = OnceLock::new();
     let service = client.service_id();
-    let key = (service.device, service.service, head_dim, rope_base.to_bits());
+    let key = (
+        service.device,
+        service.service,
+        head_dim,
+        rope_base.to_bits(),
+    );
     let mut tables = TABLES
         .get_or_init(Default::default)
         .lock()
