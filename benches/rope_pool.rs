@@ -37,6 +37,10 @@ struct Args {
     /// Skip the unfused baseline and the pool-size rows.
     #[arg(long)]
     fused_only: bool,
+    /// Token `i` writes pool row `i` (streaming writes) instead of a random row of the pool:
+    /// separates the cost of the scatter from the rest of the kernel.
+    #[arg(long)]
+    sequential_slots: bool,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -104,6 +108,7 @@ fn inputs(
     hkv: usize,
     pool: usize,
     seed: u64,
+    sequential_slots: bool,
 ) -> Inputs {
     let dist = Distribution::Normal(0.0, 1.0);
     let mut state = seed | 1;
@@ -113,11 +118,14 @@ fn inputs(
         state ^= state << 17;
         state
     };
-    // Distinct valid slots (a partial Fisher–Yates over the pool), positions below 131072.
+    // Distinct valid slots (a partial Fisher–Yates over the pool, or rows 0, 1, 2, ... in
+    // order), positions below 131072.
     let mut rows: Vec<i32> = (0..pool as i32).collect();
     for i in 0..tokens {
         let j = i + (next() as usize) % (pool - i);
-        rows.swap(i, j);
+        if !sequential_slots {
+            rows.swap(i, j);
+        }
     }
     let slots = rows[..tokens].to_vec();
     let positions: Vec<i32> = (0..tokens).map(|_| (next() % 131_072) as i32).collect();
@@ -177,6 +185,7 @@ fn bench_row(
     with_unfused: bool,
     bandwidth: f64,
     windows: usize,
+    sequential_slots: bool,
 ) -> Row {
     let config = RopePoolConfig::new(HEAD_DIM, hq, hkv).with_rope_base(500_000.0);
     let dist = Distribution::Normal(0.0, 1.0);
@@ -198,6 +207,7 @@ fn bench_row(
         hkv,
         pool,
         tokens as u64 * 7919 + hq as u64,
+        sequential_slots,
     );
     let windows = if tokens >= 4096 { windows } else { 3 * windows };
     let mut run = |fused: bool| {
@@ -334,6 +344,7 @@ fn main() {
                             !args.fused_only,
                             bandwidth,
                             args.windows,
+                            args.sequential_slots,
                         ),
                         &mut table,
                     );
@@ -363,6 +374,7 @@ fn main() {
                         false,
                         bandwidth,
                         args.windows,
+                        args.sequential_slots,
                     ),
                     &mut table,
                 );
