@@ -100,6 +100,7 @@ struct Inputs {
     slots: Tensor<1, Int>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn inputs(
     device: &Device,
     dtype: DType,
