@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-run}" in
   pack)
-    # Builds the bench twice — burn's `wgpu` (WGSL) and `vulkan` (SPIR-V) paths — and the replay
-    # example, strips them and compresses them into .dev for the device tool to carry.
+    # Builds the bench and the replay example twice — burn's `wgpu` (WGSL) and `vulkan` (SPIR-V)
+    # paths — strips them and compresses them into .dev for the device tool to carry.
     mkdir -p .dev
     executable() {
       cargo build --release "$@" --message-format=json |
@@ -18,7 +18,8 @@ case "${1:-run}" in
     strip -o .dev/bench "$(executable --bench rope_pool)"
     strip -o .dev/bench-vulkan "$(executable --bench rope_pool --features vulkan)"
     strip -o .dev/replay "$(executable --example replay)"
-    xz -T2 -6 -f .dev/bench .dev/bench-vulkan .dev/replay
+    strip -o .dev/replay-vulkan "$(executable --example replay --features vulkan)"
+    xz -T2 -6 -f .dev/bench .dev/bench-vulkan .dev/replay .dev/replay-vulkan
     [ -f ../shared/anchors/h200_anchor_bench.py ] && cp ../shared/anchors/h200_anchor_bench.py .dev/
     ls -la .dev
     ;;
