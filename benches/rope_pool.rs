@@ -120,7 +120,8 @@ fn inputs(
         state
     };
     // Distinct valid slots (a partial Fisher–Yates over the pool, or rows 0, 1, 2, ... in
-    // order), positions below 131072.
+    // order), positions below 131072. The shuffle's draws are made in both orders, so the
+    // positions, drawn after them, are the same either way and an A/B differs only in the slots.
     let mut rows: Vec<i32> = (0..pool as i32).collect();
     for i in 0..tokens {
         let j = i + (next() as usize) % (pool - i);
