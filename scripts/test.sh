@@ -9,12 +9,17 @@ have_vulkan() {
   ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' && ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1
 }
 
+# apt as root, or through passwordless sudo on a runner that is not root.
+as_root=()
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+  as_root=(sudo -n)
+fi
 if ! have_vulkan; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  if { [ "$(id -u)" = 0 ] || [ ${#as_root[@]} -gt 0 ]; } && command -v apt-get >/dev/null; then
     echo "installing Mesa's software Vulkan driver (mesa-vulkan-drivers, libvulkan1)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
   else
     echo "no Vulkan driver found: install it with" >&2
     echo "  sudo apt-get install -y mesa-vulkan-drivers libvulkan1" >&2
