@@ -115,7 +115,10 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
         turns[half_vectors + j],
         turns[2 * half_vectors + j],
     );
+    // The token's position and slot are loaded together, up front: neither waits on the other
+    // or on the heads.
     let position = i32::cast_from(positions[token]);
+    let pool = pool_row::<I>(slots[token], pool_size);
     let angle = if exact_angles {
         rope_angle::<N>(position, f1, f2, f3)
     } else {
@@ -136,22 +139,27 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
         head += step;
     }
 
-    let pool = pool_row::<I>(slots[token], pool_size);
     let write = pool < pool_size;
     let kv_base = token * num_kv_heads * row_vectors;
     let pool_base = pool * num_kv_heads * row_vectors;
     while head < stop {
         let h = head - num_qo_heads;
         let row = kv_base + h * row_vectors;
-        let (a, b) = rotate::<F, N>(k[row + lo], k[row + hi], cos, sin);
+        // All four loads of the kv head before its first store: the compiler may not move a
+        // load above a store to a buffer it cannot prove distinct, so a v load issued after the
+        // k stores would add a memory round trip to this unit's chain. (v is read even when the
+        // slot is skipped: one unused row read for a padding token, never a write.)
+        let (k1, k2) = (k[row + lo], k[row + hi]);
+        let (v1, v2) = (v[row + lo], v[row + hi]);
+        let (a, b) = rotate::<F, N>(k1, k2, cos, sin);
         k_out[row + lo] = a;
         k_out[row + hi] = b;
         if write {
             let dst = pool_base + h * row_vectors;
             k_pool[dst + lo] = a;
             k_pool[dst + hi] = b;
-            v_pool[dst + lo] = v[row + lo];
-            v_pool[dst + hi] = v[row + hi];
+            v_pool[dst + lo] = v1;
+            v_pool[dst + hi] = v2;
         }
         head += step;
     }
