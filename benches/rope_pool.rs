@@ -75,11 +75,13 @@ fn time_per_call(device: &Device, windows: usize, mut f: impl FnMut() + Send) ->
     samples.get(samples.len() / 2).copied().unwrap_or_default()
 }
 
-/// Device time of Burn's own element-wise copy moving `bytes` (read + written): `x + 1` over an
-/// f32 tensor of `bytes / 8` elements, results kept alive until the window closes so no work is
-/// skipped. What the same launch path reaches on the simplest memory-bound kernel.
-fn copy_time(device: &Device, bytes: usize, windows: usize) -> Duration {
-    let x = Tensor::<1>::random([(bytes / 8).max(1)], Distribution::Default, device);
+/// Device time of Burn's own element-wise copy moving `bytes` (read + written): `x + 1` over a
+/// `dtype` tensor of `bytes / (2 * size)` elements, results kept alive until the window closes so
+/// no work is skipped. What the same launch path reaches on the simplest memory-bound kernel with
+/// the row's element type (an f16 copy moves half the bytes per lane of an f32 one).
+fn copy_time(device: &Device, bytes: usize, windows: usize, dtype: DType) -> Duration {
+    let elements = (bytes / (2 * dtype.size())).max(1);
+    let x = Tensor::<1>::random([elements], Distribution::Default, (device, dtype));
     let mut kept = Vec::new();
     let t = time_per_call(device, windows, || kept.push(x.clone() + 1.0));
     drop(kept);
@@ -89,7 +91,7 @@ fn copy_time(device: &Device, bytes: usize, windows: usize) -> Duration {
 /// Copy bandwidth (bytes read + written per second) of [`copy_time`] over `elements` f32.
 fn copy_bandwidth(device: &Device, elements: usize, windows: usize) -> f64 {
     let bytes = 2 * elements * 4;
-    bytes as f64 / copy_time(device, bytes, windows).as_secs_f64()
+    bytes as f64 / copy_time(device, bytes, windows, DType::F32).as_secs_f64()
 }
 
 struct Inputs {
@@ -149,7 +151,7 @@ struct Row {
     pool: usize,
     bytes: usize,
     fused: Duration,
-    /// Burn's `x + 1` moving the same bytes ([`copy_time`]).
+    /// Burn's `x + 1` moving the same bytes in the row's dtype ([`copy_time`]).
     copy: Duration,
     unfused: Option<Duration>,
     bandwidth: f64,
@@ -241,7 +243,7 @@ fn bench_row(
         pool,
         bytes,
         fused,
-        copy: copy_time(device, bytes, windows),
+        copy: copy_time(device, bytes, windows, dtype),
         unfused,
         bandwidth,
     }
