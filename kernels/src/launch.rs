@@ -50,21 +50,23 @@ pub fn vector_size(client: &Client, elem_size: usize, head_dim: usize, max: usiz
 /// Units the launch aims to keep in flight: enough to fill a large GPU several times over.
 const TARGET_UNITS: usize = 1 << 18;
 
-/// The most heads one unit walks. Measured on the H200 (benches/NOTES.md, entry 6): groups of 4
-/// strided heads were within 3% of the best of 15 settings on 11 of 12 rows at 4096 and 32768
-/// tokens; whole-token groups (the trigonometry paid once per token) were up to 7% slower at
-/// 32768 tokens (level on f16 llama3-70b-tp8).
-const MAX_HEADS_PER_UNIT: usize = 4;
+/// The most heads one unit walks: 4 (strided groups of 4 were within 3% of the best of 15
+/// settings on 11 of 12 H200 rows, benches/NOTES.md entry 6), or 2 for 4-byte elements when a
+/// token has at least 16 heads (f32 llama3-8b and qwen2.5-7b: 0.2–2% faster, entry 17; with
+/// fewer heads, 2-head groups leave a lone remainder and were 13% slower on 9 heads).
+pub fn max_heads_per_unit(elem_size: usize, heads: usize) -> usize {
+    if elem_size >= 4 && heads >= 16 { 2 } else { 4 }
+}
 
 /// How many heads one unit walks: enough that the batch puts about [`TARGET_UNITS`] units in
-/// flight (one head per unit for small batches), at most [`MAX_HEADS_PER_UNIT`], so each unit's
+/// flight (one head per unit for small batches), at most [`max_heads_per_unit`], so each unit's
 /// cos/sin serve several heads.
-pub fn heads_per_unit(geometry: RopePoolGeometry, half_vectors: usize) -> usize {
+pub fn heads_per_unit(geometry: RopePoolGeometry, half_vectors: usize, elem_size: usize) -> usize {
     let heads = (geometry.num_qo_heads + geometry.num_kv_heads).max(1);
     let all_split = geometry.num_tokens * heads * half_vectors;
     all_split
         .div_ceil(TARGET_UNITS)
-        .clamp(1, MAX_HEADS_PER_UNIT.min(heads))
+        .clamp(1, max_heads_per_unit(elem_size, heads).min(heads))
 }
 
 /// The frequency table ([`turn_table`]) of `head_dim` and `rope_base` on `client`'s device:
@@ -157,7 +159,7 @@ pub unsafe fn launch_rope_pool(
     let heads = geometry.num_qo_heads + geometry.num_kv_heads;
     let group = match tuning.heads_per_unit {
         Some(forced) => forced.clamp(1, heads.max(1)),
-        None => heads_per_unit(geometry, half / vector),
+        None => heads_per_unit(geometry, half / vector, float.size()),
     };
     let units = num_tokens * heads.div_ceil(group) * (half / vector);
     let cube_dim = match tuning.cube_dim {

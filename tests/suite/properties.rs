@@ -95,14 +95,13 @@ fn long_positions_are_exact_to_f32_rounding() {
 #[test]
 fn large_batches_walk_strided_head_groups() {
     // Batches large enough that the launch gives each unit a strided group of several heads
-    // (`heads_per_unit`); the shapes above are small enough for one head per unit. 7 + 3 heads
-    // in groups of at most 4 leaves uneven groups (4, 3, 3) and a group crossing from q to kv.
+    // (`heads_per_unit`); the shapes above are small enough for one head per unit. 32 + 8 f32
+    // heads go in groups of 2; 7 + 3 heads in groups of at most 4 leave uneven groups (4, 3, 3)
+    // and a group crossing from q to kv.
     use rope_pool_kernels::{RopePoolGeometry, heads_per_unit};
-    // (tokens, q heads, kv heads, head_dim, pool)
-    for (i, (t, hq, hkv, d, p)) in [(5000, 32, 8, 32, 6000), (20_000, 7, 3, 32, 16_384)]
-        .into_iter()
-        .enumerate()
-    {
+    // (tokens, q heads, kv heads, head_dim, pool, heads per unit)
+    let shapes = [(5000, 32, 8, 32, 6000, 2), (20_000, 7, 3, 32, 16_384, 4)];
+    for (i, (t, hq, hkv, d, p, group)) in shapes.into_iter().enumerate() {
         let geometry = RopePoolGeometry {
             num_tokens: t,
             num_qo_heads: hq,
@@ -110,8 +109,8 @@ fn large_batches_walk_strided_head_groups() {
             head_dim: d,
             pool_size: p,
         };
-        // With 4-wide vectors (what wgpu picks for f32 and f16) a unit gets 4 heads.
-        assert_eq!(heads_per_unit(geometry, d / 2 / 4), 4);
+        // With 4-wide f32 vectors (what wgpu picks).
+        assert_eq!(heads_per_unit(geometry, d / 2 / 4, 4), group);
         let config = RopePoolConfig::new(d, hq, hkv).with_rope_base(500_000.0);
         check(&Case::random(config, t, p, 1 << 20, 900 + i as u64));
     }
