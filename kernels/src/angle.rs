@@ -85,7 +85,7 @@ pub fn rope_angle<N: Size>(
 }
 
 /// The naive f32 angle `position * inv_freq` (what SGLang's and FlashInfer's kernels compute),
-/// from the same table: kept only to measure what [`rope_angle`] costs.
+/// from the same table: kept only to measure what [`rope_angle()`] costs.
 #[cube]
 pub fn naive_angle<N: Size>(
     position: i32,

@@ -54,13 +54,13 @@ const TARGET_UNITS: usize = 1 << 18;
 /// settings on 11 of 12 H200 rows, benches/NOTES.md entry 6), or 2 for 4-byte elements when a
 /// token has at least 16 heads (f32 llama3-8b and qwen2.5-7b: 0.2–2% faster, entry 17; with
 /// fewer heads, 2-head groups leave a lone remainder and were 13% slower on 9 heads).
-pub fn max_heads_per_unit(elem_size: usize, heads: usize) -> usize {
+fn max_heads_per_unit(elem_size: usize, heads: usize) -> usize {
     if elem_size >= 4 && heads >= 16 { 2 } else { 4 }
 }
 
-/// How many heads one unit walks: enough that the batch puts about [`TARGET_UNITS`] units in
-/// flight (one head per unit for small batches), at most [`max_heads_per_unit`], so each unit's
-/// cos/sin serve several heads.
+/// How many heads one unit walks: enough that the batch puts about 2^18 units in
+/// flight (one head per unit for small batches), at most 4 — or 2 for `elem_size >= 4` when a
+/// token has at least 16 heads — so each unit's cos/sin serve several heads.
 pub fn heads_per_unit(geometry: RopePoolGeometry, half_vectors: usize, elem_size: usize) -> usize {
     let heads = (geometry.num_qo_heads + geometry.num_kv_heads).max(1);
     let all_split = geometry.num_tokens * heads * half_vectors;

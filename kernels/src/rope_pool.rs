@@ -10,9 +10,9 @@
 //!
 //! Variants of the op (interleaved GPT-J pairs, a partial rotary dimension, scaled frequencies,
 //! a paged pool layout) plug in at the three seams below as comptime options of this kernel:
-//! [`pair_offsets`] (which two elements form a pair), [`rope_angle`] (the angle of a pair, exact
+//! [`pair_offsets()`] (which two elements form a pair), [`rope_angle()`] (the angle of a pair, exact
 //! at long context: see [`crate::angle`]) and
-//! [`pool_row`] (where a token's row lands in the pool).
+//! [`pool_row()`] (where a token's row lands in the pool).
 
 use crate::angle::{naive_angle, rope_angle};
 use cubecl::prelude::*;

@@ -95,9 +95,9 @@ fn long_positions_are_exact_to_f32_rounding() {
 #[test]
 fn large_batches_walk_strided_head_groups() {
     // Batches large enough that the launch gives each unit a strided group of several heads
-    // (`heads_per_unit`); the shapes above are small enough for one head per unit. 32 + 8 f32
-    // heads go in groups of 2; 7 + 3 heads in groups of at most 4 leave uneven groups (4, 3, 3)
-    // and a group crossing from q to kv.
+    // (`heads_per_unit`); the shapes above are small enough for one head per unit. 32 + 8 heads
+    // go in groups of 2 in f32 (of 4 in 2-byte dtypes); 7 + 3 heads in groups of at most 4 leave
+    // uneven groups (4, 3, 3) and a group crossing from q to kv.
     use rope_pool_kernels::{RopePoolGeometry, heads_per_unit};
     // (tokens, q heads, kv heads, head_dim, pool, heads per unit)
     let shapes = [(5000, 32, 8, 32, 6000, 2), (20_000, 7, 3, 32, 16_384, 4)];
