@@ -4,7 +4,8 @@
 //!
 //! `cargo run --release --example angle_error`
 
-use rope_pool_kernels::{host_angle, turn_table};
+use burn_rope_pool::RopePoolConfig;
+use rope_pool_kernels::host_angle;
 use std::f64::consts::{PI, TAU};
 
 /// `|a - b|` modulo 2π, in `[0, π]`.
@@ -20,7 +21,8 @@ fn main() {
     for position in [1_000i32, 32_767, 131_071, 1_000_000, (1 << 24) - 1] {
         let (mut naive, mut exact) = (0f64, 0f64);
         for base in [10_000.0, 500_000.0] {
-            let table = turn_table(head_dim, base);
+            let config = RopePoolConfig::new(head_dim, 1, 1).with_rope_base(base);
+            let table = &config.frequencies().expect("a valid config").table.values;
             let half = head_dim / 2;
             for i in 0..half {
                 let inv_freq = f64::powf(base, -2.0 * i as f64 / head_dim as f64);

@@ -1,11 +1,13 @@
 //! The `Tensor`-level entry point: validation, backend check, then one dispatch call.
 
-use crate::backend::{RopeParams, RopePoolBackend};
+use crate::backend::{RopePoolBackend, RopePoolInputs};
+use crate::rope::RopeFrequencies;
 use crate::validate::{CallSignature, validate, validate_slots};
 use crate::{Dims, RopePoolConfig, RopePoolError};
 use burn::backend::Dispatch;
 use burn::backend::TensorMetadata;
 use burn::tensor::{Device, DispatchTensor, Int, Tensor};
+use std::sync::Arc;
 
 /// A float tensor argument of any rank (the rank is checked at run time, so a wrong one gets
 /// the documented error). Built from any `Tensor<D>` with `.into()`.
@@ -81,83 +83,128 @@ fn host_slots(slots: &DispatchTensor) -> Vec<i64> {
         .unwrap_or_default()
 }
 
-/// Every check of a call, in the contract's order; reads the slots back in checked mode.
-#[allow(clippy::too_many_arguments)]
-fn check(
-    q: &FloatArg,
-    k: &FloatArg,
-    v: &FloatArg,
-    positions: &IntArg,
-    slots: &IntArg,
-    k_pool: &FloatArg,
-    v_pool: &FloatArg,
-    config: &RopePoolConfig,
-) -> Result<(), RopePoolError> {
-    let signature = CallSignature {
-        q: dims(&q.tensor),
-        k: dims(&k.tensor),
-        v: dims(&v.tensor),
-        positions: dims(&positions.tensor),
-        slots: dims(&slots.tensor),
-        k_pool: dims(&k_pool.tensor),
-        v_pool: dims(&v_pool.tensor),
-        dtypes: [q, k, v, k_pool, v_pool].map(|t| t.tensor.dtype()),
-    };
-    validate(&signature, config)?;
-    let devices = [&k.device, &v.device, &k_pool.device, &v_pool.device];
-    if devices.iter().any(|d| **d != q.device)
-        || positions.device != q.device
-        || slots.device != q.device
-    {
-        return Err(RopePoolError::DeviceMismatch);
+/// The seven arguments of one call, before validation.
+pub(crate) struct Args {
+    pub q: FloatArg,
+    pub k: FloatArg,
+    pub v: FloatArg,
+    pub positions: IntArg,
+    pub slots: IntArg,
+    pub k_pool: FloatArg,
+    pub v_pool: FloatArg,
+}
+
+impl Args {
+    /// Every check of a call, in the contract's order; reads the slots back in checked mode.
+    /// Returns the call's frequencies.
+    pub(crate) fn check(&self, config: &RopePoolConfig) -> Result<Arc<RopeFrequencies>, RopePoolError> {
+        let Args {
+            q,
+            k,
+            v,
+            positions,
+            slots,
+            k_pool,
+            v_pool,
+        } = self;
+        let signature = CallSignature {
+            q: dims(&q.tensor),
+            k: dims(&k.tensor),
+            v: dims(&v.tensor),
+            positions: dims(&positions.tensor),
+            slots: dims(&slots.tensor),
+            k_pool: dims(&k_pool.tensor),
+            v_pool: dims(&v_pool.tensor),
+            dtypes: [q, k, v, k_pool, v_pool].map(|t| t.tensor.dtype()),
+        };
+        let rope = validate(&signature, config)?;
+        let devices = [&k.device, &v.device, &k_pool.device, &v_pool.device];
+        if devices.iter().any(|d| **d != q.device)
+            || positions.device != q.device
+            || slots.device != q.device
+        {
+            return Err(RopePoolError::DeviceMismatch);
+        }
+        check_backend(&q.device)?;
+        let dtype = signature.dtypes[0];
+        if !q.device.supports_dtype(dtype) {
+            return Err(RopePoolError::DeviceDtype {
+                dtype,
+                device: format!("{:?}", q.device),
+            });
+        }
+        if config.check_slots {
+            validate_slots(&host_slots(&slots.tensor), signature.k_pool.0[0])?;
+        }
+        Ok(rope)
     }
-    check_backend(&q.device)?;
-    let dtype = signature.dtypes[0];
-    if !q.device.supports_dtype(dtype) {
-        return Err(RopePoolError::DeviceDtype {
-            dtype,
-            device: format!("{:?}", q.device),
-        });
+
+    /// The op on arguments [`Args::check`] has accepted, with the frequencies it returned.
+    pub(crate) fn run_checked(self, rope: Arc<RopeFrequencies>) -> RopePoolOutput {
+        // The kernel reads positions and slots with one integer type.
+        let int_dtype = self.positions.tensor.dtype();
+        let slots = if self.slots.tensor.dtype() == int_dtype {
+            self.slots.tensor
+        } else {
+            Tensor::<1, Int>::from_dispatch(self.slots.tensor)
+                .cast(int_dtype)
+                .into_dispatch()
+        };
+        let inputs = RopePoolInputs {
+            q: self.q.tensor,
+            k: self.k.tensor,
+            v: self.v.tensor,
+            positions: self.positions.tensor,
+            slots,
+            k_pool: self.k_pool.tensor,
+            v_pool: self.v_pool.tensor,
+        };
+        let out = <Dispatch as RopePoolBackend>::rope_pool_fused(inputs, rope);
+        RopePoolOutput {
+            q_rot: Tensor::from_dispatch(out.q_rot),
+            k_rot: Tensor::from_dispatch(out.k_rot),
+            k_pool: Tensor::from_dispatch(out.k_pool),
+            v_pool: Tensor::from_dispatch(out.v_pool),
+        }
     }
-    if config.check_slots {
-        validate_slots(&host_slots(&slots.tensor), signature.k_pool.0[0])?;
-    }
-    Ok(())
 }
 
 /// Runs every check of [`rope_pool_fused`] on borrowed tensors, without running the op: for
 /// callers that must keep their pools when a call would be refused (the pools passed to
-/// `rope_pool_fused` are consumed, error or not).
+/// `rope_pool_fused` are consumed, error or not). `positions` is `[T]`, or `[3, T]` with M-RoPE.
 #[allow(clippy::too_many_arguments)]
-pub fn check_rope_pool_fused(
+pub fn check_rope_pool_fused<const P: usize>(
     q: &Tensor<3>,
     k: &Tensor<3>,
     v: &Tensor<3>,
-    positions: &Tensor<1, Int>,
+    positions: &Tensor<P, Int>,
     slots: &Tensor<1, Int>,
     k_pool: &Tensor<3>,
     v_pool: &Tensor<3>,
     config: &RopePoolConfig,
 ) -> Result<(), RopePoolError> {
-    check(
-        &q.clone().into(),
-        &k.clone().into(),
-        &v.clone().into(),
-        &positions.clone().into(),
-        &slots.clone().into(),
-        &k_pool.clone().into(),
-        &v_pool.clone().into(),
-        config,
-    )
+    Args {
+        q: q.clone().into(),
+        k: k.clone().into(),
+        v: v.clone().into(),
+        positions: positions.clone().into(),
+        slots: slots.clone().into(),
+        k_pool: k_pool.clone().into(),
+        v_pool: v_pool.clone().into(),
+    }
+    .check(config)
+    .map(|_| ())
 }
 
-/// Applies NeoX rotary position embedding to `q` and `k` and writes each token's rotated key
-/// and raw value into row `slots[t]` of the KV pools, in one pass (one kernel launch on GPU).
+/// Applies rotary position embedding (the config's variant) to `q` and `k` and writes each
+/// token's rotated key and raw value into row `slots[t]` of the KV pools, in one pass (one kernel
+/// launch on GPU).
 ///
 /// - `q: [num_tokens, num_qo_heads, head_dim]`, `k`, `v: [num_tokens, num_kv_heads, head_dim]`,
 ///   f32, f16 or bf16, one dtype;
-/// - `positions`, `slots: [num_tokens]` integers; a slot `< 0` means "do not write", and a slot
-///   `>= pool_size` is never written (in checked mode it is an error);
+/// - `positions: [num_tokens]` integers (`[3, num_tokens]` with M-RoPE), `slots: [num_tokens]`
+///   integers; a slot `< 0` means "do not write", and a slot `>= pool_size` is never written (in
+///   checked mode it is an error);
 /// - `k_pool`, `v_pool: [pool_size, num_kv_heads, head_dim]`, the dtype of `q`.
 ///
 /// The pools are taken by value: when the caller holds no other handle to them they are updated
@@ -175,53 +222,15 @@ pub fn rope_pool_fused(
     v_pool: impl Into<FloatArg>,
     config: &RopePoolConfig,
 ) -> Result<RopePoolOutput, RopePoolError> {
-    let (q, k, v) = (q.into(), k.into(), v.into());
-    let (positions, slots) = (positions.into(), slots.into());
-    let (k_pool, v_pool) = (k_pool.into(), v_pool.into());
-    check(&q, &k, &v, &positions, &slots, &k_pool, &v_pool, config)?;
-    Ok(run_checked(
-        q, k, v, positions, slots, k_pool, v_pool, config,
-    ))
-}
-
-/// The op on arguments [`check`] (or [`check_rope_pool_fused`]) has already accepted.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn run_checked(
-    q: FloatArg,
-    k: FloatArg,
-    v: FloatArg,
-    positions: IntArg,
-    slots: IntArg,
-    k_pool: FloatArg,
-    v_pool: FloatArg,
-    config: &RopePoolConfig,
-) -> RopePoolOutput {
-    // The kernel reads positions and slots with one integer type.
-    let int_dtype = positions.tensor.dtype();
-    let slots = if slots.tensor.dtype() == int_dtype {
-        slots.tensor
-    } else {
-        Tensor::<1, Int>::from_dispatch(slots.tensor)
-            .cast(int_dtype)
-            .into_dispatch()
+    let args = Args {
+        q: q.into(),
+        k: k.into(),
+        v: v.into(),
+        positions: positions.into(),
+        slots: slots.into(),
+        k_pool: k_pool.into(),
+        v_pool: v_pool.into(),
     };
-
-    let out = <Dispatch as RopePoolBackend>::rope_pool_fused(
-        q.tensor,
-        k.tensor,
-        v.tensor,
-        positions.tensor,
-        slots,
-        k_pool.tensor,
-        v_pool.tensor,
-        RopeParams {
-            rope_base: config.rope_base,
-        },
-    );
-    RopePoolOutput {
-        q_rot: Tensor::from_dispatch(out.q_rot),
-        k_rot: Tensor::from_dispatch(out.k_rot),
-        k_pool: Tensor::from_dispatch(out.k_pool),
-        v_pool: Tensor::from_dispatch(out.v_pool),
-    }
+    let rope = args.check(config)?;
+    Ok(args.run_checked(rope))
 }

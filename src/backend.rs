@@ -4,25 +4,37 @@
 //! This is the unchecked, backend-level entry; [`rope_pool_fused`](crate::rope_pool_fused) is the
 //! validated one users call.
 
-#[cfg(feature = "cube")]
-use burn::backend::fusion::custom::TensorSpec;
+use crate::rope::RopeFrequencies;
 use burn::backend::{
     Backend, ExtensionType, backend_extension,
     tensor::{FloatTensor, IntTensor},
 };
+use std::sync::Arc;
 
-/// The scalar parameters a backend needs beyond the tensors (the head geometry is read off the
-/// shapes).
-#[derive(Clone, Debug, PartialEq)]
-pub struct RopeParams {
-    /// RoPE base θ.
-    pub rope_base: f64,
+/// The seven inputs of the op as backend primitives.
+#[derive(ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub struct RopePoolInputs<B: Backend> {
+    /// Queries, `[T, Hq, D]`.
+    pub q: FloatTensor<B>,
+    /// Keys, `[T, Hkv, D]`.
+    pub k: FloatTensor<B>,
+    /// Values, `[T, Hkv, D]`.
+    pub v: FloatTensor<B>,
+    /// Positions, `[T]` (`[3, T]` with M-RoPE).
+    pub positions: IntTensor<B>,
+    /// Pool row of each token, `[T]`; `< 0` or `>= pool_size` writes nothing.
+    pub slots: IntTensor<B>,
+    /// Key pool, `[P, Hkv, D]`.
+    pub k_pool: FloatTensor<B>,
+    /// Value pool, `[P, Hkv, D]`.
+    pub v_pool: FloatTensor<B>,
 }
 
 /// The four outputs of the op as backend primitives.
 #[derive(ExtensionType)]
 #[extension_type(fusion: cfg(feature = "cube"))]
-pub struct RopePoolPrimitives<B: Backend> {
+pub struct RopePoolOutputs<B: Backend> {
     /// Rotated queries, `[T, Hq, D]`.
     pub q_rot: FloatTensor<B>,
     /// Rotated keys, `[T, Hkv, D]`.
@@ -40,42 +52,29 @@ pub struct RopePoolPrimitives<B: Backend> {
     Flex: cfg(feature = "flex")
 )]
 pub trait RopePoolBackend: Backend {
-    /// Rotates `q` and `k` (NeoX) at `positions` and writes `k_rot`/`v` into the pool rows named
-    /// by `slots`; a slot `< 0` or `>= pool_size` writes nothing. The pools are updated in place
-    /// when their handles are not shared, else copied first. Inputs are assumed valid (shapes,
-    /// dtypes, one device): [`rope_pool_fused`](crate::rope_pool_fused) checks them.
-    #[allow(clippy::too_many_arguments)]
+    /// Rotates `q` and `k` at `positions` with `rope`'s frequencies and writes `k_rot`/`v` into
+    /// the pool rows named by `slots`; a slot `< 0` or `>= pool_size` writes nothing. The pools
+    /// are updated in place when their handles are not shared, else copied first. Inputs are
+    /// assumed valid (shapes, dtypes, one device, `rope` made from the config the shapes follow):
+    /// [`rope_pool_fused`](crate::rope_pool_fused) checks them.
     #[fusion(meta = rope_pool_meta)]
     fn rope_pool_fused(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        positions: IntTensor<Self>,
-        slots: IntTensor<Self>,
-        k_pool: FloatTensor<Self>,
-        v_pool: FloatTensor<Self>,
-        params: RopeParams,
-    ) -> RopePoolPrimitives<Self>;
+        #[extension_type] inputs: RopePoolInputs<Self>,
+        rope: Arc<RopeFrequencies>,
+    ) -> RopePoolOutputs<Self>;
 }
 
 /// Output metadata for the lazy (fusion) path: each output has the shape and dtype of the input
 /// it derives from.
 #[cfg(feature = "cube")]
-#[allow(clippy::too_many_arguments)]
 fn rope_pool_meta(
-    q: &TensorSpec,
-    k: &TensorSpec,
-    _v: &TensorSpec,
-    _positions: &TensorSpec,
-    _slots: &TensorSpec,
-    k_pool: &TensorSpec,
-    v_pool: &TensorSpec,
-    _params: &RopeParams,
-) -> RopePoolPrimitivesMetadata {
-    RopePoolPrimitivesMetadata {
-        q_rot: q.clone(),
-        k_rot: k.clone(),
-        k_pool: k_pool.clone(),
-        v_pool: v_pool.clone(),
+    inputs: &RopePoolInputsMetadata,
+    _rope: &Arc<RopeFrequencies>,
+) -> RopePoolOutputsMetadata {
+    RopePoolOutputsMetadata {
+        q_rot: inputs.q.clone(),
+        k_rot: inputs.k.clone(),
+        k_pool: inputs.k_pool.clone(),
+        v_pool: inputs.v_pool.clone(),
     }
 }

@@ -2,11 +2,15 @@
 //! `rope-pool-kernels`. Covers every CubeCL runtime (wgpu/Vulkan/Metal/WebGPU, CUDA, ROCm, CPU);
 //! the fusion-wrapped backend reaches it through the lazy path the extension macro generates.
 
-use crate::backend::{RopeParams, RopePoolBackend, RopePoolPrimitives};
+use crate::backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs};
+use crate::rope::RopeFrequencies;
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::ops::IntTensorOps;
+use burn::tensor::Shape;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
 use rope_pool_kernels::{LaunchTuning, RopePoolArgs, RopePoolGeometry, launch_rope_pool};
+use std::sync::Arc;
 
 /// A contiguous tensor whose buffer this call owns: the input itself when nobody else holds it
 /// (the in-place path), a copy otherwise, so no other holder ever sees the pool change.
@@ -33,19 +37,43 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
     )
 }
 
+/// The positions as the kernel reads them: flat, and for LongRoPE followed by their maximum (the
+/// kernel picks the frequency set from it on the device, so no read-back).
+fn kernel_positions(positions: CubeTensor, long_short: bool) -> CubeTensor {
+    let len = positions.shape().num_elements();
+    let flat = CubeBackend::int_reshape(into_contiguous(positions), Shape::new([len]));
+    if !long_short {
+        return flat;
+    }
+    let max = CubeBackend::int_max(flat.clone());
+    into_contiguous(CubeBackend::int_cat(vec![flat, max], 0))
+}
+
+/// The launch's tuning: the defaults, or in benchmark builds the `ROPE_POOL_*` knobs.
+fn tuning() -> LaunchTuning {
+    #[cfg(feature = "tuning")]
+    return LaunchTuning::from_env();
+    #[cfg(not(feature = "tuning"))]
+    LaunchTuning::default()
+}
+
 impl RopePoolBackend for CubeBackend {
     fn rope_pool_fused(
-        q: CubeTensor,
-        k: CubeTensor,
-        v: CubeTensor,
-        positions: CubeTensor,
-        slots: CubeTensor,
-        k_pool: CubeTensor,
-        v_pool: CubeTensor,
-        params: RopeParams,
-    ) -> RopePoolPrimitives<Self> {
+        inputs: RopePoolInputs<Self>,
+        rope: Arc<RopeFrequencies>,
+    ) -> RopePoolOutputs<Self> {
+        let RopePoolInputs {
+            q,
+            k,
+            v,
+            positions,
+            slots,
+            k_pool,
+            v_pool,
+        } = inputs;
         let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
-        let (positions, slots) = (into_contiguous(positions), into_contiguous(slots));
+        let positions = kernel_positions(positions, rope.table.variant.long_short);
+        let slots = into_contiguous(slots);
         let (k_pool, v_pool) = (owned_contiguous(k_pool), owned_contiguous(v_pool));
         let q_rot = empty_like(&q);
         let k_rot = empty_like(&k);
@@ -69,7 +97,7 @@ impl RopePoolBackend for CubeBackend {
                 float,
                 int,
                 geometry,
-                params.rope_base,
+                &rope.table,
                 RopePoolArgs {
                     q: q.into_tensor_arg(),
                     k: k.into_tensor_arg(),
@@ -81,11 +109,10 @@ impl RopePoolBackend for CubeBackend {
                     k_pool: k_pool.clone().into_tensor_arg(),
                     v_pool: v_pool.clone().into_tensor_arg(),
                 },
-                // The defaults, unless a benchmark run sets `ROPE_POOL_*` knobs.
-                &LaunchTuning::from_env(),
+                &tuning(),
             );
         }
-        RopePoolPrimitives {
+        RopePoolOutputs {
             q_rot,
             k_rot,
             k_pool,

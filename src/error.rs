@@ -83,6 +83,22 @@ pub enum RopePoolError {
     /// `rope_base` is zero, negative, infinite or NaN.
     #[error("rope_base must be positive and finite, got {rope_base}")]
     RopeBase { rope_base: f64 },
+    /// `rotary_dim` is odd, below 2 or above `head_dim` (check 12).
+    #[error("rotary_dim must be even and in 2..=head_dim, got {rotary_dim} for head_dim {head_dim}")]
+    RotaryDim { rotary_dim: usize, head_dim: usize },
+    /// The M-RoPE sections do not cover the rotated frequencies (check 13).
+    #[error("mrope_section must sum to rotary_dim / 2, got {sum} for rotary_dim {rotary_dim}")]
+    MropeSection { sum: usize, rotary_dim: usize },
+    /// With M-RoPE, `positions` is not `[3, num_tokens]` (check 14).
+    #[error("positions must be [3, num_tokens] for mrope, got {positions}")]
+    MropePositions { positions: Dims },
+    /// A scaling field is missing, not positive and finite, of the wrong length, or the
+    /// `rope_type` is unknown; or the frequencies it yields are not finite (check 15).
+    #[error("invalid rope scaling: {what}")]
+    RopeScaling { what: String },
+    /// A HuggingFace `config.json` lacks a field the op needs or holds one of the wrong kind.
+    #[error("invalid model config: {what}")]
+    ModelConfig { what: String },
     /// The float dtype is not one the op computes in.
     #[error("rope_pool_fused supports f32, f16 and bf16 tensors, got {dtype:?}")]
     FloatDtype { dtype: DType },

@@ -1,7 +1,10 @@
 //! The Flex (pure-Rust CPU) implementation: dense host buffers handed to [`crate::cpu`].
 
-use crate::backend::{RopeParams, RopePoolBackend, RopePoolPrimitives};
-use crate::cpu::{self, Heads, Storage};
+use crate::backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs};
+use crate::cpu::{self, Storage};
+use crate::rope::RopeFrequencies;
+use rope_pool_kernels::RopePoolGeometry;
+use std::sync::Arc;
 use burn::backend::TensorMetadata;
 use burn::tensor::{DType, Element};
 use burn_flex::{Flex, FlexTensor, Layout};
@@ -31,31 +34,34 @@ fn indices(tensor: FlexTensor) -> Vec<i64> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run<E: Storage + Element + bytemuck::Pod>(
-    q: FlexTensor,
-    k: FlexTensor,
-    v: FlexTensor,
-    positions: FlexTensor,
-    slots: FlexTensor,
-    k_pool: FlexTensor,
-    v_pool: FlexTensor,
-    params: RopeParams,
-) -> RopePoolPrimitives<Flex> {
+    inputs: RopePoolInputs<Flex>,
+    rope: &RopeFrequencies,
+) -> RopePoolOutputs<Flex> {
+    let RopePoolInputs {
+        q,
+        k,
+        v,
+        positions,
+        slots,
+        k_pool,
+        v_pool,
+    } = inputs;
     let (q, k, v) = (dense(q), dense(k), dense(v));
     let (mut k_pool, mut v_pool) = (dense(k_pool), dense(v_pool));
-    let [_, num_qo_heads, head_dim] = q.shape().dims();
-    let heads = Heads {
+    let [num_tokens, num_qo_heads, head_dim] = q.shape().dims();
+    let geometry = RopePoolGeometry {
+        num_tokens,
         num_qo_heads,
         num_kv_heads: k.shape()[1],
         head_dim,
+        pool_size: k_pool.shape()[0],
     };
-    let turns = rope_pool_kernels::turn_table(head_dim, params.rope_base);
     let mut q_out = vec![E::from_f32(0.0); q.shape().num_elements()];
     let mut k_out = vec![E::from_f32(0.0); k.shape().num_elements()];
     cpu::rope_pool(
-        heads,
-        &turns,
+        geometry,
+        rope,
         q.storage::<E>(),
         k.storage::<E>(),
         v.storage::<E>(),
@@ -75,7 +81,7 @@ fn run<E: Storage + Element + bytemuck::Pod>(
             like.dtype(),
         )
     };
-    RopePoolPrimitives {
+    RopePoolOutputs {
         q_rot: output(q_out, &q),
         k_rot: output(k_out, &k),
         k_pool,
@@ -85,19 +91,13 @@ fn run<E: Storage + Element + bytemuck::Pod>(
 
 impl RopePoolBackend for Flex {
     fn rope_pool_fused(
-        q: FlexTensor,
-        k: FlexTensor,
-        v: FlexTensor,
-        positions: FlexTensor,
-        slots: FlexTensor,
-        k_pool: FlexTensor,
-        v_pool: FlexTensor,
-        params: RopeParams,
-    ) -> RopePoolPrimitives<Self> {
-        match q.dtype() {
-            DType::F32 => run::<f32>(q, k, v, positions, slots, k_pool, v_pool, params),
-            DType::F16 => run::<f16>(q, k, v, positions, slots, k_pool, v_pool, params),
-            DType::BF16 => run::<bf16>(q, k, v, positions, slots, k_pool, v_pool, params),
+        inputs: RopePoolInputs<Self>,
+        rope: Arc<RopeFrequencies>,
+    ) -> RopePoolOutputs<Self> {
+        match inputs.q.dtype() {
+            DType::F32 => run::<f32>(inputs, &rope),
+            DType::F16 => run::<f16>(inputs, &rope),
+            DType::BF16 => run::<bf16>(inputs, &rope),
             dtype => panic!("rope_pool_fused: unsupported dtype {dtype:?} (validated upstream)"),
         }
     }

@@ -1,9 +1,13 @@
 //! Golden cases: the safetensors files of the contract (`q k v k_pool v_pool positions slots`,
-//! `expected.*` in f64, metadata `head_dim num_qo_heads num_kv_heads rope_base` and optionally
-//! `expect_error`), loaded, run on a device and scored. Shared by the tests and `replay`.
+//! `expected.*` in f64, metadata `head_dim num_qo_heads num_kv_heads rope_base`, optionally
+//! `expect_error`, and for variants `rope_style rotary_dim rope_scaling mrope_section
+//! mrope_interleaved`), loaded, run on a device and scored. Shared by the tests and `replay`.
 
 use crate::reference::{ReferenceOutput, max_abs_error, norm_relative_error};
-use crate::{FloatArg, IntArg, RopePoolConfig, RopePoolError, rope_pool_fused};
+use crate::{
+    FloatArg, IntArg, MRope, RopePoolConfig, RopePoolError, RopeScaling, RopeStyle,
+    rope_pool_fused,
+};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
 
@@ -94,9 +98,50 @@ impl GoldenCase {
         let rope_base: f64 = field("rope_base")?
             .parse()
             .map_err(|_| GoldenError::Content("metadata `rope_base` is not a number".into()))?;
-        let config =
+        let mut config =
             RopePoolConfig::new(int("head_dim")?, int("num_qo_heads")?, int("num_kv_heads")?)
                 .with_rope_base(rope_base);
+        // The variant metadata (SPEC, "Golden files of variants").
+        match meta.get("rope_style").map(String::as_str) {
+            None | Some("neox") => {}
+            Some("gptj") => config = config.with_style(RopeStyle::Gptj),
+            Some(other) => {
+                return Err(GoldenError::Content(format!("unknown rope_style `{other}`")));
+            }
+        }
+        if meta.contains_key("rotary_dim") {
+            let rotary_dim = int("rotary_dim")?;
+            if rotary_dim != config.head_dim {
+                config = config.with_rotary_dim(rotary_dim);
+            }
+        }
+        let json = |name: &str| -> Result<Option<serde_json::Value>, GoldenError> {
+            meta.get(name)
+                .map(|text| serde_json::from_str(text))
+                .transpose()
+                .map_err(|e| GoldenError::Content(format!("metadata `{name}`: {e}")))
+        };
+        if let Some(scaling) = json("rope_scaling")? {
+            let object = scaling.as_object().ok_or_else(|| {
+                GoldenError::Content("metadata `rope_scaling` is not an object".into())
+            })?;
+            let (scaling, mrope) = RopeScaling::from_json(object, None, None)
+                .map_err(|e| GoldenError::Content(e.to_string()))?;
+            config = config.with_scaling(scaling);
+            if let Some(mrope) = mrope {
+                config = config.with_mrope(mrope);
+            }
+        }
+        if let Some(section) = json("mrope_section")? {
+            let section: [usize; 3] = serde_json::from_value(section).map_err(|e| {
+                GoldenError::Content(format!("metadata `mrope_section`: {e}"))
+            })?;
+            let interleaved = meta.get("mrope_interleaved").is_some_and(|v| v == "true");
+            config = config.with_mrope(MRope {
+                section,
+                interleaved,
+            });
+        }
 
         let tensors = SafeTensors::deserialize(&bytes)?;
         let mut inputs = std::collections::BTreeMap::new();

@@ -1,8 +1,8 @@
 //! A layer's token-slot KV pool: the k/v pool tensors, and the allocator that hands out their
 //! rows to the tokens of running sequences (continuous batching).
 
-use crate::api::run_checked;
-use crate::{RopePoolConfig, RopePoolError, check_rope_pool_fused};
+use crate::api::Args;
+use crate::{RopePoolConfig, RopePoolError};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use std::collections::HashMap;
 
@@ -144,29 +144,35 @@ impl KvPool {
         let index = |values: &[i64]| {
             Tensor::<1, Int>::from_data(TensorData::new(values.to_vec(), [values.len()]), &device)
         };
-        let (positions, slots) = (index(positions), index(slots));
-        check_rope_pool_fused(
-            &q,
-            &k,
-            &v,
-            &positions,
-            &slots,
-            self.k(),
-            self.v(),
-            &self.config,
-        )?;
-        // Checked above: run without checking (and, in checked mode, reading the slots) again.
+        // M-RoPE positions come as three rows, one after the other.
+        let positions: crate::IntArg = match self.config.mrope {
+            Some(_) if positions.len() % 3 == 0 => {
+                index(positions).reshape([3, positions.len() / 3]).into()
+            }
+            _ => index(positions).into(),
+        };
+        let slots = index(slots);
+        let positions_arg = positions;
+        let args = Args {
+            q: q.into(),
+            k: k.into(),
+            v: v.into(),
+            positions: positions_arg,
+            slots: slots.into(),
+            k_pool: self.k().clone().into(),
+            v_pool: self.v().clone().into(),
+        };
+        let rope = args.check(&self.config)?;
+        // Checked: hand the pools over (this handle is the only other holder) and run.
+        drop(args.k_pool);
+        drop(args.v_pool);
         let (k_pool, v_pool) = (self.k.take(), self.v.take());
-        let out = run_checked(
-            q.into(),
-            k.into(),
-            v.into(),
-            positions.into(),
-            slots.into(),
-            k_pool.expect("present").into(),
-            v_pool.expect("present").into(),
-            &self.config,
-        );
+        let out = Args {
+            k_pool: k_pool.expect("present").into(),
+            v_pool: v_pool.expect("present").into(),
+            ..args
+        }
+        .run_checked(rope);
         self.k = Some(out.k_pool);
         self.v = Some(out.v_pool);
         Ok((out.q_rot, out.k_rot))

@@ -1,7 +1,8 @@
 //! # burn-rope-pool
 //!
-//! One fused op for LLM inference with [Burn](https://burn.dev): NeoX rotary position embedding
-//! of the queries and keys of a batch of tokens, plus the scatter of each token's rotated key and
+//! One fused op for LLM inference with [Burn](https://burn.dev): rotary position embedding (NeoX
+//! or GPT-J pairs, partial rotary, linear/llama3/YaRN/LongRoPE scaling, M-RoPE) of the queries and
+//! keys of a batch of tokens, plus the scatter of each token's rotated key and
 //! raw value into its row of a token-slot KV pool — one GPU pass instead of four.
 //!
 //! ```no_run
@@ -43,12 +44,15 @@ mod error;
 #[cfg(feature = "flex")]
 mod flex;
 pub mod golden;
+mod hf_config;
 pub mod kv_pool;
 pub mod reference;
+pub mod rope;
 pub mod unfused;
 mod validate;
 
 pub use api::{FloatArg, IntArg, RopePoolOutput, check_rope_pool_fused, rope_pool_fused};
-pub use backend::{RopeParams, RopePoolBackend, RopePoolPrimitives};
+pub use backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs};
 pub use config::RopePoolConfig;
 pub use error::{Dims, RopePoolError};
+pub use rope::{MRope, RopeFrequencies, RopeScaling, RopeStyle};

@@ -1,7 +1,10 @@
 //! A slow float64 reference of the op, straight from the contract's math: the oracle of the
-//! tests and of the `replay` example.
+//! tests and of the `replay` example. Its frequencies are [`RopeFrequencies`]' float64 ones;
+//! the angle, the pairs and the pass-through tail are formed here in f64, independently of the
+//! kernel's exact-angle table.
 
 use crate::RopePoolConfig;
+use crate::rope::{RopeFrequencies, RopeStyle};
 
 /// The four outputs of [`rope_pool_reference`], dense row-major in f64.
 #[derive(Clone, Debug, PartialEq)]
@@ -16,20 +19,36 @@ pub struct ReferenceOutput {
     pub v_pool: Vec<f64>,
 }
 
-/// Rotates every head row of `x` (rows of `head_dim`, one token per `row_len` elements).
-fn rotate(x: &[f64], positions: &[i64], row_len: usize, config: &RopePoolConfig) -> Vec<f64> {
+/// Rotates every head row of `x` (rows of `head_dim`, one token per `row_len` elements) at
+/// `positions` (`[T]`, or `[3, T]` with M-RoPE), in f64 from the contract's math.
+fn rotate(
+    x: &[f64],
+    positions: &[i64],
+    row_len: usize,
+    config: &RopePoolConfig,
+    rope: &RopeFrequencies,
+) -> Vec<f64> {
     let d = config.head_dim;
-    let half = d / 2;
+    let half = config.rotary_dim() / 2;
+    let num_tokens = if row_len == 0 { 0 } else { x.len() / row_len };
+    let max_position = positions.iter().copied().max().unwrap_or(0);
+    let inv_freq = rope.inv_freq_at(max_position);
+    let scale = rope.attention_factor;
     let mut out = x.to_vec();
-    for (t, &pos) in positions.iter().enumerate() {
+    for t in 0..num_tokens {
         for h in 0..row_len / d {
             let base = t * row_len + h * d;
-            for i in 0..half {
-                let inv_freq = config.rope_base.powf(-2.0 * i as f64 / d as f64);
-                let (s, c) = (pos as f64 * inv_freq).sin_cos();
-                let (x1, x2) = (x[base + i], x[base + i + half]);
-                out[base + i] = x1 * c - x2 * s;
-                out[base + i + half] = x1 * s + x2 * c;
+            for (i, &inv_freq) in inv_freq.iter().enumerate() {
+                let position = positions[rope.row(i) * num_tokens + t];
+                let (s, c) = (position as f64 * inv_freq).sin_cos();
+                let (s, c) = (s * scale, c * scale);
+                let (lo, hi) = match rope.style {
+                    RopeStyle::Neox => (base + i, base + i + half),
+                    RopeStyle::Gptj => (base + 2 * i, base + 2 * i + 1),
+                };
+                let (x1, x2) = (x[lo], x[hi]);
+                out[lo] = x1 * c - x2 * s;
+                out[hi] = x1 * s + x2 * c;
             }
         }
     }
@@ -37,7 +56,10 @@ fn rotate(x: &[f64], positions: &[i64], row_len: usize, config: &RopePoolConfig)
 }
 
 /// The op in f64 on dense row-major buffers whose shapes follow `config` (`q.len() / (Hq * D)`
-/// tokens, `k_pool.len() / (Hkv * D)` pool rows).
+/// tokens, `k_pool.len() / (Hkv * D)` pool rows; `positions` `[T]`, or `[3, T]` with M-RoPE).
+///
+/// # Panics
+/// When `config` is invalid (see [`RopePoolConfig::frequencies`]).
 #[allow(clippy::too_many_arguments)]
 pub fn rope_pool_reference(
     config: &RopePoolConfig,
@@ -49,9 +71,11 @@ pub fn rope_pool_reference(
     k_pool: &[f64],
     v_pool: &[f64],
 ) -> ReferenceOutput {
+    let rope = config.frequencies().expect("a valid config");
     let kv_row = config.num_kv_heads * config.head_dim;
-    let q_rot = rotate(q, positions, config.num_qo_heads * config.head_dim, config);
-    let k_rot = rotate(k, positions, kv_row, config);
+    let q_row = config.num_qo_heads * config.head_dim;
+    let q_rot = rotate(q, positions, q_row, config, &rope);
+    let k_rot = rotate(k, positions, kv_row, config, &rope);
     let (mut k_pool, mut v_pool) = (k_pool.to_vec(), v_pool.to_vec());
     let pool_size = k_pool.len() / kv_row;
     for (t, &slot) in slots.iter().enumerate() {

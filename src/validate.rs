@@ -1,8 +1,10 @@
 //! The argument checks of `rope_pool_fused`, in the order the contract lists them. Pure
 //! functions of shapes, dtypes and host values: nothing here touches a device.
 
+use crate::rope::RopeFrequencies;
 use crate::{Dims, RopePoolConfig, RopePoolError};
 use burn::tensor::DType;
+use std::sync::Arc;
 
 /// What validation needs to know of one call's tensors.
 #[derive(Clone, Debug)]
@@ -18,8 +20,12 @@ pub(crate) struct CallSignature {
     pub dtypes: [DType; 5],
 }
 
-/// Checks shapes, dtypes and the config, returning the first failure in contract order.
-pub(crate) fn validate(sig: &CallSignature, config: &RopePoolConfig) -> Result<(), RopePoolError> {
+/// Checks shapes, dtypes and the config, returning the first failure in contract order, or the
+/// call's frequencies.
+pub(crate) fn validate(
+    sig: &CallSignature,
+    config: &RopePoolConfig,
+) -> Result<Arc<RopeFrequencies>, RopePoolError> {
     let (q, k, v) = (&sig.q.0, &sig.k.0, &sig.v.0);
     let (k_pool, v_pool) = (&sig.k_pool.0, &sig.v_pool.0);
     if q.len() != 3 || k.len() != 3 || v.len() != 3 {
@@ -29,10 +35,17 @@ pub(crate) fn validate(sig: &CallSignature, config: &RopePoolConfig) -> Result<(
             v: sig.v.clone(),
         });
     }
-    if sig.positions.0.len() != 1 || sig.slots.0.len() != 1 {
+    // With M-RoPE, check 14 replaces check 2 for positions; slots stay 1-D.
+    let mrope = config.mrope.is_some();
+    if (!mrope && sig.positions.0.len() != 1) || sig.slots.0.len() != 1 {
         return Err(RopePoolError::IndexRank {
             positions: sig.positions.clone(),
             slots: sig.slots.clone(),
+        });
+    }
+    if mrope && sig.positions.0[..] != [3, q[0]] {
+        return Err(RopePoolError::MropePositions {
+            positions: sig.positions.clone(),
         });
     }
     if k_pool.len() != 3 || v_pool.len() != 3 {
@@ -54,10 +67,11 @@ pub(crate) fn validate(sig: &CallSignature, config: &RopePoolConfig) -> Result<(
             k: sig.k.clone(),
         });
     }
-    if sig.positions.0[0] != num_tokens || sig.slots.0[0] != num_tokens {
+    let positions = *sig.positions.0.last().unwrap_or(&0);
+    if positions != num_tokens || sig.slots.0[0] != num_tokens {
         return Err(RopePoolError::IndexLen {
             num_tokens,
-            positions: sig.positions.0[0],
+            positions,
             slots: sig.slots.0[0],
         });
     }
@@ -88,10 +102,11 @@ pub(crate) fn validate(sig: &CallSignature, config: &RopePoolConfig) -> Result<(
         });
     }
     validate_config(config)?;
+    let frequencies = config.frequencies()?;
     if !matches!(dq, DType::F32 | DType::F16 | DType::BF16) {
         return Err(RopePoolError::FloatDtype { dtype: dq });
     }
-    Ok(())
+    Ok(frequencies)
 }
 
 /// The checks of the config alone (after the shape and dtype checks of the contract).

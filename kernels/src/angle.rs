@@ -24,20 +24,21 @@ const PART_BITS: i32 = 12;
 
 /// `x` rounded to `PART_BITS` significant bits (towards zero), exactly representable in f32.
 fn leading_bits(x: f64) -> f64 {
-    if x == 0.0 {
+    // Below f32's normal range the part would not fit f32 anyway (and the scale would overflow).
+    if x.abs() < f32::MIN_POSITIVE as f64 {
         return 0.0;
     }
     let scale = 2f64.powi(PART_BITS - 1 - x.abs().log2().floor() as i32);
     (x * scale).trunc() / scale
 }
 
-/// The per-frequency constants of the kernel: `[f1 | f2 | f3]`, each `head_dim / 2` long.
-/// `f1 + f2 + f3 = rope_base^(-2i/head_dim) / 2π` to ~2^-48 relative.
-pub fn turn_table(head_dim: usize, rope_base: f64) -> Vec<f32> {
-    let half = head_dim / 2;
+/// The per-frequency constants of the kernel: `[f1 | f2 | f3]`, each `inv_freq.len()` long, with
+/// `f1 + f2 + f3 = inv_freq[i] / 2π` to ~2^-48 relative.
+pub fn split_turns(inv_freq: &[f64]) -> Vec<f32> {
+    let half = inv_freq.len();
     let mut table = vec![0f32; 3 * half];
-    for i in 0..half {
-        let f = rope_base.powf(-2.0 * i as f64 / head_dim as f64) / std::f64::consts::TAU;
+    for (i, &inv_freq) in inv_freq.iter().enumerate() {
+        let f = inv_freq / std::f64::consts::TAU;
         let f1 = leading_bits(f);
         let f2 = leading_bits(f - f1);
         table[i] = f1 as f32;
@@ -53,7 +54,7 @@ fn frac(x: f32) -> f32 {
 }
 
 /// The angle (radians, in `[-π, π]`) of `position` for the frequency with parts `f1, f2, f3` of
-/// [`turn_table`]; the host twin of the kernel's `rope_angle`.
+/// [`split_turns`]; the host twin of the kernel's `rope_angle`.
 pub fn host_angle(position: i32, f1: f32, f2: f32, f3: f32) -> f32 {
     let p_lo = (position & 0xfff) as f32;
     let p_hi = (position & !0xfff) as f32;
@@ -67,32 +68,20 @@ fn frac_vector<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
     x - x.round()
 }
 
-/// The angles (radians, in `[-π, π]`) of `N` frequencies at `position`; see the module docs.
+/// The angles (radians, in `[-π, π]`) of `N` frequencies at their positions (one per lane: M-RoPE
+/// gives the lanes of one unit different rows); see the module docs.
 #[cube]
 pub fn rope_angle<N: Size>(
-    position: i32,
+    position: Vector<i32, N>,
     f1: Vector<f32, N>,
     f2: Vector<f32, N>,
     f3: Vector<f32, N>,
 ) -> Vector<f32, N> {
-    let p_lo = Vector::<f32, N>::new(f32::cast_from(position & 4095i32));
-    let p_hi = Vector::<f32, N>::new(f32::cast_from(position & -4096i32));
-    let p = Vector::<f32, N>::new(f32::cast_from(position));
+    let p_lo = Vector::<f32, N>::cast_from(position & Vector::new(4095i32));
+    let p_hi = Vector::<f32, N>::cast_from(position & Vector::new(-4096i32));
+    let p = Vector::<f32, N>::cast_from(position);
     let small = p * f3 + frac_vector::<N>(p_lo * f2);
     let turns = ((small + frac_vector::<N>(p_hi * f2)) + frac_vector::<N>(p_lo * f1))
         + frac_vector::<N>(p_hi * f1);
     frac_vector::<N>(turns) * Vector::new(core::f32::consts::TAU)
-}
-
-/// The naive f32 angle `position * inv_freq` (what SGLang's and FlashInfer's kernels compute),
-/// from the same table: kept only to measure what [`rope_angle()`] costs.
-#[cube]
-pub fn naive_angle<N: Size>(
-    position: i32,
-    f1: Vector<f32, N>,
-    f2: Vector<f32, N>,
-    f3: Vector<f32, N>,
-) -> Vector<f32, N> {
-    let inv_freq = (f1 + f2 + f3) * Vector::new(core::f32::consts::TAU);
-    Vector::<f32, N>::new(f32::cast_from(position)) * inv_freq
 }

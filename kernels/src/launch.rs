@@ -1,7 +1,8 @@
-//! Host side of the fused kernel: the frequency table, the vector width and the launch.
+//! Host side of the fused kernel: the frequency table's device copy, the vector width and the
+//! launch.
 
-use crate::angle::turn_table;
 use crate::rope_pool::rope_pool_kernel;
+use crate::table::RopeTable;
 use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
 use cubecl::device::DeviceId;
@@ -37,13 +38,20 @@ impl RopePoolGeometry {
 }
 
 /// The widest vector the device loads efficiently for `elem_size`-byte elements that also
-/// divides `half = head_dim / 2` (so a unit's vector never straddles the two halves of a row),
-/// at most `max` elements.
-pub fn vector_size(client: &Client, elem_size: usize, head_dim: usize, max: usize) -> usize {
-    let half = head_dim / 2;
+/// divides `rotary_dim / 2` (so a unit's vector never straddles the two halves of a row, nor
+/// splits a GPT-J pair) and `head_dim` (so the pass-through tail is whole vectors), at most `max`
+/// elements.
+pub fn vector_size(
+    client: &Client,
+    elem_size: usize,
+    head_dim: usize,
+    rotary_dim: usize,
+    max: usize,
+) -> usize {
+    let half = rotary_dim / 2;
     client
         .io_optimized_vector_sizes(elem_size)
-        .find(|&n| n > 0 && n <= max && half.is_multiple_of(n))
+        .find(|&n| n > 0 && n <= max && half.is_multiple_of(n) && head_dim.is_multiple_of(n))
         .unwrap_or(1)
 }
 
@@ -69,20 +77,15 @@ pub fn heads_per_unit(geometry: RopePoolGeometry, half_vectors: usize, elem_size
         .clamp(1, max_heads_per_unit(elem_size, heads).min(heads))
 }
 
-/// The frequency table ([`turn_table`]) of `head_dim` and `rope_base` on `client`'s device:
-/// uploaded on first use and kept for the life of the process (`3 * head_dim / 2` f32, 768 bytes
-/// at head_dim 128), so a call uploads nothing. At most [`MAX_CACHED_TABLES`] are kept; past
-/// that the cache starts afresh.
-fn turn_table_on_device(client: &Client, head_dim: usize, rope_base: f64) -> Handle {
-    type Key = (DeviceId, TypeId, usize, u64);
+/// The device copy of `table` on `client`'s device: uploaded on first use and kept for the life
+/// of the process (`3 * rotary_dim / 2` f32 for plain RoPE, 768 bytes at head_dim 128), so a
+/// call uploads nothing. At most [`MAX_CACHED_TABLES`] are kept; past that the cache starts
+/// afresh.
+fn table_on_device(client: &Client, table: &RopeTable) -> Handle {
+    type Key = (DeviceId, TypeId, u64);
     static TABLES: OnceLock<Mutex<HashMap<Key, Handle>>> = OnceLock::new();
     let service = client.service_id();
-    let key = (
-        service.device,
-        service.service,
-        head_dim,
-        rope_base.to_bits(),
-    );
+    let key = (service.device, service.service, table.id);
     let mut tables = TABLES
         .get_or_init(Default::default)
         .lock()
@@ -92,13 +95,11 @@ fn turn_table_on_device(client: &Client, head_dim: usize, rope_base: f64) -> Han
     }
     tables
         .entry(key)
-        .or_insert_with(|| {
-            client.create_from_slice(f32::as_bytes(&turn_table(head_dim, rope_base)))
-        })
+        .or_insert_with(|| client.create_from_slice(f32::as_bytes(&table.values)))
         .clone()
 }
 
-/// How many (device, head_dim, rope_base) frequency tables stay uploaded.
+/// How many frequency tables stay uploaded.
 const MAX_CACHED_TABLES: usize = 64;
 
 /// The device tensors of one call. Every tensor must be contiguous and of the shape the
@@ -111,7 +112,8 @@ pub struct RopePoolArgs {
     pub k: TensorArg,
     /// `[T, Hkv, D]`, float `F`.
     pub v: TensorArg,
-    /// `[T]`, integer `I`.
+    /// `[T]` (`[3, T]` for M-RoPE), integer `I`; for LongRoPE one more element after those, the
+    /// call's largest position.
     pub positions: TensorArg,
     /// `[T]`, integer `I`.
     pub slots: TensorArg,
@@ -125,9 +127,9 @@ pub struct RopePoolArgs {
     pub v_pool: TensorArg,
 }
 
-/// Enqueues the fused kernel on `client`. `float` and `int` are the element types of the float
-/// tensors and of `positions`/`slots`. `tuning` is [`LaunchTuning::default`] in normal use (or
-/// [`LaunchTuning::from_env`] for benchmark runs). Does nothing for an empty batch.
+/// Enqueues the fused kernel of `rope`'s variant on `client`. `float` and `int` are the element
+/// types of the float tensors and of `positions`/`slots`. `tuning` is [`LaunchTuning::default`]
+/// in normal use (benchmark builds override it). Does nothing for an empty batch.
 ///
 /// # Safety
 /// The tensors must be live, contiguous, of the shapes `geometry` describes, and the pools must
@@ -138,7 +140,7 @@ pub unsafe fn launch_rope_pool(
     float: ElemType,
     int: ElemType,
     geometry: RopePoolGeometry,
-    rope_base: f64,
+    rope: &RopeTable,
     args: RopePoolArgs,
     tuning: &LaunchTuning,
 ) {
@@ -147,21 +149,24 @@ pub unsafe fn launch_rope_pool(
         head_dim,
         ..
     } = geometry;
-    if num_tokens == 0 || head_dim < 2 {
+    let rotary_dim = rope.rotary_dim;
+    if num_tokens == 0 || rotary_dim < 2 || rotary_dim > head_dim {
         return;
     }
     let max_vector = tuning.max_vector.unwrap_or(usize::MAX);
-    let vector = vector_size(client, float.size(), head_dim, max_vector);
-    let half = head_dim / 2;
-    let table = turn_table_on_device(client, head_dim, rope_base);
-    let turns = unsafe { TensorArg::from_raw_parts(table, [1].into(), [3 * half].into()) };
+    let vector = vector_size(client, float.size(), head_dim, rotary_dim, max_vector);
+    let half = rotary_dim / 2;
+    let handle = table_on_device(client, rope);
+    let table_len = rope.values.len();
+    let table = unsafe { TensorArg::from_raw_parts(handle, [1].into(), [table_len].into()) };
 
     let heads = geometry.num_qo_heads + geometry.num_kv_heads;
     let group = match tuning.heads_per_unit {
         Some(forced) => forced.clamp(1, heads.max(1)),
         None => heads_per_unit(geometry, half / vector, float.size()),
     };
-    let units = num_tokens * heads.div_ceil(group) * (half / vector);
+    let unit_vectors = (half + head_dim - rotary_dim) / vector;
+    let units = num_tokens * heads.div_ceil(group) * unit_vectors;
     let cube_dim = match tuning.cube_dim {
         Some(n) => CubeDim::new_1d(
             n.clamp(1, client.properties().hardware.max_units_per_cube as usize) as u32,
@@ -181,14 +186,16 @@ pub unsafe fn launch_rope_pool(
             args.v,
             args.positions,
             args.slots,
-            turns,
+            table,
             args.q_out,
             args.k_out,
             args.k_pool,
             args.v_pool,
             group as u32,
-            !tuning.contiguous_heads,
-            !tuning.naive_angles,
+            (rotary_dim / vector) as u32,
+            rope.attention_factor,
+            rope.long_from,
+            rope.variant,
             [float, int],
         );
     }

@@ -1,12 +1,15 @@
-//! CubeCL kernels of `burn-rope-pool`: NeoX rotary position embedding of q and k fused with the
-//! scatter of k/v into a token-slot KV pool. Depends on CubeCL alone, so the kernels can be
-//! launched, tested and compiled to WGSL, SPIR-V, CUDA or Metal Shading Language without Burn.
+//! CubeCL kernels of `burn-rope-pool`: rotary position embedding of q and k (NeoX or GPT-J pairs,
+//! partial rotary, scaled frequencies, M-RoPE) fused with the scatter of k/v into a token-slot KV
+//! pool. Depends on CubeCL alone, so the kernels can be launched, tested and compiled to WGSL,
+//! SPIR-V, CUDA or Metal Shading Language without Burn.
 
 pub mod angle;
 mod launch;
 pub mod rope_pool;
+mod table;
 mod tuning;
 
-pub use angle::{host_angle, turn_table};
+pub use angle::{host_angle, split_turns};
 pub use launch::{RopePoolArgs, RopePoolGeometry, heads_per_unit, launch_rope_pool, vector_size};
+pub use table::{RopeTable, RopeVariant};
 pub use tuning::LaunchTuning;

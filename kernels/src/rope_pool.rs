@@ -1,27 +1,44 @@
-//! The fused kernel: NeoX rotation of q and k, plus the scatter of rotated k and raw v into
-//! the token-slot KV pool, in one launch.
+//! The fused kernel: rotation of q and k, plus the scatter of rotated k and raw v into the
+//! token-slot KV pool, in one launch.
 //!
-//! One unit owns one token, a group of its heads and `N` consecutive rotation pairs
-//! (frequencies `j*N .. j*N+N`). It forms the `N` angles and their cos/sin once, then walks the
-//! q heads and kv heads of its group with them, so the trigonometry is paid once per (token,
-//! frequency, group). A group is every `groups`-th head of the token: at each step the units of
-//! one token read neighbouring heads, and adjacent units own adjacent frequencies of the same
-//! head row, so the loads and stores of a warp are contiguous runs of memory.
+//! One unit owns one token, a group of its heads and one *pair vector* `j`: `N` consecutive
+//! frequencies `j*N .. j*N+N` and the two vectors of each head row that they rotate. It forms the
+//! `N` angles and their cos/sin once, then walks the q heads and kv heads of its group with them,
+//! so the trigonometry is paid once per (token, frequency, group). A group is every `groups`-th
+//! head of the token: at each step the units of one token read neighbouring heads, and adjacent
+//! units own adjacent vectors of the same head row, so the loads and stores of a warp are
+//! contiguous runs of memory.
 //!
-//! Variants of the op (interleaved GPT-J pairs, a partial rotary dimension, scaled frequencies,
-//! a paged pool layout) plug in at the three seams below as comptime options of this kernel:
-//! [`pair_offsets()`] (which two elements form a pair), [`rope_angle()`] (the angle of a pair, exact
-//! at long context: see [`crate::angle`]) and
-//! [`pool_row()`] (where a token's row lands in the pool).
+//! The RoPE variants ([`RopeVariant`], comptime) plug in at the kernel's seams:
+//! - [`pair_offsets()`]: which two vectors a unit rotates — NeoX halves `(j, j + R/2N)`, or
+//!   GPT-J's neighbours `(2j, 2j + 1)` whose lanes hold interleaved pairs ([`rotate_interleaved`]);
+//! - the pass-through tail of a partial rotary head: units past the pair vectors copy one
+//!   vector of the tail each;
+//! - the position of a frequency: one per token, or M-RoPE's row per frequency (masks in the
+//!   table, [`lane_positions`]);
+//! - the frequency set: LongRoPE's short or long half of the table, chosen by the call's largest
+//!   position (stored after the positions);
+//! - [`rope_angle()`]: the exact angle (see [`crate::angle`]), scaled by the attention factor;
+//! - [`pool_row()`]: where a token's row lands in the pool.
 
-use crate::angle::{naive_angle, rope_angle};
+use crate::angle::rope_angle;
+use crate::table::RopeVariant;
 use cubecl::prelude::*;
 
-/// Offsets, in vectors from the start of a head row, of the two halves of pair vector `j`
-/// (NeoX layout: element `i` pairs with element `i + head_dim / 2`).
+/// Offsets, in vectors from the start of a head row, of the two vectors pair vector `j` rotates:
+/// NeoX pairs element `i` with `i + rotary_dim / 2`; GPT-J pairs `2i` with `2i + 1`, so its two
+/// vectors are neighbours and hold `N / 2` pairs each.
 #[cube]
-pub fn pair_offsets(j: usize, half_vectors: usize) -> (usize, usize) {
-    (j, j + half_vectors)
+pub fn pair_offsets(
+    j: usize,
+    half_vectors: usize,
+    #[comptime] interleaved: bool,
+) -> (usize, usize) {
+    if interleaved {
+        (2 * j, 2 * j + 1)
+    } else {
+        (j, j + half_vectors)
+    }
 }
 
 /// Row index in the pool of a token whose slot is `slot`, or `pool_size` (no row) when the
@@ -38,8 +55,8 @@ pub fn pool_row<I: Int>(slot: I, pool_size: usize) -> usize {
     row
 }
 
-/// Rotates the pair `(x1, x2)` by the angle whose cosine and sine are `cos`, `sin`, in f32,
-/// and rounds the result to the storage type once.
+/// Rotates the NeoX pairs `(x1[l], x2[l])` by the angles whose cosines and sines are `cos`,
+/// `sin`, in f32, and rounds the result to the storage type once.
 #[cube]
 fn rotate<F: Float, N: Size>(
     x1: Vector<F, N>,
@@ -55,18 +72,69 @@ fn rotate<F: Float, N: Size>(
     )
 }
 
+/// Rotates the GPT-J pairs held in the lanes of two neighbouring vectors: lanes `2l, 2l + 1` of
+/// `x1` are pair `l` (angle lane `l`), those of `x2` pair `N/2 + l`. With `N = 1` the two vectors
+/// are one pair, as in [`rotate`].
+#[cube]
+fn rotate_interleaved<F: Float, N: Size>(
+    x1: Vector<F, N>,
+    x2: Vector<F, N>,
+    cos: Vector<f32, N>,
+    sin: Vector<f32, N>,
+) -> (Vector<F, N>, Vector<F, N>) {
+    let n = N::value();
+    let mut o1 = x1;
+    let mut o2 = x2;
+    if comptime!(n == 1) {
+        let (a, b) = rotate::<F, N>(x1, x2, cos, sin);
+        o1 = a;
+        o2 = b;
+    } else {
+        #[unroll]
+        for l in 0..comptime!(n / 2) {
+            let (even, odd, second) = comptime!((2 * l, 2 * l + 1, n / 2 + l));
+            let (c, s) = (cos.extract(l), sin.extract(l));
+            let a = f32::cast_from(x1.extract(even));
+            let b = f32::cast_from(x1.extract(odd));
+            o1.insert(even, F::cast_from(a * c - b * s));
+            o1.insert(odd, F::cast_from(a * s + b * c));
+            let (c, s) = (cos.extract(second), sin.extract(second));
+            let a = f32::cast_from(x2.extract(even));
+            let b = f32::cast_from(x2.extract(odd));
+            o2.insert(even, F::cast_from(a * c - b * s));
+            o2.insert(odd, F::cast_from(a * s + b * c));
+        }
+    }
+    (o1, o2)
+}
+
+/// The position of each of a unit's `N` frequencies: M-RoPE picks row 0, 1 or 2 of `positions`
+/// (`[3, T]`) per frequency with the 0/1 masks `m0, m1, m2` (exactly one is 1), so
+/// `m0*p0 + m1*p1 + m2*p2` is exact.
+#[cube]
+pub fn lane_positions<N: Size>(
+    rows: (i32, i32, i32),
+    m0: Vector<f32, N>,
+    m1: Vector<f32, N>,
+    m2: Vector<f32, N>,
+) -> Vector<i32, N> {
+    let (p0, p1, p2) = rows;
+    Vector::<i32, N>::cast_from(m0) * Vector::new(p0)
+        + Vector::<i32, N>::cast_from(m1) * Vector::new(p1)
+        + Vector::<i32, N>::cast_from(m2) * Vector::new(p2)
+}
+
 /// The fused op. All tensors are contiguous; shapes are those of the contract:
-/// `q [T, Hq, D]`, `k, v [T, Hkv, D]`, `positions, slots [T]`, `turns [3 * D/2]` (f32,
-/// [`crate::angle::turn_table`]), `k_pool, v_pool [P, Hkv, D]` (updated in place),
-/// `q_out [T, Hq, D]`, `k_out [T, Hkv, D]`. `N` must divide `D / 2`.
+/// `q [T, Hq, D]`, `k, v [T, Hkv, D]`, `slots [T]`, `positions [T]` (`[3, T]` for M-RoPE, plus
+/// one trailing element, the call's largest position, for LongRoPE), `table` (f32,
+/// [`crate::RopeTable`]), `k_pool, v_pool [P, Hkv, D]` (updated in place), `q_out [T, Hq, D]`,
+/// `k_out [T, Hkv, D]`. `rotary_vectors = rotary_dim / N`; `N` divides `rotary_dim / 2` and
+/// `D`.
 ///
 /// A token's `Hq + Hkv` heads are split into groups of `heads_per_unit`; one unit handles one
-/// (token, head group, pair vector). Larger groups pay the trigonometry fewer times; smaller
-/// ones put more units in flight. With `strided_heads` (what launches use) a group is every
-/// `groups`-th head, so the units of one token read neighbouring heads at each step; without, a
-/// run of `heads_per_unit` consecutive heads. `exact_angles = false` forms the angle the naive
-/// way (`position * inv_freq` in f32), for measuring what the exact angle costs; launches use the
-/// exact one.
+/// (token, head group, pair vector), and with a partial rotary dimension one more unit per
+/// vector of the pass-through tail. Larger groups pay the trigonometry fewer times; smaller ones
+/// put more units in flight.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
@@ -75,74 +143,118 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     v: &Tensor<Vector<F, N>>,
     positions: &Tensor<I>,
     slots: &Tensor<I>,
-    turns: &Tensor<Vector<f32, N>>,
+    table: &Tensor<Vector<f32, N>>,
     q_out: &mut Tensor<Vector<F, N>>,
     k_out: &mut Tensor<Vector<F, N>>,
     k_pool: &mut Tensor<Vector<F, N>>,
     v_pool: &mut Tensor<Vector<F, N>>,
     heads_per_unit: u32,
-    #[comptime] strided_heads: bool,
-    #[comptime] exact_angles: bool,
+    rotary_vectors: u32,
+    attention_factor: f32,
+    long_from: i32,
+    #[comptime] variant: RopeVariant,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
+    let RopeVariant {
+        interleaved,
+        partial,
+        mrope,
+        long_short,
+    } = variant;
     let num_tokens = q.shape(0);
     let num_qo_heads = q.shape(1);
     let num_kv_heads = k.shape(1);
     let pool_size = k_pool.shape(0);
     let row_vectors = q.shape(2) / q.vector_size();
-    let half_vectors = row_vectors / 2;
-    let group_size = heads_per_unit as usize;
+    let rotary_vectors = rotary_vectors as usize;
+    let half_vectors = rotary_vectors / 2;
+    let mut unit_vectors = half_vectors;
+    if partial {
+        unit_vectors += row_vectors - rotary_vectors;
+    }
+    let groups = (num_qo_heads + num_kv_heads).div_ceil(heads_per_unit as usize);
     let num_heads = num_qo_heads + num_kv_heads;
-    let groups = num_heads.div_ceil(group_size);
 
-    let unit_row = ABSOLUTE_POS / half_vectors;
-    let j = ABSOLUTE_POS % half_vectors;
+    let unit_row = ABSOLUTE_POS / unit_vectors;
+    let j = ABSOLUTE_POS % unit_vectors;
     let token = unit_row / groups;
     let group = unit_row % groups;
     if token >= num_tokens {
         terminate!();
     }
-    // This unit's heads: `start, start + step, ...` below `stop`; q heads first, then kv heads.
-    let (start, step, stop) = if strided_heads {
-        (group, groups, num_heads)
-    } else {
-        let first = group * group_size;
-        (first, 1, num_heads.min(first + group_size))
-    };
 
-    let (f1, f2, f3) = (
-        turns[j],
-        turns[half_vectors + j],
-        turns[2 * half_vectors + j],
-    );
-    // The token's position and slot are loaded together, up front: neither waits on the other
-    // or on the heads.
-    let position = i32::cast_from(positions[token]);
+    // The token's positions and slot are loaded together, up front: none waits on the heads.
+    let mut position = Vector::<i32, N>::new(i32::cast_from(positions[token]));
     let pool = pool_row::<I>(slots[token], pool_size);
-    let angle = if exact_angles {
-        rope_angle::<N>(position, f1, f2, f3)
-    } else {
-        naive_angle::<N>(position, f1, f2, f3)
-    };
-    let cos = angle.cos();
-    let sin = angle.sin();
-    let (lo, hi) = pair_offsets(j, half_vectors);
+    let mut set = 0;
+    if long_short {
+        let mut last = num_tokens;
+        if mrope {
+            last = 3 * num_tokens;
+        }
+        if i32::cast_from(positions[last]) >= long_from {
+            set = 3 * half_vectors;
+        }
+    }
+    // A unit of the pass-through tail copies vector `lo` (= `hi`) of each head; its angle is
+    // computed for the last frequency and discarded.
+    let (mut lo, mut hi) = pair_offsets(j, half_vectors, interleaved);
+    let mut pass = false;
+    let mut f = j;
+    if partial {
+        pass = j >= half_vectors;
+        if pass {
+            lo = rotary_vectors + j - half_vectors;
+            hi = lo;
+            f = half_vectors - 1;
+        }
+    }
+    if mrope {
+        let mut masks = 3 * half_vectors;
+        if long_short {
+            masks = 6 * half_vectors;
+        }
+        position = lane_positions::<N>(
+            (
+                i32::cast_from(positions[token]),
+                i32::cast_from(positions[num_tokens + token]),
+                i32::cast_from(positions[2 * num_tokens + token]),
+            ),
+            table[masks + f],
+            table[masks + half_vectors + f],
+            table[masks + 2 * half_vectors + f],
+        );
+    }
+    let angle = rope_angle::<N>(
+        position,
+        table[set + f],
+        table[set + half_vectors + f],
+        table[set + 2 * half_vectors + f],
+    );
+    let cos = angle.cos() * Vector::new(attention_factor);
+    let sin = angle.sin() * Vector::new(attention_factor);
 
     let q_base = token * num_qo_heads * row_vectors;
-    let q_stop = num_qo_heads.min(stop);
-    let mut head = start;
-    while head < q_stop {
+    let mut head = group;
+    while head < num_qo_heads {
         let row = q_base + head * row_vectors;
-        let (a, b) = rotate::<F, N>(q[row + lo], q[row + hi], cos, sin);
+        let (x1, x2) = (q[row + lo], q[row + hi]);
+        let (mut a, mut b) = turn::<F, N>(x1, x2, cos, sin, interleaved);
+        if partial {
+            if pass {
+                a = x1;
+                b = x2;
+            }
+        }
         q_out[row + lo] = a;
         q_out[row + hi] = b;
-        head += step;
+        head += groups;
     }
 
     let write = pool < pool_size;
     let kv_base = token * num_kv_heads * row_vectors;
     let pool_base = pool * num_kv_heads * row_vectors;
-    while head < stop {
+    while head < num_heads {
         let h = head - num_qo_heads;
         let row = kv_base + h * row_vectors;
         // All four loads of the kv head before its first store: the compiler may not move a
@@ -151,7 +263,13 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
         // slot is skipped: one unused row read for a padding token, never a write.)
         let (k1, k2) = (k[row + lo], k[row + hi]);
         let (v1, v2) = (v[row + lo], v[row + hi]);
-        let (a, b) = rotate::<F, N>(k1, k2, cos, sin);
+        let (mut a, mut b) = turn::<F, N>(k1, k2, cos, sin, interleaved);
+        if partial {
+            if pass {
+                a = k1;
+                b = k2;
+            }
+        }
         k_out[row + lo] = a;
         k_out[row + hi] = b;
         if write {
@@ -161,6 +279,22 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
             v_pool[dst + lo] = v1;
             v_pool[dst + hi] = v2;
         }
-        head += step;
+        head += groups;
+    }
+}
+
+/// The rotation of the variant: NeoX halves or GPT-J lane pairs.
+#[cube]
+fn turn<F: Float, N: Size>(
+    x1: Vector<F, N>,
+    x2: Vector<F, N>,
+    cos: Vector<f32, N>,
+    sin: Vector<f32, N>,
+    #[comptime] interleaved: bool,
+) -> (Vector<F, N>, Vector<F, N>) {
+    if interleaved {
+        rotate_interleaved::<F, N>(x1, x2, cos, sin)
+    } else {
+        rotate::<F, N>(x1, x2, cos, sin)
     }
 }

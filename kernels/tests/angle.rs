@@ -1,7 +1,7 @@
 //! The exact-angle method (host twin of the kernel's) against float64 over the whole position
 //! range 0..2^24 and head sizes 2..=256: within a few f32 roundings of the true angle mod 2π.
 
-use rope_pool_kernels::{host_angle, turn_table};
+use rope_pool_kernels::{host_angle, split_turns};
 use std::f64::consts::TAU;
 
 fn distance(a: f64, b: f64) -> f64 {
@@ -20,9 +20,12 @@ fn exact_angle_error_is_at_f32_rounding_level() {
     };
     let mut worst = 0f64;
     for head_dim in (2..=256).step_by(2) {
-        for base in [10_000.0, 500_000.0, 1e6] {
-            let table = turn_table(head_dim, base);
+        for base in [10_000f64, 500_000.0, 1e6] {
             let half = head_dim / 2;
+            let inv_freq: Vec<f64> = (0..half)
+                .map(|i| base.powf(-2.0 * i as f64 / head_dim as f64))
+                .collect();
+            let table = split_turns(&inv_freq);
             let mut positions: Vec<i32> = (0..64).map(|_| (next() % (1 << 24)) as i32).collect();
             positions.extend([0, 1, 4095, 4096, 131_071, (1 << 24) - 1]);
             for &p in &positions {

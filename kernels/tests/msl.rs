@@ -10,13 +10,14 @@ use cubecl::prelude::*;
 use cubecl::wgpu::WgpuDevice;
 use cubecl_cpp::MslCompiler;
 use cubecl_cpp::shared::CompilationOptions;
+use rope_pool_kernels::RopeVariant;
 use rope_pool_kernels::rope_pool::rope_pool_kernel;
 use std::sync::Arc;
 
 /// Vector width of the committed source (16-byte f32 loads; what Apple GPUs prefer).
 const VECTOR: usize = 4;
 
-fn msl(float: FloatKind) -> Option<String> {
+fn msl(float: FloatKind, variant: RopeVariant) -> Option<String> {
     let client = std::panic::catch_unwind(|| Device::Wgpu(WgpuDevice::default()).client()).ok()?;
     let tensor = |dims: [usize; 3]| {
         let len = dims.iter().product::<usize>();
@@ -46,8 +47,10 @@ fn msl(float: FloatKind) -> Option<String> {
         tensor([4, 2, 8]),
         tensor([4, 2, 8]),
         6,
-        true,
-        true,
+        2,
+        1.0,
+        i32::MAX,
+        variant,
         [ElemType::Float(float), ElemType::Int(IntKind::I32)],
     );
     let source = MslCompiler::default()
@@ -90,12 +93,49 @@ fn canonical(source: &str) -> Vec<String> {
 fn committed_metal_source_is_current() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("generated");
     let update = std::env::var("UPDATE_GENERATED").is_ok();
-    for (name, float) in [
-        ("f32", FloatKind::F32),
-        ("f16", FloatKind::F16),
-        ("bf16", FloatKind::BF16),
-    ] {
-        let Some(source) = msl(float) else {
+    let plain = RopeVariant::default();
+    // The plain op in every dtype, and each variant set a model hits in f16 (GPT-J-6B: interleaved
+    // pairs over a partial head; GPT-NeoX/Phi-2: partial; Qwen2-VL: M-RoPE; Phi-3: LongRoPE).
+    let sets = [
+        ("f32", FloatKind::F32, plain),
+        ("f16", FloatKind::F16, plain),
+        ("bf16", FloatKind::BF16, plain),
+        (
+            "f16_gptj_partial",
+            FloatKind::F16,
+            RopeVariant {
+                interleaved: true,
+                partial: true,
+                ..plain
+            },
+        ),
+        (
+            "f16_partial",
+            FloatKind::F16,
+            RopeVariant {
+                partial: true,
+                ..plain
+            },
+        ),
+        (
+            "f16_mrope",
+            FloatKind::F16,
+            RopeVariant {
+                mrope: true,
+                ..plain
+            },
+        ),
+        (
+            "f16_longrope",
+            FloatKind::F16,
+            RopeVariant {
+                long_short: true,
+                ..plain
+            },
+        ),
+    ];
+    for (name, float, variant) in sets {
+        let Some(source) = msl(float, variant) else {
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),
                 "CI=true but no wgpu adapter to build the kernel arguments"
@@ -109,9 +149,9 @@ fn committed_metal_source_is_current() {
             source.contains("[[kernel]] void rope_pool_kernel"),
             "{name}: no Metal kernel entry point"
         );
-        let storage = match name {
-            "f32" => "float",
-            "f16" => "half",
+        let storage = match float {
+            FloatKind::F32 => "float",
+            FloatKind::F16 => "half",
             _ => "bfloat",
         };
         assert!(

@@ -8,7 +8,7 @@ use cubecl::client::Client;
 use cubecl::ir::{ElemType, FloatKind, IntKind};
 use cubecl::prelude::*;
 use cubecl::wgpu::WgpuDevice;
-use rope_pool_kernels::{LaunchTuning, RopePoolArgs, RopePoolGeometry, launch_rope_pool};
+use rope_pool_kernels::{LaunchTuning, RopePoolArgs, RopePoolGeometry, RopeTable, launch_rope_pool};
 
 /// The wgpu client, or `None` (test skipped) without an adapter; with `CI=true` a missing
 /// adapter fails.
@@ -97,6 +97,10 @@ impl Case {
             let handle = client.create_from_slice(i32::as_bytes(data));
             unsafe { TensorArg::from_raw_parts(handle, [1].into(), [data.len()].into()) }
         };
+        let half = g.head_dim / 2;
+        let inv_freq: Vec<f64> = (0..half)
+            .map(|i| 500_000f64.powf(-2.0 * i as f64 / g.head_dim as f64))
+            .collect();
         let q_dims = [g.num_tokens, g.num_qo_heads, g.head_dim];
         let kv_dims = [g.num_tokens, g.num_kv_heads, g.head_dim];
         let pool_dims = [g.pool_size, g.num_kv_heads, g.head_dim];
@@ -114,7 +118,7 @@ impl Case {
                 ElemType::Float(FloatKind::F32),
                 ElemType::Int(IntKind::I32),
                 g,
-                500_000.0,
+                &RopeTable::new(g.head_dim, &inv_freq, None, None, false, 1.0),
                 RopePoolArgs {
                     q,
                     k,
@@ -155,18 +159,8 @@ fn every_tuning_variant_matches_the_default_bit_for_bit() {
             ..defaults
         },
         LaunchTuning {
-            heads_per_unit: Some(3),
-            contiguous_heads: true,
-            ..defaults
-        },
-        LaunchTuning {
             heads_per_unit: Some(4),
             cube_dim: Some(64),
-            ..defaults
-        },
-        LaunchTuning {
-            heads_per_unit: Some(64),
-            contiguous_heads: true,
             ..defaults
         },
         LaunchTuning {

@@ -6,8 +6,11 @@ use burn::tensor::DType;
 use burn_rope_pool::RopePoolError;
 use burn_rope_pool::golden::{GoldenCase, Score, tolerance};
 
-fn cases() -> Vec<(String, GoldenCase)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+/// The cases of `tests/golden/{sub}`, at least `min` of them.
+fn cases_in(sub: &str, min: usize) -> Vec<(String, GoldenCase)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(sub);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .expect("tests/golden")
         .map(|e| e.unwrap().path())
@@ -15,7 +18,7 @@ fn cases() -> Vec<(String, GoldenCase)> {
         .collect();
     files.sort();
     assert!(
-        files.len() >= 7,
+        files.len() >= min,
         "golden cases missing in {}",
         dir.display()
     );
@@ -30,8 +33,19 @@ fn cases() -> Vec<(String, GoldenCase)> {
 
 #[test]
 fn golden_cases_on_every_device_and_dtype() {
+    run_cases(cases_in("", 7));
+}
+
+/// The variant cases (GPT-J pairs, partial rotary, llama3 and YaRN scaling, M-RoPE, a bad
+/// rotary_dim), whose expectations come from transformers' own rope functions.
+#[test]
+fn variant_golden_cases_on_every_device_and_dtype() {
+    run_cases(cases_in("variants", 6));
+}
+
+fn run_cases(cases: Vec<(String, GoldenCase)>) {
     for (device_name, device) in crate::common::devices() {
-        for (name, case) in cases() {
+        for (name, case) in &cases {
             for dtype in [DType::F32, DType::F16, DType::BF16] {
                 let what = format!("{name} on {device_name} as {dtype:?}");
                 let result = case.run(&device, Some(dtype));

@@ -67,7 +67,7 @@ fn plain_cube_backend() {
     use burn::backend::ops::{FloatTensorOps, IntTensorOps};
     use burn::tensor::TensorData;
     use burn_cubecl::CubeBackend;
-    use burn_rope_pool::{RopeParams, RopePoolBackend};
+    use burn_rope_pool::{RopePoolBackend, RopePoolInputs};
 
     let Some(device) = crate::common::wgpu_device() else {
         return;
@@ -90,18 +90,16 @@ fn plain_cube_backend() {
         data.convert::<f64>().try_to_vec::<f64>().unwrap()
     };
     let k_pool = float(&case.k_pool, case.pool_dims());
-    let out = CubeBackend::rope_pool_fused(
-        float(&case.q, case.q_dims()),
-        float(&case.k, case.kv_dims()),
-        float(&case.v, case.kv_dims()),
-        int(&case.positions),
-        int(&case.slots),
+    let inputs = RopePoolInputs {
+        q: float(&case.q, case.q_dims()),
+        k: float(&case.k, case.kv_dims()),
+        v: float(&case.v, case.kv_dims()),
+        positions: int(&case.positions),
+        slots: int(&case.slots),
         k_pool,
-        float(&case.v_pool, case.pool_dims()),
-        RopeParams {
-            rope_base: case.config.rope_base,
-        },
-    );
+        v_pool: float(&case.v_pool, case.pool_dims()),
+    };
+    let out = CubeBackend::rope_pool_fused(inputs, case.config.frequencies().unwrap());
     let actual = burn_rope_pool::reference::ReferenceOutput {
         q_rot: read(out.q_rot),
         k_rot: read(out.k_rot),
