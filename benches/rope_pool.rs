@@ -7,7 +7,9 @@
 
 use burn::tensor::{DType, Device, Distribution, Int, Tensor, TensorData};
 use burn_rope_pool::unfused::rope_pool_unfused;
-use burn_rope_pool::{RopePoolConfig, RopePoolOutput, rope_pool_fused};
+use burn_rope_pool::{
+    MRope, RopePoolConfig, RopePoolOutput, RopeScaling, RopeStyle, rope_pool_fused,
+};
 use clap::Parser;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -41,6 +43,10 @@ struct Args {
     /// separates the cost of the scatter from the rest of the kernel.
     #[arg(long)]
     sequential_slots: bool,
+    /// Also time the RoPE variants (GPT-J pairs, partial rotary 0.25, llama3, YaRN, LongRoPE,
+    /// M-RoPE) on the llama3-8b shape beside plain NeoX, at these token counts (e.g. 4096,32768).
+    #[arg(long, value_delimiter = ',')]
+    variants: Vec<usize>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -94,11 +100,55 @@ fn copy_bandwidth(device: &Device, elements: usize, windows: usize) -> f64 {
     bytes as f64 / copy_time(device, bytes, windows, DType::F32).as_secs_f64()
 }
 
+/// The variants of the `--variants` rows: plain NeoX first, then each variant on its own, as a
+/// model's `config.json` would set it (head_dim 128, θ = 500000).
+const VARIANTS: [&str; 7] = ["neox", "gptj", "partial", "llama3", "yarn", "longrope", "mrope"];
+
+fn variant_config(variant: &str, hq: usize, hkv: usize) -> RopePoolConfig {
+    let config = RopePoolConfig::new(HEAD_DIM, hq, hkv).with_rope_base(500_000.0);
+    match variant {
+        "gptj" => config.with_style(RopeStyle::Gptj),
+        "partial" => config.with_rotary_dim(HEAD_DIM / 4),
+        "llama3" => config.with_scaling(RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0,
+        }),
+        "yarn" => config.with_scaling(RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position_embeddings: Some(32768.0),
+            max_position_embeddings: Some(131072.0),
+            attention_factor: None,
+            beta_fast: None,
+            beta_slow: None,
+            mscale: None,
+            mscale_all_dim: None,
+            truncate: None,
+        }),
+        "longrope" => config.with_scaling(RopeScaling::LongRope {
+            short_factor: (0..HEAD_DIM / 2).map(|i| 1.0 + i as f64 / 64.0).collect(),
+            long_factor: (0..HEAD_DIM / 2).map(|i| 1.0 + i as f64).collect(),
+            original_max_position_embeddings: Some(4096.0),
+            max_position_embeddings: Some(131072.0),
+            attention_factor: None,
+            factor: None,
+        }),
+        "mrope" => config.with_mrope(MRope {
+            section: [16, 24, 24],
+            interleaved: false,
+        }),
+        _ => config,
+    }
+}
+
 struct Inputs {
     q: Tensor<3>,
     k: Tensor<3>,
     v: Tensor<3>,
     positions: Tensor<1, Int>,
+    /// M-RoPE rows `[3, T]` (the 1-D positions repeated with offsets).
+    mrope_positions: Tensor<2, Int>,
     slots: Tensor<1, Int>,
 }
 
@@ -133,7 +183,11 @@ fn inputs(
     }
     let slots = rows[..tokens].to_vec();
     let positions: Vec<i32> = (0..tokens).map(|_| (next() % 131_072) as i32).collect();
+    let rows: Vec<i32> = (0..3)
+        .flat_map(|r| positions.iter().map(move |p| p / (r + 1)))
+        .collect();
     Inputs {
+        mrope_positions: Tensor::from_data(TensorData::new(rows, [3, tokens]), device),
         q: Tensor::random([tokens, hq, HEAD_DIM], dist, (device, dtype)),
         k: Tensor::random([tokens, hkv, HEAD_DIM], dist, (device, dtype)),
         v: Tensor::random([tokens, hkv, HEAD_DIM], dist, (device, dtype)),
@@ -146,7 +200,7 @@ fn inputs(
 struct Row {
     device: String,
     dtype: DType,
-    model: &'static str,
+    model: String,
     tokens: usize,
     pool: usize,
     bytes: usize,
@@ -182,6 +236,7 @@ fn bench_row(
     name: &str,
     dtype: DType,
     model: &'static str,
+    variant: &'static str,
     hq: usize,
     hkv: usize,
     tokens: usize,
@@ -191,7 +246,8 @@ fn bench_row(
     windows: usize,
     sequential_slots: bool,
 ) -> Row {
-    let config = RopePoolConfig::new(HEAD_DIM, hq, hkv).with_rope_base(500_000.0);
+    let config = variant_config(variant, hq, hkv);
+    let mrope = config.mrope.is_some();
     let dist = Distribution::Normal(0.0, 1.0);
     let mut k_pool = Some(Tensor::<3>::random(
         [pool, hkv, HEAD_DIM],
@@ -223,11 +279,18 @@ fn bench_row(
             x.positions.clone(),
             x.slots.clone(),
         );
-        let out: RopePoolOutput = if fused {
-            rope_pool_fused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config)
-                .expect("valid call")
-        } else {
-            rope_pool_unfused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config)
+        let rows = x.mrope_positions.clone();
+        let out: RopePoolOutput = match (fused, mrope) {
+            (true, false) => {
+                rope_pool_fused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config)
+                    .expect("valid call")
+            }
+            (true, true) => rope_pool_fused(args.0, args.1, args.2, rows, args.4, kp, vp, &config)
+                .expect("valid call"),
+            (false, false) => {
+                rope_pool_unfused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config)
+            }
+            (false, true) => rope_pool_unfused(args.0, args.1, args.2, rows, args.4, kp, vp, &config),
         };
         k_pool = Some(out.k_pool);
         v_pool = Some(out.v_pool);
@@ -238,7 +301,11 @@ fn bench_row(
     Row {
         device: name.to_string(),
         dtype,
-        model,
+        model: if variant == "neox" {
+            model.to_string()
+        } else {
+            format!("{model} {variant}")
+        },
         tokens,
         pool,
         bytes,
@@ -341,6 +408,7 @@ fn main() {
                             name,
                             dtype,
                             model,
+                            "neox",
                             hq,
                             hkv,
                             t,
@@ -352,6 +420,32 @@ fn main() {
                         ),
                         &mut table,
                     );
+                }
+            }
+        }
+        // The variants beside plain NeoX, same shape and run (fused only).
+        for dtype in [DType::F16, DType::F32] {
+            for &t in &args.variants {
+                for variant in VARIANTS {
+                    if device.supports_dtype(dtype) {
+                        let (model, hq, hkv) = MODELS[0];
+                        let row = bench_row(
+                            &device,
+                            name,
+                            dtype,
+                            model,
+                            variant,
+                            hq,
+                            hkv,
+                            t,
+                            pool,
+                            false,
+                            bandwidth,
+                            args.windows,
+                            args.sequential_slots,
+                        );
+                        push(row, &mut table);
+                    }
                 }
             }
         }
@@ -371,6 +465,7 @@ fn main() {
                         name,
                         dtype,
                         "llama3-70b-tp8",
+                        "neox",
                         8,
                         1,
                         t,

@@ -15,8 +15,10 @@ case "${1:-run}" in
       cargo build --release "$@" --message-format=json |
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
     }
-    strip -o .dev/bench "$(executable --bench rope_pool)"
-    strip -o .dev/bench-vulkan "$(executable --bench rope_pool --features vulkan)"
+    # The bench is built with `tuning` (launch knobs from ROPE_POOL_* for the sweep); the shipped
+    # kernel and launch are the same as without it.
+    strip -o .dev/bench "$(executable --bench rope_pool --features tuning)"
+    strip -o .dev/bench-vulkan "$(executable --bench rope_pool --features vulkan,tuning)"
     strip -o .dev/replay "$(executable --example replay)"
     strip -o .dev/replay-vulkan "$(executable --example replay --features vulkan)"
     xz -T2 -6 -f .dev/bench .dev/bench-vulkan .dev/replay .dev/replay-vulkan
@@ -44,10 +46,9 @@ case "${1:-run}" in
       # the sizes the bandwidth target is about. Extra arguments go to every run.
       # SWEEP (knob sets separated by `;`) replaces the list below; name the defaults with an
       # unused variable such as ROPE_POOL_DEFAULTS=1, since an empty SWEEP runs nothing. The list
-      # starts with defaults / naive angles twice, alternating, so the A/B shows its run-to-run
-      # spread. BENCH=bench-vulkan DEVICE=vulkan sweeps the SPIR-V path instead.
-      default_sweep="ROPE_POOL_DEFAULTS=1;ROPE_POOL_NAIVE_ANGLES=1;ROPE_POOL_DEFAULTS=1"
-      default_sweep+=";ROPE_POOL_NAIVE_ANGLES=1;ROPE_POOL_HEAD_ORDER=contiguous"
+      # starts with the defaults twice, so the sweep shows its run-to-run spread.
+      # BENCH=bench-vulkan DEVICE=vulkan sweeps the SPIR-V path instead.
+      default_sweep="ROPE_POOL_DEFAULTS=1;ROPE_POOL_DEFAULTS=1"
       default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=1;ROPE_POOL_HEADS_PER_UNIT=2"
       default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=4;ROPE_POOL_HEADS_PER_UNIT=40"
       default_sweep+=";ROPE_POOL_HEADS_PER_UNIT=10;ROPE_POOL_HEADS_PER_UNIT=20;ROPE_POOL_CUBE_DIM=128"

@@ -106,7 +106,8 @@ impl Case {
             q: rng.values(num_tokens * hq * d),
             k: rng.values(num_tokens * hkv * d),
             v: rng.values(num_tokens * hkv * d),
-            positions: (0..num_tokens)
+            // M-RoPE: three rows of positions, one after the other.
+            positions: (0..num_tokens * if config.mrope.is_some() { 3 } else { 1 })
                 .map(|_| rng.below(max_position) as i64)
                 .collect(),
             slots,
@@ -202,7 +203,7 @@ impl Case {
     }
 }
 
-/// Inputs of one call, as device tensors.
+/// Inputs of one call, as device tensors (M-RoPE positions flat: `call` gives them their rows).
 pub struct Inputs {
     pub q: Tensor<3>,
     pub k: Tensor<3>,
@@ -215,11 +216,18 @@ pub struct Inputs {
 
 impl Inputs {
     pub fn call(self, config: &RopePoolConfig) -> Result<RopePoolOutput, RopePoolError> {
+        let positions: burn_rope_pool::IntArg = match config.mrope {
+            Some(_) => {
+                let len = self.positions.dims()[0];
+                self.positions.reshape([3, len / 3]).into()
+            }
+            None => self.positions.into(),
+        };
         rope_pool_fused(
             self.q,
             self.k,
             self.v,
-            self.positions,
+            positions,
             self.slots,
             self.k_pool,
             self.v_pool,

@@ -7,6 +7,7 @@ mod attention;
 mod common;
 mod errors;
 mod golden;
+mod hf_configs;
 mod kv_pool;
 mod pools;
 mod properties;

@@ -4,7 +4,7 @@
 
 use crate::common::{Case, assert_close, devices, dtypes};
 use burn::tensor::DType;
-use burn_rope_pool::RopePoolConfig;
+use burn_rope_pool::{MRope, RopePoolConfig, RopeScaling, RopeStyle};
 use proptest::prelude::*;
 
 fn check(case: &Case) {
@@ -113,5 +113,103 @@ fn large_batches_walk_strided_head_groups() {
         assert_eq!(heads_per_unit(geometry, d / 2 / 4, 4), group);
         let config = RopePoolConfig::new(d, hq, hkv).with_rope_base(500_000.0);
         check(&Case::random(config, t, p, 1 << 20, 900 + i as u64));
+    }
+}
+
+/// A random RoPE variant for a head of `head_dim` elements: pair style, rotary dimension, scaling
+/// and M-RoPE sections, each drawn from `pick`.
+fn variant(head_dim: usize, pick: [u64; 5]) -> RopePoolConfig {
+    let half_max = head_dim / 2;
+    // An even rotary dimension in 2..=head_dim, the whole head half of the time.
+    let rotary_dim = if pick[0] % 2 == 0 {
+        head_dim
+    } else {
+        2 * (1 + pick[0] as usize / 2 % half_max)
+    };
+    let half = rotary_dim / 2;
+    let mut config = RopePoolConfig::new(head_dim, 4, 2)
+        .with_rope_base(if pick[1] % 2 == 0 { 10_000.0 } else { 1e6 })
+        .with_rotary_dim(rotary_dim);
+    if pick[1] % 3 == 0 {
+        config = config.with_style(RopeStyle::Gptj);
+    }
+    config = config.with_scaling(match pick[2] % 5 {
+        0 => RopeScaling::None,
+        1 => RopeScaling::Linear { factor: 2.5 },
+        2 => RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 512.0,
+        },
+        3 => RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position_embeddings: Some(2048.0),
+            max_position_embeddings: Some(8192.0),
+            attention_factor: None,
+            beta_fast: None,
+            beta_slow: None,
+            mscale: None,
+            mscale_all_dim: None,
+            truncate: Some(pick[3] % 2 == 0),
+        },
+        _ => RopeScaling::LongRope {
+            short_factor: (0..half).map(|i| 1.0 + i as f64 / 8.0).collect(),
+            long_factor: (0..half).map(|i| 1.0 + i as f64).collect(),
+            // Half the calls cross it, half stay below (positions are drawn below 2^16 or 2^24).
+            original_max_position_embeddings: Some(if pick[3] % 2 == 0 { 1024.0 } else { 1e9 }),
+            max_position_embeddings: Some(131_072.0),
+            attention_factor: None,
+            factor: None,
+        },
+    });
+    if pick[4] % 3 == 0 {
+        let t = half / 3;
+        let h = (half - t) / 2;
+        config = config.with_mrope(MRope {
+            section: [t, h, half - t - h],
+            interleaved: pick[4] % 2 == 0,
+        });
+    }
+    config
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Every variant (and their combinations) on random shapes against the f64 reference, on
+    /// every device and dtype, positions up to 2^16 or near 2^24.
+    #[test]
+    fn random_variants_match_reference(
+        num_tokens in 1usize..=64,
+        half in 1usize..=64,
+        pool_size in 1usize..=256,
+        pick in any::<[u64; 5]>(),
+        long in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let config = variant(2 * half, pick);
+        let max_position = if long { 1 << 24 } else { 1 << 16 };
+        let mut case = Case::random(config, num_tokens, pool_size, max_position, seed);
+        if long {
+            case.positions[0] = (1 << 24) - 1;
+        }
+        check(&case);
+    }
+}
+
+#[test]
+fn each_variant_at_long_positions() {
+    // One case per variant flag with 128-element heads, positions near 2^24.
+    for (i, pick) in [[0, 1, 0, 0, 1], [0, 3, 0, 0, 1], [1, 1, 0, 0, 1], [3, 1, 2, 0, 1],
+        [0, 1, 3, 0, 1], [0, 1, 4, 0, 1], [0, 1, 0, 0, 3], [0, 1, 0, 0, 0], [5, 3, 4, 1, 3]]
+        .into_iter()
+        .enumerate()
+    {
+        let config = variant(128, pick);
+        let mut case = Case::random(config, 40, 64, 1 << 24, 300 + i as u64);
+        case.positions[0] = (1 << 24) - 1;
+        case.positions[1] = (1 << 24) - 4096;
+        check(&case);
     }
 }
