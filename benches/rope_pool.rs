@@ -102,7 +102,9 @@ fn copy_bandwidth(device: &Device, elements: usize, windows: usize) -> f64 {
 
 /// The variants of the `--variants` rows: plain NeoX first, then each variant on its own, as a
 /// model's `config.json` would set it (head_dim 128, θ = 500000).
-const VARIANTS: [&str; 7] = ["neox", "gptj", "partial", "llama3", "yarn", "longrope", "mrope"];
+const VARIANTS: [&str; 7] = [
+    "neox", "gptj", "partial", "llama3", "yarn", "longrope", "mrope",
+];
 
 fn variant_config(variant: &str, hq: usize, hkv: usize) -> RopePoolConfig {
     let config = RopePoolConfig::new(HEAD_DIM, hq, hkv).with_rope_base(500_000.0);
@@ -290,7 +292,9 @@ fn bench_row(
             (false, false) => {
                 rope_pool_unfused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config)
             }
-            (false, true) => rope_pool_unfused(args.0, args.1, args.2, rows, args.4, kp, vp, &config),
+            (false, true) => {
+                rope_pool_unfused(args.0, args.1, args.2, rows, args.4, kp, vp, &config)
+            }
         };
         k_pool = Some(out.k_pool);
         v_pool = Some(out.v_pool);

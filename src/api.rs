@@ -97,7 +97,10 @@ pub(crate) struct Args {
 impl Args {
     /// Every check of a call, in the contract's order; reads the slots back in checked mode.
     /// Returns the call's frequencies.
-    pub(crate) fn check(&self, config: &RopePoolConfig) -> Result<Arc<RopeFrequencies>, RopePoolError> {
+    pub(crate) fn check(
+        &self,
+        config: &RopePoolConfig,
+    ) -> Result<Arc<RopeFrequencies>, RopePoolError> {
         let Args {
             q,
             k,

@@ -1,7 +1,7 @@
 //! The parameters of one `rope_pool_fused` call: what the user sets.
 
-use crate::rope::{MRope, RopeFrequencies, RopeScaling, RopeStyle};
 use crate::RopePoolError;
+use crate::rope::{MRope, RopeFrequencies, RopeScaling, RopeStyle};
 use std::sync::Arc;
 
 /// Parameters of [`rope_pool_fused`](crate::rope_pool_fused): the head geometry the tensors must

@@ -51,7 +51,10 @@ fn rotate_rows<E: Storage>(
     sin: &[f32],
 ) {
     let half = cos.len();
-    for (src, dst) in src.chunks_exact(head_dim).zip(dst.chunks_exact_mut(head_dim)) {
+    for (src, dst) in src
+        .chunks_exact(head_dim)
+        .zip(dst.chunks_exact_mut(head_dim))
+    {
         for i in 0..half {
             let (lo, hi) = match style {
                 RopeStyle::Neox => (i, i + half),
@@ -97,7 +100,11 @@ pub(crate) fn rope_pool<E: Storage>(
     for (token, &slot) in slots.iter().enumerate() {
         // The kernel reads positions as i32 (wrapping), and so does this twin.
         let row = |r: usize| {
-            let at = if rope.rows.is_some() { r * num_tokens } else { 0 } + token;
+            let at = if rope.rows.is_some() {
+                r * num_tokens
+            } else {
+                0
+            } + token;
             positions[at] as i32
         };
         rope.table

@@ -84,7 +84,9 @@ pub enum RopePoolError {
     #[error("rope_base must be positive and finite, got {rope_base}")]
     RopeBase { rope_base: f64 },
     /// `rotary_dim` is odd, below 2 or above `head_dim` (check 12).
-    #[error("rotary_dim must be even and in 2..=head_dim, got {rotary_dim} for head_dim {head_dim}")]
+    #[error(
+        "rotary_dim must be even and in 2..=head_dim, got {rotary_dim} for head_dim {head_dim}"
+    )]
     RotaryDim { rotary_dim: usize, head_dim: usize },
     /// The M-RoPE sections do not cover the rotated frequencies (check 13).
     #[error("mrope_section must sum to rotary_dim / 2, got {sum} for rotary_dim {rotary_dim}")]

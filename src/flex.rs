@@ -3,12 +3,12 @@
 use crate::backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs};
 use crate::cpu::{self, Storage};
 use crate::rope::RopeFrequencies;
-use rope_pool_kernels::RopePoolGeometry;
-use std::sync::Arc;
 use burn::backend::TensorMetadata;
 use burn::tensor::{DType, Element};
 use burn_flex::{Flex, FlexTensor, Layout};
 use half::{bf16, f16};
+use rope_pool_kernels::RopePoolGeometry;
+use std::sync::Arc;
 
 /// `tensor` with a dense row-major buffer of exactly its elements, starting at 0. Copies only
 /// when the layout is not already that; a shared buffer stays shared (writers copy on write).

@@ -5,8 +5,7 @@
 
 use crate::reference::{ReferenceOutput, max_abs_error, norm_relative_error};
 use crate::{
-    FloatArg, IntArg, MRope, RopePoolConfig, RopePoolError, RopeScaling, RopeStyle,
-    rope_pool_fused,
+    FloatArg, IntArg, MRope, RopePoolConfig, RopePoolError, RopeScaling, RopeStyle, rope_pool_fused,
 };
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
@@ -106,7 +105,9 @@ impl GoldenCase {
             None | Some("neox") => {}
             Some("gptj") => config = config.with_style(RopeStyle::Gptj),
             Some(other) => {
-                return Err(GoldenError::Content(format!("unknown rope_style `{other}`")));
+                return Err(GoldenError::Content(format!(
+                    "unknown rope_style `{other}`"
+                )));
             }
         }
         if meta.contains_key("rotary_dim") {
@@ -133,9 +134,8 @@ impl GoldenCase {
             }
         }
         if let Some(section) = json("mrope_section")? {
-            let section: [usize; 3] = serde_json::from_value(section).map_err(|e| {
-                GoldenError::Content(format!("metadata `mrope_section`: {e}"))
-            })?;
+            let section: [usize; 3] = serde_json::from_value(section)
+                .map_err(|e| GoldenError::Content(format!("metadata `mrope_section`: {e}")))?;
             let interleaved = meta.get("mrope_interleaved").is_some_and(|v| v == "true");
             config = config.with_mrope(MRope {
                 section,

@@ -23,10 +23,11 @@ fn number(object: &Map<String, Value>, name: &str) -> Option<f64> {
 fn count(object: &Map<String, Value>, name: &str) -> Result<Option<usize>, RopePoolError> {
     match object.get(name) {
         None | Some(Value::Null) => Ok(None),
-        Some(value) => value
-            .as_u64()
-            .map(|n| Some(n as usize))
-            .ok_or_else(|| invalid(format!("`{name}` must be a non-negative integer, got {value}"))),
+        Some(value) => value.as_u64().map(|n| Some(n as usize)).ok_or_else(|| {
+            invalid(format!(
+                "`{name}` must be a non-negative integer, got {value}"
+            ))
+        }),
     }
 }
 
@@ -50,12 +51,16 @@ impl RopeScaling {
             number(object, "original_max_position_embeddings").or(original_max_position_embeddings);
         let required = |name: &str| {
             object.get(name).and_then(Value::as_f64).ok_or_else(|| {
-                scaling_error(format!("missing field `{name}` for rope_type `{rope_type}`"))
+                scaling_error(format!(
+                    "missing field `{name}` for rope_type `{rope_type}`"
+                ))
             })
         };
         let list = |name: &str| -> Result<Vec<f64>, RopePoolError> {
             let items = object.get(name).and_then(Value::as_array).ok_or_else(|| {
-                scaling_error(format!("missing field `{name}` for rope_type `{rope_type}`"))
+                scaling_error(format!(
+                    "missing field `{name}` for rope_type `{rope_type}`"
+                ))
             })?;
             items
                 .iter()
@@ -70,7 +75,11 @@ impl RopeScaling {
             Some(section) => {
                 let parts: Vec<usize> = section
                     .as_array()
-                    .map(|a| a.iter().filter_map(|x| x.as_u64().map(|n| n as usize)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_u64().map(|n| n as usize))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let section: [usize; 3] = parts.try_into().map_err(|_| {
                     scaling_error(format!("mrope_section must be 3 integers, got {section}"))
@@ -95,7 +104,9 @@ impl RopeScaling {
                 low_freq_factor: required("low_freq_factor")?,
                 high_freq_factor: required("high_freq_factor")?,
                 original_max_position_embeddings: original.ok_or_else(|| {
-                    scaling_error("missing field `original_max_position_embeddings` for rope_type `llama3`")
+                    scaling_error(
+                        "missing field `original_max_position_embeddings` for rope_type `llama3`",
+                    )
                 })?,
             },
             "yarn" => RopeScaling::Yarn {
@@ -187,7 +198,8 @@ impl RopePoolConfig {
         let max_position = number(root, "max_position_embeddings").or(number(root, "n_positions"));
         let original = number(root, "original_max_position_embeddings");
         let parameters = root.get("rope_parameters").and_then(Value::as_object);
-        let scaling_object = parameters.or_else(|| root.get("rope_scaling").and_then(Value::as_object));
+        let scaling_object =
+            parameters.or_else(|| root.get("rope_scaling").and_then(Value::as_object));
         let rope_base = parameters
             .and_then(|p| number(p, "rope_theta"))
             .or(number(root, "rope_theta"))
@@ -207,7 +219,11 @@ impl RopePoolConfig {
         let mut config = RopePoolConfig::new(head_dim, heads, kv_heads)
             .with_rope_base(rope_base)
             .with_scaling(scaling)
-            .with_style(if gptj { RopeStyle::Gptj } else { RopeStyle::Neox });
+            .with_style(if gptj {
+                RopeStyle::Gptj
+            } else {
+                RopeStyle::Neox
+            });
         if rotary_dim != head_dim {
             config = config.with_rotary_dim(rotary_dim);
         }

@@ -222,7 +222,9 @@ impl RopeFrequencies {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Every field of `config` the frequencies depend on, as bits.
@@ -309,7 +311,9 @@ fn positive(name: &str, value: f64) -> Result<f64, RopePoolError> {
     if value.is_finite() && value > 0.0 {
         Ok(value)
     } else {
-        Err(bad(format!("{name} must be positive and finite, got {value}")))
+        Err(bad(format!(
+            "{name} must be positive and finite, got {value}"
+        )))
     }
 }
 
@@ -393,7 +397,11 @@ fn scaled(scaling: &RopeScaling, default: &[f64], base: f64) -> Result<Scaled, R
                     0.1 * m * scale.ln() + 1.0
                 }
             };
-            let attention_factor = match (positive_opt("attention_factor", *attention_factor)?, mscale, mscale_all_dim) {
+            let attention_factor = match (
+                positive_opt("attention_factor", *attention_factor)?,
+                mscale,
+                mscale_all_dim,
+            ) {
                 (Some(a), _, _) => a,
                 (None, Some(m), Some(all)) => get_mscale(factor, m) / get_mscale(factor, all),
                 (None, _, _) => get_mscale(factor, 1.0),

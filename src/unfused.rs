@@ -17,7 +17,13 @@ fn angles(positions: &Tensor<2>, inv_freq: &[f64], rope: &RopeFrequencies) -> Te
     let mut angle = Tensor::<2>::zeros([num_tokens, half], &device);
     for r in 0..rows {
         let masked: Vec<f32> = (0..half)
-            .map(|i| if rope.row(i) == r { inv_freq[i] as f32 } else { 0.0 })
+            .map(|i| {
+                if rope.row(i) == r {
+                    inv_freq[i] as f32
+                } else {
+                    0.0
+                }
+            })
             .collect();
         let masked = Tensor::<1>::from_data(TensorData::new(masked, [half]), &device);
         let row = positions.clone().slice([r..r + 1, 0..num_tokens]);
@@ -79,8 +85,13 @@ fn rotate(x: Tensor<3>, cos: &Tensor<3>, sin: &Tensor<3>, config: &RopePoolConfi
         }
         RopeStyle::Gptj => {
             let pairs = part.reshape([t, h, half, 2]);
-            let x1 = pairs.clone().slice([0..t, 0..h, 0..half, 0..1]).reshape([t, h, half]);
-            let x2 = pairs.slice([0..t, 0..h, 0..half, 1..2]).reshape([t, h, half]);
+            let x1 = pairs
+                .clone()
+                .slice([0..t, 0..h, 0..half, 0..1])
+                .reshape([t, h, half]);
+            let x2 = pairs
+                .slice([0..t, 0..h, 0..half, 1..2])
+                .reshape([t, h, half]);
             let (out1, out2) = turn(x1, x2);
             Tensor::stack::<4>(vec![out1, out2], 3).reshape([t, h, r])
         }

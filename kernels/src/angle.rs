@@ -68,18 +68,40 @@ fn frac_vector<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
     x - x.round()
 }
 
-/// The angles (radians, in `[-π, π]`) of `N` frequencies at their positions (one per lane: M-RoPE
-/// gives the lanes of one unit different rows); see the module docs.
+/// `position` as the three f32 vectors the angle needs, `(p, p_hi, p_lo)` with
+/// `p_lo = position & 0xfff`: one scalar conversion each, broadcast to the `N` lanes.
+#[cube]
+pub fn position_parts<N: Size>(position: i32) -> (Vector<f32, N>, Vector<f32, N>, Vector<f32, N>) {
+    (
+        Vector::new(f32::cast_from(position)),
+        Vector::new(f32::cast_from(position & -4096i32)),
+        Vector::new(f32::cast_from(position & 4095i32)),
+    )
+}
+
+/// [`position_parts()`] of a position per lane (M-RoPE gives the lanes of one unit different
+/// rows).
+#[cube]
+pub fn lane_position_parts<N: Size>(
+    position: Vector<i32, N>,
+) -> (Vector<f32, N>, Vector<f32, N>, Vector<f32, N>) {
+    (
+        Vector::cast_from(position),
+        Vector::cast_from(position & Vector::new(-4096i32)),
+        Vector::cast_from(position & Vector::new(4095i32)),
+    )
+}
+
+/// The angles (radians, in `[-π, π]`) of `N` frequencies at the positions whose parts are
+/// `(p, p_hi, p_lo)` ([`position_parts()`]); see the module docs.
 #[cube]
 pub fn rope_angle<N: Size>(
-    position: Vector<i32, N>,
+    parts: (Vector<f32, N>, Vector<f32, N>, Vector<f32, N>),
     f1: Vector<f32, N>,
     f2: Vector<f32, N>,
     f3: Vector<f32, N>,
 ) -> Vector<f32, N> {
-    let p_lo = Vector::<f32, N>::cast_from(position & Vector::new(4095i32));
-    let p_hi = Vector::<f32, N>::cast_from(position & Vector::new(-4096i32));
-    let p = Vector::<f32, N>::cast_from(position);
+    let (p, p_hi, p_lo) = parts;
     let small = p * f3 + frac_vector::<N>(p_lo * f2);
     let turns = ((small + frac_vector::<N>(p_hi * f2)) + frac_vector::<N>(p_lo * f1))
         + frac_vector::<N>(p_hi * f1);

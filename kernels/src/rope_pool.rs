@@ -21,7 +21,7 @@
 //! - [`rope_angle()`]: the exact angle (see [`crate::angle`]), scaled by the attention factor;
 //! - [`pool_row()`]: where a token's row lands in the pool.
 
-use crate::angle::rope_angle;
+use crate::angle::{lane_position_parts, position_parts, rope_angle};
 use crate::table::RopeVariant;
 use cubecl::prelude::*;
 
@@ -184,7 +184,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     }
 
     // The token's positions and slot are loaded together, up front: none waits on the heads.
-    let mut position = Vector::<i32, N>::new(i32::cast_from(positions[token]));
+    let mut parts = position_parts::<N>(i32::cast_from(positions[token]));
     let pool = pool_row::<I>(slots[token], pool_size);
     let mut set = 0;
     if long_short {
@@ -214,7 +214,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
         if long_short {
             masks = 6 * half_vectors;
         }
-        position = lane_positions::<N>(
+        let position = lane_positions::<N>(
             (
                 i32::cast_from(positions[token]),
                 i32::cast_from(positions[num_tokens + token]),
@@ -224,9 +224,10 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
             table[masks + half_vectors + f],
             table[masks + 2 * half_vectors + f],
         );
+        parts = lane_position_parts::<N>(position);
     }
     let angle = rope_angle::<N>(
-        position,
+        parts,
         table[set + f],
         table[set + half_vectors + f],
         table[set + 2 * half_vectors + f],

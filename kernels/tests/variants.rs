@@ -8,7 +8,9 @@ use cubecl::client::Client;
 use cubecl::ir::{ElemType, FloatKind, IntKind};
 use cubecl::prelude::*;
 use cubecl::wgpu::WgpuDevice;
-use rope_pool_kernels::{LaunchTuning, RopePoolArgs, RopePoolGeometry, RopeTable, launch_rope_pool};
+use rope_pool_kernels::{
+    LaunchTuning, RopePoolArgs, RopePoolGeometry, RopeTable, launch_rope_pool,
+};
 
 /// The wgpu client, or `None` (test skipped) without an adapter; with `CI=true` a missing
 /// adapter fails.

@@ -33,20 +33,25 @@ fn hf_configs_give_the_frequencies_numpy_computes() {
     let expected = expected.as_object().unwrap();
     assert!(expected.len() >= 6, "fixture incomplete");
     for (name, want) in expected {
-        let config =
-            RopePoolConfig::from_hf_config_file(fixtures().join("hf_configs").join(name))
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let config = RopePoolConfig::from_hf_config_file(fixtures().join("hf_configs").join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         let count = |field: &str| want[field].as_u64().unwrap() as usize;
         assert_eq!(config.head_dim, count("head_dim"), "{name}: head_dim");
         assert_eq!(config.num_qo_heads, count("num_qo_heads"), "{name}");
         assert_eq!(config.num_kv_heads, count("num_kv_heads"), "{name}");
-        assert_eq!(config.rotary_dim(), count("rotary_dim"), "{name}: rotary_dim");
+        assert_eq!(
+            config.rotary_dim(),
+            count("rotary_dim"),
+            "{name}: rotary_dim"
+        );
         let style = match want["style"].as_str().unwrap() {
             "gptj" => RopeStyle::Gptj,
             _ => RopeStyle::Neox,
         };
         assert_eq!(config.style, style, "{name}: style");
-        let rope = config.frequencies().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let rope = config
+            .frequencies()
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         let inv_freq = floats(&want["inv_freq"]);
         assert_eq!(rope.inv_freq.len(), inv_freq.len(), "{name}");
         for (i, (a, b)) in rope.inv_freq.iter().zip(&inv_freq).enumerate() {
@@ -60,7 +65,10 @@ fn hf_configs_give_the_frequencies_numpy_computes() {
                     assert!(close(*a, *b), "{name}: long inv_freq[{i}] {a} vs numpy {b}");
                 }
             }
-            (got, _) => panic!("{name}: long set {got:?} vs numpy {}", want["long_inv_freq"]),
+            (got, _) => panic!(
+                "{name}: long set {got:?} vs numpy {}",
+                want["long_inv_freq"]
+            ),
         }
         let factor = want["attention_factor"].as_f64().unwrap();
         assert!(
@@ -85,7 +93,10 @@ fn both_config_forms_give_one_config() {
     let read = |file: &str| {
         RopePoolConfig::from_hf_config_file(fixtures().join("hf_configs").join(file)).unwrap()
     };
-    assert_eq!(read("llama31_8b.json"), read("llama31_8b_rope_parameters.json"));
+    assert_eq!(
+        read("llama31_8b.json"),
+        read("llama31_8b_rope_parameters.json")
+    );
 }
 
 #[test]

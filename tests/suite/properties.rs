@@ -201,10 +201,19 @@ proptest! {
 #[test]
 fn each_variant_at_long_positions() {
     // One case per variant flag with 128-element heads, positions near 2^24.
-    for (i, pick) in [[0, 1, 0, 0, 1], [0, 3, 0, 0, 1], [1, 1, 0, 0, 1], [3, 1, 2, 0, 1],
-        [0, 1, 3, 0, 1], [0, 1, 4, 0, 1], [0, 1, 0, 0, 3], [0, 1, 0, 0, 0], [5, 3, 4, 1, 3]]
-        .into_iter()
-        .enumerate()
+    for (i, pick) in [
+        [0, 1, 0, 0, 1],
+        [0, 3, 0, 0, 1],
+        [1, 1, 0, 0, 1],
+        [3, 1, 2, 0, 1],
+        [0, 1, 3, 0, 1],
+        [0, 1, 4, 0, 1],
+        [0, 1, 0, 0, 3],
+        [0, 1, 0, 0, 0],
+        [5, 3, 4, 1, 3],
+    ]
+    .into_iter()
+    .enumerate()
     {
         let config = variant(128, pick);
         let mut case = Case::random(config, 40, 64, 1 << 24, 300 + i as u64);
