@@ -146,7 +146,7 @@ impl KvPool {
         };
         // M-RoPE positions come as three rows, one after the other.
         let positions: crate::IntArg = match self.config.mrope {
-            Some(_) if positions.len() % 3 == 0 => {
+            Some(_) if positions.len().is_multiple_of(3) => {
                 index(positions).reshape([3, positions.len() / 3]).into()
             }
             _ => index(positions).into(),

@@ -30,7 +30,7 @@ fn rotate(
 ) -> Vec<f64> {
     let d = config.head_dim;
     let half = config.rotary_dim() / 2;
-    let num_tokens = if row_len == 0 { 0 } else { x.len() / row_len };
+    let num_tokens = x.len().checked_div(row_len).unwrap_or(0);
     let max_position = positions.iter().copied().max().unwrap_or(0);
     let inv_freq = rope.inv_freq_at(max_position);
     let scale = rope.attention_factor;

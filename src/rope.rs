@@ -1,6 +1,6 @@
 //! The RoPE variants of the models people run, and their frequencies.
 //!
-//! A [`RopePoolConfig`](crate::RopePoolConfig) names a pair layout ([`RopeStyle`]), a rotary
+//! A [`RopePoolConfig`] names a pair layout ([`RopeStyle`]), a rotary
 //! dimension, a frequency [`RopeScaling`] and optionally M-RoPE sections ([`MRope`]).
 //! [`RopeFrequencies`] turns them into the inverse frequencies, in float64 with transformers'
 //! formulas (`modeling_rope_utils`), and into the kernel's exact-angle table. Every path of the

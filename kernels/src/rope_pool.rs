@@ -11,11 +11,11 @@
 //!
 //! The RoPE variants ([`RopeVariant`], comptime) plug in at the kernel's seams:
 //! - [`pair_offsets()`]: which two vectors a unit rotates — NeoX halves `(j, j + R/2N)`, or
-//!   GPT-J's neighbours `(2j, 2j + 1)` whose lanes hold interleaved pairs ([`rotate_interleaved`]);
+//!   GPT-J's neighbours `(2j, 2j + 1)` whose lanes hold interleaved pairs (`rotate_interleaved`);
 //! - the pass-through tail of a partial rotary head: units past the pair vectors copy one
 //!   vector of the tail each;
 //! - the position of a frequency: one per token, or M-RoPE's row per frequency (masks in the
-//!   table, [`lane_positions`]);
+//!   table, [`lane_positions()`]);
 //! - the frequency set: LongRoPE's short or long half of the table, chosen by the call's largest
 //!   position (stored after the positions);
 //! - [`rope_angle()`]: the exact angle (see [`crate::angle`]), scaled by the attention factor;
@@ -136,7 +136,8 @@ pub fn lane_positions<N: Size>(
 /// vector of the pass-through tail. Larger groups pay the trigonometry fewer times; smaller ones
 /// put more units in flight.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
-#[allow(clippy::too_many_arguments)]
+// `if partial { if pass { .. } }`: the outer condition is comptime, the inner one runtime.
+#[allow(clippy::too_many_arguments, clippy::collapsible_if)]
 pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     q: &Tensor<Vector<F, N>>,
     k: &Tensor<Vector<F, N>>,

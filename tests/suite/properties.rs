@@ -121,16 +121,20 @@ fn large_batches_walk_strided_head_groups() {
 fn variant(head_dim: usize, pick: [u64; 5]) -> RopePoolConfig {
     let half_max = head_dim / 2;
     // An even rotary dimension in 2..=head_dim, the whole head half of the time.
-    let rotary_dim = if pick[0] % 2 == 0 {
+    let rotary_dim = if pick[0].is_multiple_of(2) {
         head_dim
     } else {
         2 * (1 + pick[0] as usize / 2 % half_max)
     };
     let half = rotary_dim / 2;
     let mut config = RopePoolConfig::new(head_dim, 4, 2)
-        .with_rope_base(if pick[1] % 2 == 0 { 10_000.0 } else { 1e6 })
+        .with_rope_base(if pick[1].is_multiple_of(2) {
+            10_000.0
+        } else {
+            1e6
+        })
         .with_rotary_dim(rotary_dim);
-    if pick[1] % 3 == 0 {
+    if pick[1].is_multiple_of(3) {
         config = config.with_style(RopeStyle::Gptj);
     }
     config = config.with_scaling(match pick[2] % 5 {
@@ -151,24 +155,28 @@ fn variant(head_dim: usize, pick: [u64; 5]) -> RopePoolConfig {
             beta_slow: None,
             mscale: None,
             mscale_all_dim: None,
-            truncate: Some(pick[3] % 2 == 0),
+            truncate: Some(pick[3].is_multiple_of(2)),
         },
         _ => RopeScaling::LongRope {
             short_factor: (0..half).map(|i| 1.0 + i as f64 / 8.0).collect(),
             long_factor: (0..half).map(|i| 1.0 + i as f64).collect(),
             // Half the calls cross it, half stay below (positions are drawn below 2^16 or 2^24).
-            original_max_position_embeddings: Some(if pick[3] % 2 == 0 { 1024.0 } else { 1e9 }),
+            original_max_position_embeddings: Some(if pick[3].is_multiple_of(2) {
+                1024.0
+            } else {
+                1e9
+            }),
             max_position_embeddings: Some(131_072.0),
             attention_factor: None,
             factor: None,
         },
     });
-    if pick[4] % 3 == 0 {
+    if pick[4].is_multiple_of(3) {
         let t = half / 3;
         let h = (half - t) / 2;
         config = config.with_mrope(MRope {
             section: [t, h, half - t - h],
-            interleaved: pick[4] % 2 == 0,
+            interleaved: pick[4].is_multiple_of(2),
         });
     }
     config
