@@ -78,14 +78,7 @@ impl RopePoolBackend for CubeBackend {
         let q_rot = empty_like(&q);
         let k_rot = empty_like(&k);
 
-        let [num_tokens, num_qo_heads, head_dim] = q.meta.shape().dims();
-        let geometry = RopePoolGeometry {
-            num_tokens,
-            num_qo_heads,
-            num_kv_heads: k.meta.shape()[1],
-            head_dim,
-            pool_size: k_pool.meta.shape()[0],
-        };
+        let geometry = RopePoolGeometry::of(q.meta.shape(), k.meta.shape(), k_pool.meta.shape());
         let client = q.client.clone();
         let float = dtype_to_storage_type(q.dtype);
         let int = dtype_to_storage_type(positions.dtype);

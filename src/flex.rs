@@ -49,14 +49,7 @@ fn run<E: Storage + Element + bytemuck::Pod>(
     } = inputs;
     let (q, k, v) = (dense(q), dense(k), dense(v));
     let (mut k_pool, mut v_pool) = (dense(k_pool), dense(v_pool));
-    let [num_tokens, num_qo_heads, head_dim] = q.shape().dims();
-    let geometry = RopePoolGeometry {
-        num_tokens,
-        num_qo_heads,
-        num_kv_heads: k.shape()[1],
-        head_dim,
-        pool_size: k_pool.shape()[0],
-    };
+    let geometry = RopePoolGeometry::of(&q.shape(), &k.shape(), &k_pool.shape());
     let mut q_out = vec![E::from_f32(0.0); q.shape().num_elements()];
     let mut k_out = vec![E::from_f32(0.0); k.shape().num_elements()];
     cpu::rope_pool(

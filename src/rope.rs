@@ -154,7 +154,8 @@ impl RopeFrequencies {
     /// The frequencies of `config`, checked (checks 12, 13, 15 of the contract and finite
     /// results) and cached for the life of the process.
     pub fn of(config: &RopePoolConfig) -> Result<Arc<Self>, RopePoolError> {
-        static CACHE: OnceLock<Mutex<HashMap<Vec<u64>, Arc<RopeFrequencies>>>> = OnceLock::new();
+        type Cache = HashMap<(Vec<u64>, Option<String>), Arc<RopeFrequencies>>;
+        static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
         let key = cache_key(config);
         let cache = CACHE.get_or_init(Default::default);
         if let Some(found) = lock(cache).get(&key) {
@@ -227,8 +228,9 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Every field of `config` the frequencies depend on, as bits.
-fn cache_key(config: &RopePoolConfig) -> Vec<u64> {
+/// Every field of `config` the frequencies depend on: the plain fields as bits, the scaling (when
+/// there is one) in its `Debug` form, which prints every float exactly.
+fn cache_key(config: &RopePoolConfig) -> (Vec<u64>, Option<String>) {
     let mut key = vec![
         config.head_dim as u64,
         config.rotary_dim() as u64,
@@ -239,67 +241,8 @@ fn cache_key(config: &RopePoolConfig) -> Vec<u64> {
         key.extend(m.section.map(|s| s as u64));
         key.push(m.interleaved as u64 + 1);
     }
-    let opt = |x: &Option<f64>| x.map_or(u64::MAX - 1, f64::to_bits);
-    match &config.scaling {
-        RopeScaling::None => key.push(0),
-        RopeScaling::Linear { factor } => key.extend([1, factor.to_bits()]),
-        RopeScaling::Llama3 {
-            factor,
-            low_freq_factor,
-            high_freq_factor,
-            original_max_position_embeddings,
-        } => key.extend(
-            [
-                2.0,
-                *factor,
-                *low_freq_factor,
-                *high_freq_factor,
-                *original_max_position_embeddings,
-            ]
-            .map(f64::to_bits),
-        ),
-        RopeScaling::Yarn {
-            factor,
-            original_max_position_embeddings,
-            max_position_embeddings,
-            attention_factor,
-            beta_fast,
-            beta_slow,
-            mscale,
-            mscale_all_dim,
-            truncate,
-        } => key.extend([
-            3,
-            factor.to_bits(),
-            opt(original_max_position_embeddings),
-            opt(max_position_embeddings),
-            opt(attention_factor),
-            opt(beta_fast),
-            opt(beta_slow),
-            opt(mscale),
-            opt(mscale_all_dim),
-            truncate.map_or(2, u64::from),
-        ]),
-        RopeScaling::LongRope {
-            short_factor,
-            long_factor,
-            original_max_position_embeddings,
-            max_position_embeddings,
-            attention_factor,
-            factor,
-        } => {
-            key.extend([
-                4,
-                opt(original_max_position_embeddings),
-                opt(max_position_embeddings),
-                opt(attention_factor),
-                opt(factor),
-                short_factor.len() as u64,
-            ]);
-            key.extend(short_factor.iter().chain(long_factor).map(|f| f.to_bits()));
-        }
-    }
-    key
+    let scaling = (config.scaling != RopeScaling::None).then(|| format!("{:?}", config.scaling));
+    (key, scaling)
 }
 
 fn bad(what: impl Into<String>) -> RopePoolError {

@@ -30,6 +30,17 @@ pub struct RopePoolGeometry {
 }
 
 impl RopePoolGeometry {
+    /// The geometry of the (validated) shapes `q [T, Hq, D]`, `k [T, Hkv, D]`, `k_pool [P, .., ..]`.
+    pub fn of(q: &[usize], k: &[usize], k_pool: &[usize]) -> Self {
+        Self {
+            num_tokens: q[0],
+            num_qo_heads: q[1],
+            num_kv_heads: k[1],
+            head_dim: q[2],
+            pool_size: k_pool[0],
+        }
+    }
+
     /// Largest element count any tensor of the call holds, for the kernel's address width.
     pub fn max_len(&self) -> usize {
         let rows = self.num_tokens.max(self.pool_size);
