@@ -34,15 +34,18 @@ compile_error!(
 mod api;
 pub mod attention;
 mod backend;
+pub mod checkpoint;
 mod config;
 #[cfg(feature = "flex")]
 mod cpu;
 #[cfg(feature = "cube")]
 mod cube;
+pub mod decoder;
 pub mod devices;
 mod error;
 #[cfg(feature = "flex")]
 mod flex;
+pub mod generate;
 pub mod golden;
 mod hf_config;
 pub mod kv_pool;

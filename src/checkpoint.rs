@@ -1,0 +1,204 @@
+//! A HuggingFace checkpoint folder: `config.json` and `model.safetensors` or a sharded
+//! `model.safetensors.index.json`, tensors stored in f32, f16 or bf16 and converted to the run
+//! dtype on load. Every failure is a [`CheckpointError`] naming the file or the tensor.
+
+use burn::tensor::{DType, Device, Tensor, TensorData};
+use safetensors::{Dtype, SafeTensors};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Why a checkpoint could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {error}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        error: String,
+    },
+    /// A file is not what its name says (JSON, safetensors).
+    #[error("{path} is not a valid {what}: {error}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What it should be.
+        what: &'static str,
+        /// The parser's message.
+        error: String,
+    },
+    /// `config.json` lacks a field or holds an unsupported value.
+    #[error("config.json: {0}")]
+    Config(String),
+    /// The model needs a tensor the checkpoint does not hold.
+    #[error("tensor `{0}` is missing from the checkpoint")]
+    MissingTensor(String),
+    /// A tensor's shape differs from what the config implies.
+    #[error("tensor `{name}` has shape {got:?}, the config implies {expected:?}")]
+    Shape {
+        /// The tensor.
+        name: String,
+        /// Its shape in the file.
+        got: Vec<usize>,
+        /// The shape the config implies.
+        expected: Vec<usize>,
+    },
+    /// A tensor is stored in a dtype the loader does not convert.
+    #[error("tensor `{name}` is stored as {dtype}, expected F32, F16 or BF16")]
+    Dtype {
+        /// The tensor.
+        name: String,
+        /// Its stored dtype.
+        dtype: String,
+    },
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, CheckpointError> {
+    std::fs::read(path).map_err(|e| CheckpointError::Io {
+        path: path.to_path_buf(),
+        error: e.to_string(),
+    })
+}
+
+/// The tensors of a checkpoint folder, read into memory (all shards).
+pub struct Checkpoint {
+    dir: PathBuf,
+    /// `config.json`, parsed.
+    pub config: serde_json::Value,
+    /// tensor name → the bytes of the shard holding it.
+    index: HashMap<String, usize>,
+    shards: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl Checkpoint {
+    /// Opens `dir`: reads `config.json` and every safetensors shard.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, CheckpointError> {
+        let dir = dir.as_ref().to_path_buf();
+        let config_path = dir.join("config.json");
+        let config =
+            serde_json::from_slice(&read(&config_path)?).map_err(|e| CheckpointError::Format {
+                path: config_path.clone(),
+                what: "JSON file",
+                error: e.to_string(),
+            })?;
+        let index_path = dir.join("model.safetensors.index.json");
+        let files: Vec<String> = if index_path.exists() {
+            let index: serde_json::Value =
+                serde_json::from_slice(&read(&index_path)?).map_err(|e| {
+                    CheckpointError::Format {
+                        path: index_path.clone(),
+                        what: "JSON file",
+                        error: e.to_string(),
+                    }
+                })?;
+            let map = index["weight_map"]
+                .as_object()
+                .ok_or_else(|| CheckpointError::Format {
+                    path: index_path.clone(),
+                    what: "safetensors index",
+                    error: "no `weight_map` object".into(),
+                })?;
+            let mut files: Vec<String> = map
+                .values()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect();
+            files.sort();
+            files.dedup();
+            files
+        } else {
+            vec!["model.safetensors".into()]
+        };
+        let mut shards = Vec::new();
+        let mut index = HashMap::new();
+        for file in files {
+            let path = dir.join(&file);
+            let bytes = read(&path)?;
+            let names = SafeTensors::deserialize(&bytes)
+                .map_err(|e| CheckpointError::Format {
+                    path: path.clone(),
+                    what: "safetensors file",
+                    error: e.to_string(),
+                })?
+                .names()
+                .into_iter()
+                .map(String::from)
+                .collect::<Vec<_>>();
+            for name in names {
+                index.insert(name, shards.len());
+            }
+            shards.push((path, bytes));
+        }
+        Ok(Self {
+            dir,
+            config,
+            index,
+            shards,
+        })
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether the checkpoint holds `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    /// Tensor `name`, checked to have shape `dims`, converted to `dtype` on `device`.
+    pub fn tensor<const D: usize>(
+        &self,
+        name: &str,
+        dims: [usize; D],
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Tensor<D>, CheckpointError> {
+        let &shard = self
+            .index
+            .get(name)
+            .ok_or_else(|| CheckpointError::MissingTensor(name.into()))?;
+        let (path, bytes) = &self.shards[shard];
+        let tensors = SafeTensors::deserialize(bytes).map_err(|e| CheckpointError::Format {
+            path: path.clone(),
+            what: "safetensors file",
+            error: e.to_string(),
+        })?;
+        let view = tensors
+            .tensor(name)
+            .map_err(|_| CheckpointError::MissingTensor(name.into()))?;
+        if view.shape() != dims {
+            return Err(CheckpointError::Shape {
+                name: name.into(),
+                got: view.shape().to_vec(),
+                expected: dims.to_vec(),
+            });
+        }
+        let data = view.data();
+        let halves = || {
+            data.chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        };
+        let values: Vec<f32> = match view.dtype() {
+            Dtype::F32 => data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            Dtype::F16 => halves().map(|h| half::f16::from_bits(h).to_f32()).collect(),
+            Dtype::BF16 => halves()
+                .map(|h| half::bf16::from_bits(h).to_f32())
+                .collect(),
+            other => {
+                return Err(CheckpointError::Dtype {
+                    name: name.into(),
+                    dtype: format!("{other:?}"),
+                });
+            }
+        };
+        Ok(Tensor::from_data(
+            TensorData::new(values, dims),
+            (device, dtype),
+        ))
+    }
+}

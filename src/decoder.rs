@@ -1,0 +1,636 @@
+//! A Llama-family decoder on the fused op (Llama 2/3/3.1, Mistral, Qwen2, Qwen3): embeddings,
+//! RMSNorm, attention (q/k/v/o projections with the checkpoint's biases, Qwen3's per-head q/k
+//! RMSNorm before RoPE, GQA), SwiGLU MLP, final norm and LM head (tied or not). Each layer's keys
+//! and values live in a token-slot pool written by [`rope_pool_fused`](crate::rope_pool_fused);
+//! one [`Decoder::step`] runs a ragged batch — prefill and decode tokens of several sequences
+//! together — and attention reads the pool rows of each token's sequence (a gather plus
+//! matmuls, batched on the device: all single-token sequences in one batched attention, each
+//! prefill in its own).
+
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::kv_pool::{KvPoolError, SeqId, SlotAllocator};
+use crate::{RopePoolConfig, RopePoolError, check_rope_pool_fused, rope_pool_fused};
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::{Bool, DType, Device, Distribution, Int, Tensor, TensorData};
+use serde_json::Value;
+
+/// Why a decoder could not be built or run.
+#[derive(Debug, thiserror::Error)]
+pub enum DecoderError {
+    /// The checkpoint could not be read, or does not match its config.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The rope settings of the config are refused.
+    #[error(transparent)]
+    Rope(#[from] RopePoolError),
+    /// The pool has too few free rows (or a sequence is unknown).
+    #[error(transparent)]
+    Pool(#[from] KvPoolError),
+    /// A step's tokens are not in the order [`Decoder::step`] takes them.
+    #[error("invalid step: {0}")]
+    Step(String),
+}
+
+/// The architecture of a decoder, from a HuggingFace `config.json`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecoderConfig {
+    /// `llama`, `mistral`, `qwen2` or `qwen3`.
+    pub model_type: String,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Model width.
+    pub hidden_size: usize,
+    /// MLP width.
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    pub num_layers: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// The LM head is the embedding matrix.
+    pub tie_word_embeddings: bool,
+    /// q/k/v projections carry biases (Qwen2; Llama's `attention_bias`, which adds o's too).
+    pub qkv_bias: bool,
+    /// The o projection carries a bias (Llama's `attention_bias`).
+    pub o_bias: bool,
+    /// Per-head RMSNorm of q and k before RoPE (Qwen3).
+    pub qk_norm: bool,
+    /// Heads, head size and RoPE variant: the fused op's config.
+    pub rope: RopePoolConfig,
+}
+
+impl DecoderConfig {
+    /// Reads a `config.json` (either rope form); an unsupported `model_type` or a missing field
+    /// is an error naming it.
+    pub fn from_hf_config(config: &Value) -> Result<Self, DecoderError> {
+        let bad = |what: String| DecoderError::Checkpoint(CheckpointError::Config(what));
+        let model_type = config["model_type"].as_str().unwrap_or("").to_string();
+        if !matches!(model_type.as_str(), "llama" | "mistral" | "qwen2" | "qwen3") {
+            return Err(bad(format!(
+                "unsupported model_type `{model_type}` (supported: llama, mistral, qwen2, qwen3)"
+            )));
+        }
+        let count = |name: &str| {
+            config[name]
+                .as_u64()
+                .map(|n| n as usize)
+                .ok_or_else(|| bad(format!("missing integer field `{name}`")))
+        };
+        let flag = |name: &str, default: bool| config[name].as_bool().unwrap_or(default);
+        let attention_bias = flag("attention_bias", false);
+        Ok(Self {
+            vocab_size: count("vocab_size")?,
+            hidden_size: count("hidden_size")?,
+            intermediate_size: count("intermediate_size")?,
+            num_layers: count("num_hidden_layers")?,
+            rms_norm_eps: config["rms_norm_eps"].as_f64().unwrap_or(1e-6),
+            tie_word_embeddings: flag("tie_word_embeddings", false),
+            qkv_bias: model_type == "qwen2" || attention_bias,
+            o_bias: model_type != "qwen2" && attention_bias,
+            qk_norm: model_type == "qwen3",
+            rope: RopePoolConfig::from_hf_config_value(config)?,
+            model_type,
+        })
+    }
+
+    /// A Llama-3-8B-shaped config (32 layers, hidden 4096, 32/8 heads of 128, MLP 14336, vocab
+    /// 128256, θ = 500000): the benchmark's model.
+    pub fn llama3_8b() -> Self {
+        Self {
+            model_type: "llama".into(),
+            vocab_size: 128_256,
+            hidden_size: 4096,
+            intermediate_size: 14_336,
+            num_layers: 32,
+            rms_norm_eps: 1e-5,
+            tie_word_embeddings: false,
+            qkv_bias: false,
+            o_bias: false,
+            qk_norm: false,
+            rope: RopePoolConfig::new(128, 32, 8).with_rope_base(500_000.0),
+        }
+    }
+}
+
+/// `x @ w (+ b)` with `w` stored `[in, out]`.
+#[derive(Debug, Clone)]
+struct Linear {
+    w: Tensor<2>,
+    b: Option<Tensor<1>>,
+}
+
+impl Linear {
+    fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+        let y = x.matmul(self.w.clone());
+        match &self.b {
+            Some(b) => y + b.clone().unsqueeze::<2>(),
+            None => y,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Layer {
+    input_norm: Tensor<1>,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<Tensor<1>>,
+    k_norm: Option<Tensor<1>>,
+    post_norm: Tensor<1>,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// RMSNorm over the last axis of `x: [n, d]`, computed in f32 and scaled by `w` in `x`'s dtype
+/// (as transformers does).
+fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
+    let dtype = x.dtype();
+    let x = x.cast(DType::F32);
+    let scale = (x.clone().powi_scalar(2).mean_dim(1) + eps).sqrt().recip();
+    (x * scale).cast(dtype) * w.clone().unsqueeze::<2>()
+}
+
+/// The pools of every layer and the allocator of their rows (one row per token, shared by all
+/// layers).
+pub struct KvCache {
+    k: Vec<Option<Tensor<3>>>,
+    v: Vec<Option<Tensor<3>>>,
+    /// The rows of the pools, per sequence.
+    pub slots: SlotAllocator,
+    pool_rows: usize,
+}
+
+impl KvCache {
+    /// Rows of each pool.
+    pub fn pool_rows(&self) -> usize {
+        self.pool_rows
+    }
+}
+
+/// One token of a step: its sequence, id and position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepToken {
+    /// The sequence it belongs to.
+    pub seq: SeqId,
+    /// Token id.
+    pub token: u32,
+    /// Position in its sequence (its rows in the pool are `0..=position`).
+    pub position: usize,
+}
+
+/// The attention of one step, planned on the host once and used by every layer.
+struct Plan {
+    /// Batch rows of the single-token (decode) sequences, their pool rows `[B * L]` (padded),
+    /// and the mask of padding `[B, 1, 1, L]`.
+    decode: Option<(
+        Tensor<1, Int>,
+        Tensor<1, Int>,
+        Tensor<4, Bool>,
+        usize,
+        usize,
+    )>,
+    /// Per prefill sequence: its batch rows, its pool rows `[L]`, the causal mask
+    /// `[1, 1, n, L]`.
+    prefill: Vec<(Tensor<1, Int>, Tensor<1, Int>, Tensor<4, Bool>)>,
+    /// Batch order of the concatenated outputs (decode first, then the prefills).
+    order: Tensor<1, Int>,
+    /// Batch row of each sequence's last token, in order of first appearance.
+    last: Tensor<1, Int>,
+}
+
+/// A decoder's weights on one device.
+pub struct Decoder {
+    /// The architecture.
+    pub config: DecoderConfig,
+    embed: Tensor<2>,
+    layers: Vec<Layer>,
+    norm: Tensor<1>,
+    lm_head: Tensor<2>,
+    device: Device,
+    dtype: DType,
+}
+
+fn ints<const D: usize>(values: Vec<i64>, dims: [usize; D], device: &Device) -> Tensor<D, Int> {
+    Tensor::from_data(TensorData::new(values, dims), device)
+}
+
+fn bools<const D: usize>(values: Vec<bool>, dims: [usize; D], device: &Device) -> Tensor<D, Bool> {
+    Tensor::from_data(TensorData::new(values, dims), device)
+}
+
+impl Decoder {
+    /// Loads a HuggingFace checkpoint folder, weights converted to `dtype` on `device`.
+    pub fn load(
+        checkpoint: &Checkpoint,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self, DecoderError> {
+        let config = DecoderConfig::from_hf_config(&checkpoint.config)?;
+        let get1 = |name: &str, n: usize| checkpoint.tensor(name, [n], device, dtype);
+        // HF stores projections `[out, in]`; the decoder multiplies by `[in, out]`.
+        let linear = |name: &str, i: usize, o: usize, bias: bool| -> Result<Linear, DecoderError> {
+            let w = checkpoint
+                .tensor(&format!("{name}.weight"), [o, i], device, dtype)?
+                .transpose();
+            let b = bias.then(|| get1(&format!("{name}.bias"), o)).transpose()?;
+            Ok(Linear { w, b })
+        };
+        Self::build(
+            config,
+            device,
+            dtype,
+            |config, name, i, o, bias| match name {
+                Weight::Norm(name) => Ok(Part::Norm(get1(&name, i)?)),
+                Weight::Linear(name) => Ok(Part::Linear(linear(&name, i, o, bias)?)),
+                Weight::Embed => Ok(Part::Matrix(checkpoint.tensor(
+                    "model.embed_tokens.weight",
+                    [config.vocab_size, config.hidden_size],
+                    device,
+                    dtype,
+                )?)),
+            },
+        )
+    }
+
+    /// A decoder of `config` with random weights (normal, σ = 0.02; norms 1), for benchmarks.
+    pub fn random(config: DecoderConfig, device: &Device, dtype: DType) -> Self {
+        let normal = Distribution::Normal(0.0, 0.02);
+        Self::build(config, device, dtype, |config, name, i, o, bias| {
+            Ok::<_, DecoderError>(match name {
+                Weight::Norm(_) => Part::Norm(Tensor::ones([i], (device, dtype))),
+                Weight::Linear(_) => Part::Linear(Linear {
+                    w: Tensor::random([i, o], normal, (device, dtype)),
+                    b: bias.then(|| Tensor::zeros([o], (device, dtype))),
+                }),
+                Weight::Embed => Part::Matrix(Tensor::random(
+                    [config.vocab_size, config.hidden_size],
+                    normal,
+                    (device, dtype),
+                )),
+            })
+        })
+        .expect("random weights do not fail")
+    }
+
+    /// Builds the model from `part(config, which, in, out, bias)`.
+    fn build(
+        config: DecoderConfig,
+        device: &Device,
+        dtype: DType,
+        part: impl Fn(&DecoderConfig, Weight, usize, usize, bool) -> Result<Part, DecoderError>,
+    ) -> Result<Self, DecoderError> {
+        let (h, m) = (config.hidden_size, config.intermediate_size);
+        let rope = &config.rope;
+        let (q_out, kv_out) = (
+            rope.num_qo_heads * rope.head_dim,
+            rope.num_kv_heads * rope.head_dim,
+        );
+        let norm = |name: String, n: usize| part(&config, Weight::Norm(name), n, n, false);
+        let linear = |name: String, i: usize, o: usize, bias: bool| {
+            part(&config, Weight::Linear(name), i, o, bias)
+        };
+        let mut layers = Vec::with_capacity(config.num_layers);
+        for l in 0..config.num_layers {
+            let p = format!("model.layers.{l}");
+            let qk_norm = |which: &str| {
+                config
+                    .qk_norm
+                    .then(|| norm(format!("{p}.self_attn.{which}_norm.weight"), rope.head_dim))
+                    .transpose()
+                    .map(|n| n.map(Part::norm))
+            };
+            layers.push(Layer {
+                input_norm: norm(format!("{p}.input_layernorm.weight"), h)?.norm(),
+                q: linear(format!("{p}.self_attn.q_proj"), h, q_out, config.qkv_bias)?.linear(),
+                k: linear(format!("{p}.self_attn.k_proj"), h, kv_out, config.qkv_bias)?.linear(),
+                v: linear(format!("{p}.self_attn.v_proj"), h, kv_out, config.qkv_bias)?.linear(),
+                o: linear(format!("{p}.self_attn.o_proj"), q_out, h, config.o_bias)?.linear(),
+                q_norm: qk_norm("q")?,
+                k_norm: qk_norm("k")?,
+                post_norm: norm(format!("{p}.post_attention_layernorm.weight"), h)?.norm(),
+                gate: linear(format!("{p}.mlp.gate_proj"), h, m, false)?.linear(),
+                up: linear(format!("{p}.mlp.up_proj"), h, m, false)?.linear(),
+                down: linear(format!("{p}.mlp.down_proj"), m, h, false)?.linear(),
+            });
+        }
+        let embed = part(&config, Weight::Embed, 0, 0, false)?.matrix();
+        let lm_head = if config.tie_word_embeddings {
+            embed.clone().transpose()
+        } else {
+            linear("lm_head".into(), h, config.vocab_size, false)?
+                .linear()
+                .w
+        };
+        Ok(Self {
+            embed,
+            layers,
+            norm: norm("model.norm.weight".into(), h)?.norm(),
+            lm_head,
+            device: device.clone(),
+            dtype,
+            config,
+        })
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Empty pools of `pool_rows` rows for every layer.
+    pub fn new_cache(&self, pool_rows: usize) -> KvCache {
+        let rope = &self.config.rope;
+        let shape = [pool_rows, rope.num_kv_heads, rope.head_dim];
+        let zeros = || Some(Tensor::<3>::zeros(shape, (&self.device, self.dtype)));
+        KvCache {
+            k: (0..self.layers.len()).map(|_| zeros()).collect(),
+            v: (0..self.layers.len()).map(|_| zeros()).collect(),
+            slots: SlotAllocator::new(pool_rows),
+            pool_rows,
+        }
+    }
+
+    /// Runs one step: `tokens` of several sequences, each sequence's tokens contiguous and in
+    /// position order, continuing where its rows in the pool end (a new sequence starts at
+    /// position 0). Allocates one pool row per token (all or nothing) and returns the logits
+    /// `[S, vocab]` of each sequence's last token, sequences in order of first appearance.
+    pub fn step(
+        &self,
+        tokens: &[StepToken],
+        cache: &mut KvCache,
+    ) -> Result<Tensor<2>, DecoderError> {
+        if tokens.is_empty() {
+            return Err(DecoderError::Step("no tokens".into()));
+        }
+        if let Some(t) = tokens
+            .iter()
+            .find(|t| t.token as usize >= self.config.vocab_size)
+        {
+            return Err(DecoderError::Step(format!(
+                "token id {} is outside the vocabulary of {}",
+                t.token, self.config.vocab_size
+            )));
+        }
+        // Sequences in order, each a contiguous run continuing its rows.
+        let mut groups: Vec<(SeqId, Vec<usize>)> = Vec::new();
+        for (i, t) in tokens.iter().enumerate() {
+            match groups.last_mut() {
+                Some((seq, rows)) if *seq == t.seq => rows.push(i),
+                _ => {
+                    if groups.iter().any(|(s, _)| *s == t.seq) {
+                        return Err(DecoderError::Step(format!(
+                            "the tokens of sequence {} are not contiguous",
+                            t.seq
+                        )));
+                    }
+                    groups.push((t.seq, vec![i]));
+                }
+            }
+        }
+        for (seq, rows) in &groups {
+            let held = cache.slots.rows(*seq).map_or(0, <[i32]>::len);
+            for (k, &i) in rows.iter().enumerate() {
+                if tokens[i].position != held + k {
+                    return Err(DecoderError::Step(format!(
+                        "sequence {seq}: token at position {} where position {} comes next",
+                        tokens[i].position,
+                        held + k
+                    )));
+                }
+            }
+        }
+        if tokens.len() > cache.slots.available() {
+            return Err(KvPoolError::Exhausted {
+                requested: tokens.len(),
+                available: cache.slots.available(),
+            }
+            .into());
+        }
+        let mut slots = Vec::with_capacity(tokens.len());
+        for (seq, rows) in &groups {
+            slots.extend(
+                cache
+                    .slots
+                    .allocate(*seq, rows.len())?
+                    .iter()
+                    .map(|&r| r as i64),
+            );
+        }
+        let plan = self.plan(tokens, &groups, &cache.slots);
+
+        let device = &self.device;
+        let t = tokens.len();
+        let rope = &self.config.rope;
+        let (hq, hkv, d) = (rope.num_qo_heads, rope.num_kv_heads, rope.head_dim);
+        let ids = ints(tokens.iter().map(|t| t.token as i64).collect(), [t], device);
+        let positions = ints(
+            tokens.iter().map(|t| t.position as i64).collect(),
+            [t],
+            device,
+        );
+        let slots = ints(slots, [t], device);
+        let eps = self.config.rms_norm_eps;
+        let mut x = self.embed.clone().select(0, ids);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let h = rms_norm(x.clone(), &layer.input_norm, eps);
+            let head_norm = |y: Tensor<2>, heads: usize, w: &Option<Tensor<1>>| match w {
+                Some(w) => rms_norm(y.reshape([t * heads, d]), w, eps).reshape([t, heads, d]),
+                None => y.reshape([t, heads, d]),
+            };
+            let q = head_norm(layer.q.forward(h.clone()), hq, &layer.q_norm);
+            let k = head_norm(layer.k.forward(h.clone()), hkv, &layer.k_norm);
+            let v = layer.v.forward(h).reshape([t, hkv, d]);
+            let (Some(k_pool), Some(v_pool)) = (cache.k[l].as_ref(), cache.v[l].as_ref()) else {
+                return Err(DecoderError::Step("the cache lost its pools".into()));
+            };
+            // Checked on borrowed pools first, so a refused call leaves the cache as it was; then
+            // the pools are handed over (the cache held the only handle: updated in place).
+            check_rope_pool_fused(&q, &k, &v, &positions, &slots, k_pool, v_pool, rope)?;
+            let (k_pool, v_pool) = (cache.k[l].take(), cache.v[l].take());
+            let out = rope_pool_fused(
+                q,
+                k,
+                v,
+                positions.clone(),
+                slots.clone(),
+                k_pool.expect("checked above"),
+                v_pool.expect("checked above"),
+                rope,
+            )?;
+            let attended = self.attend(out.q_rot, &out.k_pool, &out.v_pool, &plan);
+            cache.k[l] = Some(out.k_pool);
+            cache.v[l] = Some(out.v_pool);
+            x = x + layer.o.forward(attended);
+            let h = rms_norm(x.clone(), &layer.post_norm, eps);
+            let mlp = silu(layer.gate.forward(h.clone())) * layer.up.forward(h);
+            x = x + layer.down.forward(mlp);
+        }
+        let last = rms_norm(x.select(0, plan.last), &self.norm, eps);
+        Ok(last.matmul(self.lm_head.clone()))
+    }
+
+    /// The step's attention plan (host index work, one upload per tensor).
+    fn plan(
+        &self,
+        tokens: &[StepToken],
+        groups: &[(SeqId, Vec<usize>)],
+        slots: &SlotAllocator,
+    ) -> Plan {
+        let device = &self.device;
+        let rows_of = |seq: SeqId| slots.rows(seq).unwrap_or(&[]);
+        let decode: Vec<&(SeqId, Vec<usize>)> =
+            groups.iter().filter(|(_, r)| r.len() == 1).collect();
+        let mut order_src: Vec<usize> = Vec::with_capacity(tokens.len());
+        let decode = (!decode.is_empty()).then(|| {
+            let b = decode.len();
+            let l = decode
+                .iter()
+                .map(|(s, _)| rows_of(*s).len())
+                .max()
+                .unwrap_or(1);
+            let (mut idx, mut mask) = (Vec::with_capacity(b * l), Vec::with_capacity(b * l));
+            for (seq, rows) in &decode {
+                order_src.push(rows[0]);
+                let held = rows_of(*seq);
+                for j in 0..l {
+                    idx.push(*held.get(j).unwrap_or(&held[0]) as i64);
+                    mask.push(j >= held.len());
+                }
+            }
+            let batch_rows = decode.iter().map(|(_, r)| r[0] as i64).collect();
+            (
+                ints(batch_rows, [b], device),
+                ints(idx, [b * l], device),
+                bools(mask, [b, 1, 1, l], device),
+                b,
+                l,
+            )
+        });
+        let mut prefill = Vec::new();
+        for (seq, rows) in groups.iter().filter(|(_, r)| r.len() > 1) {
+            let held = rows_of(*seq);
+            let (n, l) = (rows.len(), held.len());
+            let mask = rows
+                .iter()
+                .flat_map(|&i| (0..l).map(move |j| j > tokens[i].position))
+                .collect();
+            order_src.extend(rows);
+            prefill.push((
+                ints(rows.iter().map(|&i| i as i64).collect(), [n], device),
+                ints(held.iter().map(|&r| r as i64).collect(), [l], device),
+                bools(mask, [1, 1, n, l], device),
+            ));
+        }
+        let mut order = vec![0i64; tokens.len()];
+        for (at, &i) in order_src.iter().enumerate() {
+            order[i] = at as i64;
+        }
+        let last = groups
+            .iter()
+            .map(|(_, r)| *r.last().unwrap() as i64)
+            .collect();
+        Plan {
+            decode,
+            prefill,
+            order: ints(order, [tokens.len()], device),
+            last: ints(last, [groups.len()], device),
+        }
+    }
+
+    /// Scaled dot-product attention of `q: [B, Hq, n, D]` over `k, v: [B, Hkv, L, D]` with GQA
+    /// and `mask` (true: masked) `[B, 1, n, L]`; returns `[B, Hq, n, D]`.
+    fn sdpa(&self, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, mask: Tensor<4, Bool>) -> Tensor<4> {
+        let [b, hq, n, d] = q.dims();
+        let [_, hkv, l, _] = k.dims();
+        let repeat = |x: Tensor<4>| {
+            x.reshape([b, hkv, 1, l, d])
+                .expand([b, hkv, hq / hkv, l, d])
+                .reshape([b, hq, l, d])
+        };
+        let scores = q.matmul(repeat(k).swap_dims(2, 3)) * (1.0 / (d as f64).sqrt());
+        let scores = scores.mask_fill(mask.expand([b, hq, n, l]), f32::NEG_INFINITY);
+        let dtype = scores.dtype();
+        softmax(scores.cast(DType::F32), 3)
+            .cast(dtype)
+            .matmul(repeat(v))
+    }
+
+    /// Attention of the step's rotated queries `[T, Hq, D]` over the pools; `[T, Hq * D]`.
+    fn attend(
+        &self,
+        q: Tensor<3>,
+        k_pool: &Tensor<3>,
+        v_pool: &Tensor<3>,
+        plan: &Plan,
+    ) -> Tensor<2> {
+        let [_, hq, d] = q.dims();
+        let hkv = k_pool.dims()[1];
+        let mut parts = Vec::new();
+        if let Some((rows, idx, mask, b, l)) = &plan.decode {
+            let gather = |pool: &Tensor<3>| {
+                pool.clone()
+                    .select(0, idx.clone())
+                    .reshape([*b, *l, hkv, d])
+                    .swap_dims(1, 2)
+            };
+            let q = q.clone().select(0, rows.clone()).reshape([*b, hq, 1, d]);
+            let out = self.sdpa(q, gather(k_pool), gather(v_pool), mask.clone());
+            parts.push(out.reshape([*b, hq * d]));
+        }
+        for (rows, held, mask) in &plan.prefill {
+            let n = rows.dims()[0];
+            let l = held.dims()[0];
+            let gather = |pool: &Tensor<3>| {
+                pool.clone()
+                    .select(0, held.clone())
+                    .reshape([1, l, hkv, d])
+                    .swap_dims(1, 2)
+            };
+            let q = q
+                .clone()
+                .select(0, rows.clone())
+                .swap_dims(0, 1)
+                .reshape([1, hq, n, d]);
+            let out = self.sdpa(q, gather(k_pool), gather(v_pool), mask.clone());
+            parts.push(out.reshape([hq, n, d]).swap_dims(0, 1).reshape([n, hq * d]));
+        }
+        Tensor::cat(parts, 0).select(0, plan.order.clone())
+    }
+}
+
+/// Which weight [`Decoder::build`] asks for.
+enum Weight {
+    Norm(String),
+    Linear(String),
+    Embed,
+}
+
+/// A built weight.
+enum Part {
+    Norm(Tensor<1>),
+    Linear(Linear),
+    Matrix(Tensor<2>),
+}
+
+impl Part {
+    fn norm(self) -> Tensor<1> {
+        match self {
+            Part::Norm(t) => t,
+            _ => unreachable!("asked for a norm"),
+        }
+    }
+    fn linear(self) -> Linear {
+        match self {
+            Part::Linear(l) => l,
+            _ => unreachable!("asked for a linear"),
+        }
+    }
+    fn matrix(self) -> Tensor<2> {
+        match self {
+            Part::Matrix(t) => t,
+            _ => unreachable!("asked for a matrix"),
+        }
+    }
+}
