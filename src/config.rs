@@ -2,6 +2,7 @@
 
 use crate::RopePoolError;
 use crate::rope::{MRope, RopeFrequencies, RopeScaling, RopeStyle};
+use burn::tensor::DType;
 use std::sync::Arc;
 
 /// Parameters of [`rope_pool_fused`](crate::rope_pool_fused): the head geometry the tensors must
@@ -45,6 +46,11 @@ pub struct RopePoolConfig {
     /// M-RoPE sections: `positions` is then `[3, num_tokens]`.
     #[new(default)]
     pub mrope: Option<MRope>,
+    /// Rounds the inverse frequencies (after scaling) to this float dtype before use, as
+    /// transformers does when it holds its rotary `inv_freq` buffer in a bf16 or f16 checkpoint's
+    /// dtype; `None` (the default): float64 frequencies.
+    #[new(default)]
+    pub inv_freq_dtype: Option<DType>,
     /// Checked mode: read the slots back to the host before the launch and report a slot past
     /// the pool, or a slot used twice, as an error. Off by default (it costs a device sync);
     /// without it such slots are still never written outside the pool.
@@ -80,6 +86,12 @@ impl RopePoolConfig {
     /// Turns M-RoPE on with these sections.
     pub fn with_mrope(mut self, mrope: MRope) -> Self {
         self.mrope = Some(mrope);
+        self
+    }
+
+    /// Rounds the inverse frequencies to `dtype` (see [`RopePoolConfig::inv_freq_dtype`]).
+    pub fn with_inv_freq_dtype(mut self, dtype: DType) -> Self {
+        self.inv_freq_dtype = Some(dtype);
         self
     }
 

@@ -87,7 +87,16 @@ impl DecoderConfig {
             qkv_bias: model_type == "qwen2" || attention_bias,
             o_bias: model_type != "qwen2" && attention_bias,
             qk_norm: model_type == "qwen3",
-            rope: RopePoolConfig::from_hf_config_value(config)?,
+            rope: {
+                let rope = RopePoolConfig::from_hf_config_value(config)?;
+                // transformers materialises a bf16/f16 checkpoint's rotary `inv_freq` buffer in
+                // that dtype, and its generations (even in float64) use the rounded values.
+                match config["dtype"].as_str().or(config["torch_dtype"].as_str()) {
+                    Some("bfloat16") => rope.with_inv_freq_dtype(DType::BF16),
+                    Some("float16") => rope.with_inv_freq_dtype(DType::F16),
+                    _ => rope,
+                }
+            },
             model_type,
         })
     }

@@ -8,6 +8,7 @@
 //! here.
 
 use crate::{RopePoolConfig, RopePoolError};
+use burn::tensor::DType;
 use rope_pool_kernels::RopeTable;
 use std::collections::HashMap;
 use std::f64::consts::PI;
@@ -190,7 +191,21 @@ impl RopeFrequencies {
         let default: Vec<f64> = (0..half)
             .map(|i| 1.0 / base.powf((2 * i) as f64 / rotary_dim as f64))
             .collect();
-        let (inv_freq, long, attention_factor) = scaled(&config.scaling, &default, base)?;
+        let (mut inv_freq, mut long, attention_factor) = scaled(&config.scaling, &default, base)?;
+        if let Some(dtype) = config.inv_freq_dtype {
+            let round = |f: &mut f64| {
+                *f = match dtype {
+                    DType::BF16 => half::bf16::from_f64(*f).to_f64(),
+                    DType::F16 => half::f16::from_f64(*f).to_f64(),
+                    DType::F32 => *f as f32 as f64,
+                    _ => *f,
+                }
+            };
+            inv_freq.iter_mut().for_each(round);
+            if let Some((l, _)) = long.as_mut() {
+                l.iter_mut().for_each(round);
+            }
+        }
         let finite = |v: &[f64]| v.iter().all(|f| f.is_finite() && *f >= 0.0);
         if !finite(&inv_freq)
             || !long.as_ref().is_none_or(|(l, _)| finite(l))
@@ -236,6 +251,9 @@ fn cache_key(config: &RopePoolConfig) -> (Vec<u64>, Option<String>) {
         config.rotary_dim() as u64,
         config.rope_base.to_bits(),
         config.style as u64,
+        config
+            .inv_freq_dtype
+            .map_or(0, |d| d.size() as u64 * 8 + matches!(d, DType::BF16) as u64),
     ];
     if let Some(m) = &config.mrope {
         key.extend(m.section.map(|s| s as u64));

@@ -6,6 +6,7 @@
 mod attention;
 mod common;
 mod errors;
+mod generate;
 mod golden;
 mod hf_configs;
 mod kv_pool;

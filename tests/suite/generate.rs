@@ -1,0 +1,221 @@
+//! The decoder on the checkpoints transformers wrote (`tests/models/`, copies of the project's
+//! shared tiny models with transformers' own float64 greedy generations): generated ids equal and
+//! logits within 1e-4 norm-relative at every step, on every device, in f32; and the batching
+//! itself — requests queued for a small pool, joining mid-run on reused rows, one-token prompts,
+//! sequences finishing at different steps — against the same requests run alone; and the errors
+//! of bad checkpoints.
+
+use burn::tensor::{DType, Device};
+use burn_rope_pool::checkpoint::{Checkpoint, CheckpointError};
+use burn_rope_pool::decoder::{Decoder, DecoderError};
+use burn_rope_pool::generate::{GenerateError, GenerateOptions, Generated, Request, generate};
+use burn_rope_pool::reference::norm_relative_error;
+use serde_json::Value;
+
+fn model_dir(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/models")
+        .join(name)
+}
+
+fn expected(name: &str) -> (Vec<Request>, Vec<Generated>) {
+    let text = std::fs::read_to_string(model_dir(name).join("expected.json")).unwrap();
+    let json: Value = serde_json::from_str(&text).unwrap();
+    let mut requests = Vec::new();
+    let mut outputs = Vec::new();
+    for s in json["sequences"].as_array().unwrap() {
+        let ids = |v: &Value| -> Vec<u32> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        };
+        requests.push(Request {
+            prompt: ids(&s["prompt"]),
+            max_new_tokens: s["max_new_tokens"].as_u64().unwrap() as usize,
+        });
+        let logits = s["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| {
+                row.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+                    .collect()
+            })
+            .collect();
+        outputs.push(Generated {
+            generated: ids(&s["generated"]),
+            logits,
+        });
+    }
+    (requests, outputs)
+}
+
+fn load(name: &str, device: &Device) -> Decoder {
+    let checkpoint = Checkpoint::open(model_dir(name)).unwrap();
+    Decoder::load(&checkpoint, device, DType::F32).unwrap()
+}
+
+fn run(model: &Decoder, requests: &[Request], pool_rows: Option<usize>) -> Vec<Generated> {
+    let options = GenerateOptions {
+        pool_rows,
+        keep_logits: true,
+    };
+    generate(model, requests, &options, |_| {}).unwrap().0
+}
+
+/// Ids equal; logits within `tol` norm-relative at every step.
+fn assert_same(got: &[Generated], want: &[Generated], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.generated, w.generated, "{what}: request {i} ids");
+        assert_eq!(g.logits.len(), w.logits.len(), "{what}: request {i} steps");
+        for (step, (a, b)) in g.logits.iter().zip(&w.logits).enumerate() {
+            let a: Vec<f64> = a.iter().map(|&x| x as f64).collect();
+            let b: Vec<f64> = b.iter().map(|&x| x as f64).collect();
+            let err = norm_relative_error(&a, &b);
+            assert!(
+                err <= tol,
+                "{what}: request {i} step {step}: logits norm-rel {err:e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn checkpoints_generate_what_transformers_generates() {
+    for (device_name, device) in crate::common::devices() {
+        for name in ["llama31_tiny", "llama31_tiny_bf16", "qwen2_tiny"] {
+            let (requests, want) = expected(name);
+            let model = load(name, &device);
+            let got = run(&model, &requests, None);
+            assert_same(&got, &want, 1e-4, &format!("{name} on {device_name}"));
+        }
+    }
+}
+
+#[test]
+fn a_small_pool_queues_requests_and_reuses_rows() {
+    for (device_name, device) in crate::common::devices() {
+        let (requests, want) = expected("llama31_tiny");
+        let model = load("llama31_tiny", &device);
+        // Room for the largest request alone: the others wait, join mid-run when rows free up
+        // (on rows another sequence used), and every result is still transformers'.
+        let largest = requests
+            .iter()
+            .map(|r| r.prompt.len() + r.max_new_tokens - 1)
+            .max()
+            .unwrap();
+        for pool_rows in [largest, largest + 8] {
+            let got = run(&model, &requests, Some(pool_rows));
+            assert_same(
+                &got,
+                &want,
+                1e-4,
+                &format!("{device_name}, pool of {pool_rows} rows"),
+            );
+        }
+        let err = generate(
+            &model,
+            &requests,
+            &GenerateOptions {
+                pool_rows: Some(largest - 1),
+                keep_logits: false,
+            },
+            |_| {},
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, GenerateError::TooLong { needed, .. } if needed == largest),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn batched_requests_match_the_same_requests_alone() {
+    // One-token prompts, a request joining while others decode (pool for two at a time), and
+    // sequences finishing at different steps: each result equals the request run on its own.
+    let requests = vec![
+        Request {
+            prompt: vec![17],
+            max_new_tokens: 6,
+        },
+        Request {
+            prompt: vec![3, 141, 59, 26, 5],
+            max_new_tokens: 3,
+        },
+        Request {
+            prompt: vec![200],
+            max_new_tokens: 1,
+        },
+        Request {
+            prompt: vec![9, 9, 9],
+            max_new_tokens: 8,
+        },
+    ];
+    for (device_name, device) in crate::common::devices() {
+        let model = load("qwen2_tiny", &device);
+        let alone: Vec<Generated> = requests
+            .iter()
+            .flat_map(|r| run(&model, std::slice::from_ref(r), None))
+            .collect();
+        let together = run(&model, &requests, Some(16));
+        assert_same(
+            &together,
+            &alone,
+            1e-5,
+            &format!("{device_name}: batched vs alone"),
+        );
+    }
+}
+
+#[test]
+fn bad_checkpoints_give_clear_errors() {
+    let dir = std::env::temp_dir().join(format!("rope-pool-bad-ckpt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        model_dir("llama31_tiny").join("model.safetensors"),
+        dir.join("model.safetensors"),
+    )
+    .unwrap();
+    let config: Value = serde_json::from_str(
+        &std::fs::read_to_string(model_dir("llama31_tiny").join("config.json")).unwrap(),
+    )
+    .unwrap();
+    let with = |field: &str, value: Value| {
+        let mut c = config.clone();
+        c[field] = value;
+        std::fs::write(dir.join("config.json"), c.to_string()).unwrap();
+        let checkpoint = Checkpoint::open(&dir).unwrap();
+        Decoder::load(&checkpoint, &Device::flex(), DType::F32)
+            .err()
+            .map(|e| e.to_string())
+    };
+    assert_eq!(
+        with("model_type", "gpt2".into()).as_deref(),
+        Some(
+            "config.json: unsupported model_type `gpt2` (supported: llama, mistral, qwen2, qwen3)"
+        )
+    );
+    assert_eq!(
+        with("num_hidden_layers", 4.into()).as_deref(),
+        Some("tensor `model.layers.3.input_layernorm.weight` is missing from the checkpoint")
+    );
+    let shape = with("intermediate_size", 100.into()).unwrap();
+    assert!(
+        shape.starts_with("tensor `model.layers.0.mlp.gate_proj.weight` has shape [192, 96]"),
+        "{shape}"
+    );
+    std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+    assert!(matches!(
+        Checkpoint::open(&dir),
+        Err(CheckpointError::Io { .. })
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _: Option<DecoderError> = None;
+}
