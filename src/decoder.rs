@@ -9,6 +9,7 @@
 
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::kv_pool::{KvPoolError, SeqId, SlotAllocator};
+use crate::unfused::rope_pool_unfused;
 use crate::{RopePoolConfig, RopePoolError, check_rope_pool_fused, rope_pool_fused};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Bool, DType, Device, Distribution, Int, Tensor, TensorData};
@@ -219,6 +220,7 @@ pub struct Decoder {
     lm_head: Tensor<2>,
     device: Device,
     dtype: DType,
+    fused: bool,
 }
 
 fn ints<const D: usize>(values: Vec<i64>, dims: [usize; D], device: &Device) -> Tensor<D, Int> {
@@ -339,8 +341,16 @@ impl Decoder {
             lm_head,
             device: device.clone(),
             dtype,
+            fused: true,
             config,
         })
+    }
+
+    /// Runs RoPE and the pool writes with the fused op (the default) or, for comparison, with
+    /// plain Burn tensor ops ([`rope_pool_unfused`]).
+    pub fn with_fused(mut self, fused: bool) -> Self {
+        self.fused = fused;
+        self
     }
 
     /// The device the weights live on.
@@ -458,16 +468,33 @@ impl Decoder {
             // the pools are handed over (the cache held the only handle: updated in place).
             check_rope_pool_fused(&q, &k, &v, &positions, &slots, k_pool, v_pool, rope)?;
             let (k_pool, v_pool) = (cache.k[l].take(), cache.v[l].take());
-            let out = rope_pool_fused(
-                q,
-                k,
-                v,
-                positions.clone(),
-                slots.clone(),
+            let (k_pool, v_pool) = (
                 k_pool.expect("checked above"),
                 v_pool.expect("checked above"),
-                rope,
-            )?;
+            );
+            let out = if self.fused {
+                rope_pool_fused(
+                    q,
+                    k,
+                    v,
+                    positions.clone(),
+                    slots.clone(),
+                    k_pool,
+                    v_pool,
+                    rope,
+                )?
+            } else {
+                rope_pool_unfused(
+                    q,
+                    k,
+                    v,
+                    positions.clone(),
+                    slots.clone(),
+                    k_pool,
+                    v_pool,
+                    rope,
+                )
+            };
             let attended = self.attend(out.q_rot, &out.k_pool, &out.v_pool, &plan);
             cache.k[l] = Some(out.k_pool);
             cache.v[l] = Some(out.v_pool);

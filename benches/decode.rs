@@ -1,0 +1,124 @@
+//! Prefill and decode throughput of a Llama-3-8B-shaped decoder (random weights) through
+//! `generate`: batches of `--prompt`-token prompts decoded for `--steps` tokens, with the fused
+//! RoPE + pool op and with the same model on the unfused tensor-op path. Wall-clock tokens/s
+//! (each step reads its ids back), after a warm-up run of the same shapes.
+//!
+//! `cargo bench --bench decode -- [--device wgpu] [--dtype f16] [--batches 1,8,64] [--prompt 512]
+//!  [--steps 64] [--layers 32] [--json OUT]`
+
+use burn::tensor::DType;
+use burn_rope_pool::decoder::{Decoder, DecoderConfig};
+use burn_rope_pool::devices::device_by_name;
+use burn_rope_pool::generate::{GenerateOptions, Request, Stats, generate};
+use clap::Parser;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "default")]
+    device: String,
+    /// f32, f16 or bf16.
+    #[arg(long, default_value = "f16")]
+    dtype: String,
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 8, 64])]
+    batches: Vec<usize>,
+    #[arg(long, default_value_t = 512)]
+    prompt: usize,
+    #[arg(long, default_value_t = 64)]
+    steps: usize,
+    /// Decoder layers (32 for the real shape; fewer for a quick run on a CPU).
+    #[arg(long, default_value_t = 32)]
+    layers: usize,
+    /// Only the fused path.
+    #[arg(long)]
+    fused_only: bool,
+    /// Write the rows as JSON here.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+fn requests(batch: usize, prompt: usize, steps: usize, vocab: usize) -> Vec<Request> {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    (0..batch)
+        .map(|_| Request {
+            prompt: (0..prompt)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state % vocab as u64) as u32
+                })
+                .collect(),
+            // The first token comes from the prefill step, the rest from `steps` decode steps.
+            max_new_tokens: steps + 1,
+        })
+        .collect()
+}
+
+fn run(model: &Decoder, batch: usize, args: &Args) -> Stats {
+    let vocab = model.config.vocab_size;
+    let options = GenerateOptions::default();
+    // Warm-up: the same shapes, two decode steps (kernels compiled, matmuls tuned).
+    generate(
+        model,
+        &requests(batch, args.prompt, 2, vocab),
+        &options,
+        |_| {},
+    )
+    .expect("warm-up");
+    generate(
+        model,
+        &requests(batch, args.prompt, args.steps, vocab),
+        &options,
+        |_| {},
+    )
+    .expect("run")
+    .1
+}
+
+fn main() {
+    let args = Args::parse();
+    let device = device_by_name(&args.device).expect("device");
+    let dtype = match args.dtype.as_str() {
+        "f32" => DType::F32,
+        "bf16" => DType::BF16,
+        _ => DType::F16,
+    };
+    let config = DecoderConfig {
+        num_layers: args.layers,
+        ..DecoderConfig::llama3_8b()
+    };
+    println!(
+        "Llama-3-8B shape, {} layers, {dtype:?} on {device:?}; prompts of {} tokens, {} decode steps\n",
+        args.layers, args.prompt, args.steps
+    );
+    println!("| path | batch | prefill tok/s | decode tok/s | decode ms/step |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    let mut model = Decoder::random(config, &device, dtype);
+    let mut rows = Vec::new();
+    for fused in [true, false] {
+        if !fused && args.fused_only {
+            continue;
+        }
+        model = model.with_fused(fused);
+        let path = if fused { "fused" } else { "unfused" };
+        for &batch in &args.batches {
+            let stats = run(&model, batch, &args);
+            let ms = 1e3 * stats.decode_time.as_secs_f64() / args.steps.max(1) as f64;
+            println!(
+                "| {path} | {batch} | {:.0} | {:.1} | {ms:.2} |",
+                stats.prefill_rate(),
+                stats.decode_rate()
+            );
+            rows.push(format!(
+                "{{\"path\":\"{path}\",\"batch\":{batch},\"dtype\":\"{dtype:?}\",\"layers\":{},\"prompt\":{},\"steps\":{},\"prefill_tok_s\":{:.1},\"decode_tok_s\":{:.2},\"decode_ms_per_step\":{ms:.3}}}",
+                args.layers, args.prompt, args.steps, stats.prefill_rate(), stats.decode_rate()
+            ));
+        }
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, format!("[\n{}\n]\n", rows.join(",\n"))).expect("write json");
+    }
+}
