@@ -8,7 +8,7 @@
 //!
 //! `--weights` reads HuggingFace-named tensors `q_proj.weight k_proj.weight v_proj.weight
 //! o_proj.weight` (HF `[out, in]` layout; a `model.layers.N.self_attn.` prefix is accepted)
-//! through burn's store; `--save-weights` writes the layer's weights in that layout; `--dump`
+//! in f32, f16 or bf16; `--save-weights` writes the layer's weights in that layout; `--dump`
 //! writes each phase's layer input, positions, sequence ids and output, for comparison with an
 //! outside implementation (e.g. transformers' LlamaAttention with the same weights).
 
@@ -16,6 +16,7 @@
 
 use burn::tensor::{DType, Distribution, Tensor};
 use burn_rope_pool::attention::{LlamaAttention, LlamaAttentionConfig, TokenInfo};
+use burn_rope_pool::checkpoint::Checkpoint;
 use burn_rope_pool::devices::device_by_name;
 use burn_rope_pool::kv_pool::KvPool;
 use clap::Parser;
@@ -46,18 +47,38 @@ struct Args {
     dump: Option<std::path::PathBuf>,
 }
 
-/// Loads `q_proj k_proj v_proj o_proj` (`.weight`, HF `[out, in]`) into `layer`.
-fn load_weights(layer: &mut LlamaAttention, path: &std::path::Path) -> Result<(), String> {
-    use burn::store::{ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
-    let mut store = SafetensorsStore::from_file(path)
-        .with_from_adapter(PyTorchToBurnAdapter)
-        .with_key_remapping(r"^(model\.)?(layers\.\d+\.)?self_attn\.", "")
-        .allow_partial(true);
-    let result = layer.load_from(&mut store).map_err(|e| e.to_string())?;
-    let missing: Vec<_> = result.missing.iter().map(|m| format!("{m:?}")).collect();
-    if !missing.is_empty() {
-        return Err(format!("missing tensors: {}", missing.join(", ")));
-    }
+/// Loads `q_proj k_proj v_proj o_proj` (`.weight`, HF `[out, in]`, stored in f32, f16 or bf16,
+/// optionally under a `model.layers.N.self_attn.` prefix) into `layer`.
+fn load_weights(
+    layer: &mut LlamaAttention,
+    cfg: &LlamaAttentionConfig,
+    path: &std::path::Path,
+    device: &burn::tensor::Device,
+) -> Result<(), String> {
+    use burn::module::Param;
+    let file = Checkpoint::from_file(path).map_err(|e| e.to_string())?;
+    let (q, kv) = (
+        cfg.num_heads * cfg.head_dim,
+        cfg.num_kv_heads * cfg.head_dim,
+    );
+    let load = |proj: &str, out: usize, inp: usize| -> Result<Param<Tensor<2>>, String> {
+        let suffix = format!("{proj}.weight");
+        let matches: Vec<&str> = file.names().filter(|n| n.ends_with(&suffix)).collect();
+        let [name] = matches[..] else {
+            return Err(format!(
+                "{}: expected one `*{suffix}`, found {matches:?}",
+                path.display()
+            ));
+        };
+        let weight = file
+            .tensor(name, [out, inp], device, burn::tensor::DType::F32)
+            .map_err(|e| e.to_string())?;
+        Ok(Param::from_tensor(weight.transpose()))
+    };
+    layer.q_proj.weight = load("q_proj", q, cfg.hidden)?;
+    layer.k_proj.weight = load("k_proj", kv, cfg.hidden)?;
+    layer.v_proj.weight = load("v_proj", kv, cfg.hidden)?;
+    layer.o_proj.weight = load("o_proj", cfg.hidden, q)?;
     Ok(())
 }
 
@@ -194,7 +215,7 @@ fn main() -> ExitCode {
     );
     let mut layer = cfg.init(&device);
     if let Some(path) = &args.weights {
-        if let Err(e) = load_weights(&mut layer, path) {
+        if let Err(e) = load_weights(&mut layer, &cfg, path, &device) {
             eprintln!("cannot load {}: {e}", path.display());
             return ExitCode::from(2);
         }

@@ -137,6 +137,33 @@ impl Checkpoint {
         })
     }
 
+    /// One safetensors file on its own (no `config.json`: [`Checkpoint::config`] is null).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
+        let path = path.as_ref().to_path_buf();
+        let bytes = read(&path)?;
+        let names: Vec<String> = SafeTensors::deserialize(&bytes)
+            .map_err(|e| CheckpointError::Format {
+                path: path.clone(),
+                what: "safetensors file",
+                error: e.to_string(),
+            })?
+            .names()
+            .into_iter()
+            .map(String::from)
+            .collect();
+        Ok(Self {
+            dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            config: serde_json::Value::Null,
+            index: names.into_iter().map(|n| (n, 0)).collect(),
+            shards: vec![(path, bytes)],
+        })
+    }
+
+    /// The names of the tensors held.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.index.keys().map(String::as_str)
+    }
+
     /// The folder.
     pub fn dir(&self) -> &Path {
         &self.dir
