@@ -6,10 +6,11 @@ use crate::backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs};
 use crate::rope::RopeFrequencies;
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
-use burn::backend::ops::IntTensorOps;
 use burn::tensor::Shape;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
-use rope_pool_kernels::{LaunchTuning, RopePoolArgs, RopePoolGeometry, launch_rope_pool};
+use rope_pool_kernels::{
+    LaunchTuning, RopePoolArgs, RopePoolGeometry, launch_append_max, launch_rope_pool,
+};
 use std::sync::Arc;
 
 /// A contiguous tensor whose buffer this call owns: the input itself when nobody else holds it
@@ -40,13 +41,31 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
 /// The positions as the kernel reads them: flat, and for LongRoPE followed by their maximum (the
 /// kernel picks the frequency set from it on the device, so no read-back).
 fn kernel_positions(positions: CubeTensor, long_short: bool) -> CubeTensor {
+    let positions = into_contiguous(positions);
     let len = positions.shape().num_elements();
-    let flat = CubeBackend::int_reshape(into_contiguous(positions), Shape::new([len]));
     if !long_short {
-        return flat;
+        return positions;
     }
-    let max = CubeBackend::int_max(flat.clone());
-    into_contiguous(CubeBackend::int_cat(vec![flat, max], 0))
+    let out = CubeTensor::new_contiguous(
+        positions.client.clone(),
+        positions.device.clone(),
+        Shape::new([len + 1]),
+        positions.client.empty((len + 1) * positions.dtype.size()),
+        positions.dtype,
+    );
+    let client = positions.client.clone();
+    let int = dtype_to_storage_type(positions.dtype);
+    // Safety: both tensors are contiguous, of `len` and `len + 1` elements; `out` is fresh.
+    unsafe {
+        launch_append_max(
+            &client,
+            int,
+            len,
+            positions.into_tensor_arg(),
+            out.clone().into_tensor_arg(),
+        );
+    }
+    out
 }
 
 /// The launch's tuning: the defaults, or in benchmark builds the `ROPE_POOL_*` knobs.

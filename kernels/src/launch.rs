@@ -1,7 +1,7 @@
 //! Host side of the fused kernel: the frequency table's device copy, the vector width and the
 //! launch.
 
-use crate::rope_pool::rope_pool_kernel;
+use crate::rope_pool::{APPEND_MAX_UNITS, append_max, rope_pool_kernel};
 use crate::table::RopeTable;
 use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
@@ -176,7 +176,7 @@ pub unsafe fn launch_rope_pool(
         Some(forced) => forced.clamp(1, heads.max(1)),
         None => heads_per_unit(geometry, half / vector, float.size()),
     };
-    let unit_vectors = (half + head_dim - rotary_dim) / vector;
+    let unit_vectors = half / vector + ((head_dim - rotary_dim) / vector).div_ceil(2);
     let units = num_tokens * heads.div_ceil(group) * unit_vectors;
     let cube_dim = match tuning.cube_dim {
         Some(n) => CubeDim::new_1d(
@@ -208,6 +208,35 @@ pub unsafe fn launch_rope_pool(
             rope.long_from,
             rope.variant,
             [float, int],
+        );
+    }
+}
+
+/// Enqueues the copy of `positions` (`len` elements of `int`) into `out` (`len + 1` elements)
+/// with their maximum appended: the positions of a LongRoPE launch ([`RopePoolArgs::positions`]).
+/// Does nothing for `len == 0`.
+///
+/// # Safety
+/// `positions` and `out` must be live, contiguous, of `len` and `len + 1` elements, distinct.
+pub unsafe fn launch_append_max(
+    client: &Client,
+    int: ElemType,
+    len: usize,
+    positions: TensorArg,
+    out: TensorArg,
+) {
+    if len == 0 {
+        return;
+    }
+    unsafe {
+        append_max::launch_unchecked(
+            client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(APPEND_MAX_UNITS as u32),
+            AddressType::from_len(len + 1),
+            positions,
+            out,
+            int,
         );
     }
 }

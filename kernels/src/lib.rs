@@ -10,6 +10,9 @@ mod table;
 mod tuning;
 
 pub use angle::{host_angle, split_turns};
-pub use launch::{RopePoolArgs, RopePoolGeometry, heads_per_unit, launch_rope_pool, vector_size};
+pub use launch::{
+    RopePoolArgs, RopePoolGeometry, heads_per_unit, launch_append_max, launch_rope_pool,
+    vector_size,
+};
 pub use table::{RopeTable, RopeVariant};
 pub use tuning::LaunchTuning;

@@ -12,8 +12,8 @@
 //! The RoPE variants ([`RopeVariant`], comptime) plug in at the kernel's seams:
 //! - [`pair_offsets()`]: which two vectors a unit rotates — NeoX halves `(j, j + R/2N)`, or
 //!   GPT-J's neighbours `(2j, 2j + 1)` whose lanes hold interleaved pairs (`rotate_interleaved`);
-//! - the pass-through tail of a partial rotary head: units past the pair vectors copy one
-//!   vector of the tail each;
+//! - the pass-through tail of a partial rotary head: units past the pair vectors copy two
+//!   vectors of the tail each;
 //! - the position of a frequency: one per token, or M-RoPE's row per frequency (masks in the
 //!   table, [`lane_positions()`]);
 //! - the frequency set: LongRoPE's short or long half of the table, chosen by the call's largest
@@ -132,8 +132,8 @@ pub fn lane_positions<N: Size>(
 /// `D`.
 ///
 /// A token's `Hq + Hkv` heads are split into groups of `heads_per_unit`; one unit handles one
-/// (token, head group, pair vector), and with a partial rotary dimension one more unit per
-/// vector of the pass-through tail. Larger groups pay the trigonometry fewer times; smaller ones
+/// (token, head group, pair vector), and with a partial rotary dimension one more unit per two
+/// vectors of the pass-through tail. Larger groups pay the trigonometry fewer times; smaller ones
 /// put more units in flight.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 // `if partial { if pass { .. } }`: the outer condition is comptime, the inner one runtime.
@@ -171,7 +171,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     let half_vectors = rotary_vectors / 2;
     let mut unit_vectors = half_vectors;
     if partial {
-        unit_vectors += row_vectors - rotary_vectors;
+        unit_vectors += (row_vectors - rotary_vectors).div_ceil(2);
     }
     let groups = (num_qo_heads + num_kv_heads).div_ceil(heads_per_unit as usize);
     let num_heads = num_qo_heads + num_kv_heads;
@@ -197,16 +197,17 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
             set = 3 * half_vectors;
         }
     }
-    // A unit of the pass-through tail copies vector `lo` (= `hi`) of each head; its angle is
-    // computed for the last frequency and discarded.
+    // A unit of the pass-through tail copies vectors `lo` and `hi = lo + 1` of each head (`hi =
+    // lo` for the last one of an odd tail); its angle is computed for the last frequency and
+    // discarded.
     let (mut lo, mut hi) = pair_offsets(j, half_vectors, interleaved);
     let mut pass = false;
     let mut f = j;
     if partial {
         pass = j >= half_vectors;
         if pass {
-            lo = rotary_vectors + j - half_vectors;
-            hi = lo;
+            lo = rotary_vectors + 2 * (j - half_vectors);
+            hi = (lo + 1).min(row_vectors - 1);
             f = half_vectors - 1;
         }
     }
@@ -298,5 +299,45 @@ fn turn<F: Float, N: Size>(
         rotate_interleaved::<F, N>(x1, x2, cos, sin)
     } else {
         rotate::<F, N>(x1, x2, cos, sin)
+    }
+}
+
+/// Units of the [`append_max`] cube (a power of two: its tree reduction has 8 levels).
+pub const APPEND_MAX_UNITS: usize = 256;
+const _: () = assert!(APPEND_MAX_UNITS == 1 << 8);
+
+/// Copies `positions` (`len` elements) to `out` and writes their maximum at `out[len]`: the
+/// LongRoPE launch's positions, whose last element picks the frequency set on the device. One
+/// cube of [`APPEND_MAX_UNITS`] units: strided copy with a running maximum per unit, then a tree
+/// reduction in shared memory.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn append_max<I: Int>(
+    positions: &Tensor<I>,
+    out: &mut Tensor<I>,
+    #[define(I)] _dtype: ElemType,
+) {
+    let len = positions.len();
+    let unit = UNIT_POS as usize;
+    let mut best = positions[0];
+    for i in range_stepped(unit, len, APPEND_MAX_UNITS) {
+        let p = positions[i];
+        out[i] = p;
+        best = select(p > best, p, best);
+    }
+    let mut shared = Shared::<[I]>::new_slice(APPEND_MAX_UNITS);
+    shared[unit] = best;
+    sync_cube();
+    #[unroll]
+    for level in 0..8u32 {
+        let stride = comptime!(APPEND_MAX_UNITS >> (level + 1));
+        if unit < stride {
+            let mine = shared[unit];
+            let other = shared[unit + stride];
+            shared[unit] = select(other > mine, other, mine);
+        }
+        sync_cube();
+    }
+    if unit == 0 {
+        out[len] = shared[0];
     }
 }
