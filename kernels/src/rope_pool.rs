@@ -11,7 +11,7 @@
 //!
 //! The RoPE variants ([`RopeVariant`], comptime) plug in at the kernel's seams:
 //! - [`pair_offsets()`]: which two vectors a unit rotates — NeoX halves `(j, j + R/2N)`, or
-//!   GPT-J's neighbours `(2j, 2j + 1)` whose lanes hold interleaved pairs (`rotate_interleaved`);
+//!   GPT-J's neighbours `(2j, 2j + 1)` whose lanes hold interleaved pairs (`rotate_lanes`);
 //! - the pass-through tail of a partial rotary head: units past the pair vectors copy two
 //!   vectors of the tail each;
 //! - the position of a frequency: one per token, or M-RoPE's row per frequency (masks in the
@@ -72,40 +72,62 @@ fn rotate<F: Float, N: Size>(
     )
 }
 
-/// Rotates the GPT-J pairs held in the lanes of two neighbouring vectors: lanes `2l, 2l + 1` of
-/// `x1` are pair `l` (angle lane `l`), those of `x2` pair `N/2 + l`. With `N = 1` the two vectors
-/// are one pair, as in [`rotate`].
+/// The cos/sin a unit's two vectors are rotated with, formed once per unit: NeoX uses the `N`
+/// angles as they are for both vectors; GPT-J holds pair `l` in lanes `2l, 2l + 1` of the first
+/// vector (angle lane `l`) and pair `N/2 + l` in those of the second, so each vector gets its
+/// angles' cosines doubled (`[c0, c0, c1, c1, …]`) and sines doubled with the even lane negated
+/// (`[-s0, s0, -s1, s1, …]`), and [`rotate_lanes`] turns it with one lane swap. With `N = 1`
+/// the two vectors are one pair and NeoX's form serves.
 #[cube]
-fn rotate_interleaved<F: Float, N: Size>(
-    x1: Vector<F, N>,
-    x2: Vector<F, N>,
+fn lane_angles<N: Size>(
     cos: Vector<f32, N>,
     sin: Vector<f32, N>,
-) -> (Vector<F, N>, Vector<F, N>) {
+    #[comptime] interleaved: bool,
+) -> (
+    Vector<f32, N>,
+    Vector<f32, N>,
+    Vector<f32, N>,
+    Vector<f32, N>,
+) {
     let n = N::value();
-    let mut o1 = x1;
-    let mut o2 = x2;
-    if comptime!(n == 1) {
-        let (a, b) = rotate::<F, N>(x1, x2, cos, sin);
-        o1 = a;
-        o2 = b;
-    } else {
+    let (mut c1, mut s1, mut c2, mut s2) = (cos, sin, cos, sin);
+    if comptime!(interleaved && n > 1) {
         #[unroll]
         for l in 0..comptime!(n / 2) {
             let (even, odd, second) = comptime!((2 * l, 2 * l + 1, n / 2 + l));
             let (c, s) = (cos.extract(l), sin.extract(l));
-            let a = f32::cast_from(x1.extract(even));
-            let b = f32::cast_from(x1.extract(odd));
-            o1.insert(even, F::cast_from(a * c - b * s));
-            o1.insert(odd, F::cast_from(a * s + b * c));
+            c1.insert(even, c);
+            c1.insert(odd, c);
+            s1.insert(even, -s);
+            s1.insert(odd, s);
             let (c, s) = (cos.extract(second), sin.extract(second));
-            let a = f32::cast_from(x2.extract(even));
-            let b = f32::cast_from(x2.extract(odd));
-            o2.insert(even, F::cast_from(a * c - b * s));
-            o2.insert(odd, F::cast_from(a * s + b * c));
+            c2.insert(even, c);
+            c2.insert(odd, c);
+            s2.insert(even, -s);
+            s2.insert(odd, s);
         }
     }
-    (o1, o2)
+    (c1, s1, c2, s2)
+}
+
+/// Rotates the GPT-J pairs in the lanes of `x` (`2l`, `2l + 1`) with [`lane_angles`]' `cos`,
+/// `sin`: `x * cos + swap(x) * sin` in f32, rounded once.
+#[cube]
+fn rotate_lanes<F: Float, N: Size>(
+    x: Vector<F, N>,
+    cos: Vector<f32, N>,
+    sin: Vector<f32, N>,
+) -> Vector<F, N> {
+    let n = N::value();
+    let a = Vector::<f32, N>::cast_from(x);
+    let mut swapped = a;
+    #[unroll]
+    for l in 0..comptime!(n / 2) {
+        let (even, odd) = comptime!((2 * l, 2 * l + 1));
+        swapped.insert(even, a.extract(odd));
+        swapped.insert(odd, a.extract(even));
+    }
+    Vector::cast_from(a * cos + swapped * sin)
 }
 
 /// The position of each of a unit's `N` frequencies: M-RoPE picks row 0, 1 or 2 of `positions`
@@ -236,13 +258,14 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     );
     let cos = angle.cos() * Vector::new(attention_factor);
     let sin = angle.sin() * Vector::new(attention_factor);
+    let angles = lane_angles::<N>(cos, sin, interleaved);
 
     let q_base = token * num_qo_heads * row_vectors;
     let mut head = group;
     while head < num_qo_heads {
         let row = q_base + head * row_vectors;
         let (x1, x2) = (q[row + lo], q[row + hi]);
-        let (mut a, mut b) = turn::<F, N>(x1, x2, cos, sin, interleaved);
+        let (mut a, mut b) = turn::<F, N>(x1, x2, angles, interleaved);
         if partial {
             if pass {
                 a = x1;
@@ -266,7 +289,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
         // slot is skipped: one unused row read for a padding token, never a write.)
         let (k1, k2) = (k[row + lo], k[row + hi]);
         let (v1, v2) = (v[row + lo], v[row + hi]);
-        let (mut a, mut b) = turn::<F, N>(k1, k2, cos, sin, interleaved);
+        let (mut a, mut b) = turn::<F, N>(k1, k2, angles, interleaved);
         if partial {
             if pass {
                 a = k1;
@@ -286,19 +309,28 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     }
 }
 
-/// The rotation of the variant: NeoX halves or GPT-J lane pairs.
+/// The rotation of the variant: NeoX halves, or GPT-J lane pairs (with [`lane_angles`]).
 #[cube]
 fn turn<F: Float, N: Size>(
     x1: Vector<F, N>,
     x2: Vector<F, N>,
-    cos: Vector<f32, N>,
-    sin: Vector<f32, N>,
+    angles: (
+        Vector<f32, N>,
+        Vector<f32, N>,
+        Vector<f32, N>,
+        Vector<f32, N>,
+    ),
     #[comptime] interleaved: bool,
 ) -> (Vector<F, N>, Vector<F, N>) {
-    if interleaved {
-        rotate_interleaved::<F, N>(x1, x2, cos, sin)
+    let (c1, s1, c2, s2) = angles;
+    let n = N::value();
+    if comptime!(interleaved && n > 1) {
+        (
+            rotate_lanes::<F, N>(x1, c1, s1),
+            rotate_lanes::<F, N>(x2, c2, s2),
+        )
     } else {
-        rotate::<F, N>(x1, x2, cos, sin)
+        rotate::<F, N>(x1, x2, c1, s1)
     }
 }
 
