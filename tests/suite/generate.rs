@@ -7,7 +7,7 @@
 
 use burn::tensor::{DType, Device};
 use burn_rope_pool::checkpoint::{Checkpoint, CheckpointError};
-use burn_rope_pool::decoder::{Decoder, DecoderError};
+use burn_rope_pool::decoder::Decoder;
 use burn_rope_pool::generate::{GenerateError, GenerateOptions, Generated, Request, generate};
 use burn_rope_pool::reference::norm_relative_error;
 use serde_json::Value;
@@ -217,5 +217,43 @@ fn bad_checkpoints_give_clear_errors() {
         Err(CheckpointError::Io { .. })
     ));
     let _ = std::fs::remove_dir_all(&dir);
-    let _: Option<DecoderError> = None;
+}
+
+#[test]
+fn a_sharded_checkpoint_loads_like_the_single_file() {
+    // llama31_tiny split into two shards with a `model.safetensors.index.json`.
+    let dir = std::env::temp_dir().join(format!("rope-pool-sharded-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = model_dir("llama31_tiny");
+    std::fs::copy(source.join("config.json"), dir.join("config.json")).unwrap();
+    let bytes = std::fs::read(source.join("model.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = tensors.names().into_iter().map(String::from).collect();
+    names.sort();
+    let mut weight_map = serde_json::Map::new();
+    for (shard, part) in names.chunks(names.len().div_ceil(2)).enumerate() {
+        let file = format!("model-{:05}-of-00002.safetensors", shard + 1);
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = part
+            .iter()
+            .map(|n| (n.clone(), tensors.tensor(n).unwrap()))
+            .collect();
+        safetensors::serialize_to_file(views, None, &dir.join(&file)).unwrap();
+        for n in part {
+            weight_map.insert(n.clone(), Value::String(file.clone()));
+        }
+    }
+    let index = serde_json::json!({ "metadata": {}, "weight_map": weight_map });
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+
+    let device = Device::flex();
+    let (requests, _) = expected("llama31_tiny");
+    let sharded = Decoder::load(&Checkpoint::open(&dir).unwrap(), &device, DType::F32).unwrap();
+    let single = load("llama31_tiny", &device);
+    assert_same(
+        &run(&sharded, &requests, None),
+        &run(&single, &requests, None),
+        0.0,
+        "sharded vs single file",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
