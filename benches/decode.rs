@@ -132,7 +132,7 @@ fn main() {
     }
     println!("| path | batch | prefill tok/s | decode tok/s | decode ms/step |");
     println!("| --- | ---: | ---: | ---: | ---: |");
-    let mut model = Decoder::random(config, &device, dtype);
+    let mut model = Decoder::random(config, &device, dtype).expect("random weights");
     let mut rows = Vec::new();
     for fused in [true, false] {
         if !fused && args.fused_only {

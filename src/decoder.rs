@@ -1,7 +1,7 @@
 //! A Llama-family decoder on the fused op (Llama 2/3/3.1, Mistral, Qwen2, Qwen3): embeddings,
 //! RMSNorm, attention (q/k/v/o projections with the checkpoint's biases, Qwen3's per-head q/k
 //! RMSNorm before RoPE, GQA), SwiGLU MLP, final norm and LM head (tied or not). Each layer's keys
-//! and values live in a token-slot pool written by [`rope_pool_fused`](crate::rope_pool_fused);
+//! and values live in a token-slot pool written by [`rope_pool_fused`];
 //! one [`Decoder::step`] runs a ragged batch — prefill and decode tokens of several sequences
 //! together — and attention reads the pool rows of each token's sequence (a gather plus
 //! matmuls, batched on the device: all single-token sequences in one batched attention, each
@@ -190,17 +190,24 @@ pub struct StepToken {
     pub position: usize,
 }
 
+/// The batched attention of a step's single-token (decode) sequences.
+struct DecodePlan {
+    /// Their batch rows `[B]`.
+    rows: Tensor<1, Int>,
+    /// Their pool rows `[B * L]` (padded).
+    idx: Tensor<1, Int>,
+    /// The padding `[B, 1, 1, L]` (true: masked).
+    mask: Tensor<4, Bool>,
+    /// B.
+    batch: usize,
+    /// L.
+    len: usize,
+}
+
 /// The attention of one step, planned on the host once and used by every layer.
 struct Plan {
-    /// Batch rows of the single-token (decode) sequences, their pool rows `[B * L]` (padded),
-    /// and the mask of padding `[B, 1, 1, L]`.
-    decode: Option<(
-        Tensor<1, Int>,
-        Tensor<1, Int>,
-        Tensor<4, Bool>,
-        usize,
-        usize,
-    )>,
+    /// The decode sequences, batched.
+    decode: Option<DecodePlan>,
     /// Per prefill sequence: its batch rows, its pool rows `[L]`, the causal mask
     /// `[1, 1, n, L]`.
     prefill: Vec<(Tensor<1, Int>, Tensor<1, Int>, Tensor<4, Bool>)>,
@@ -239,108 +246,73 @@ impl Decoder {
         dtype: DType,
     ) -> Result<Self, DecoderError> {
         let config = DecoderConfig::from_hf_config(&checkpoint.config)?;
-        let get1 = |name: &str, n: usize| checkpoint.tensor(name, [n], device, dtype);
-        // HF stores projections `[out, in]`; the decoder multiplies by `[in, out]`.
-        let linear = |name: &str, i: usize, o: usize, bias: bool| -> Result<Linear, DecoderError> {
-            let w = checkpoint
-                .tensor(&format!("{name}.weight"), [o, i], device, dtype)?
-                .transpose();
-            let b = bias.then(|| get1(&format!("{name}.bias"), o)).transpose()?;
-            Ok(Linear { w, b })
-        };
         Self::build(
             config,
-            device,
-            dtype,
-            |config, name, i, o, bias| match name {
-                Weight::Norm(name) => Ok(Part::Norm(get1(&name, i)?)),
-                Weight::Linear(name) => Ok(Part::Linear(linear(&name, i, o, bias)?)),
-                Weight::Embed => Ok(Part::Matrix(checkpoint.tensor(
-                    "model.embed_tokens.weight",
-                    [config.vocab_size, config.hidden_size],
-                    device,
-                    dtype,
-                )?)),
+            &FromCheckpoint {
+                checkpoint,
+                device,
+                dtype,
             },
         )
     }
 
     /// A decoder of `config` with random weights (normal, σ = 0.02; norms 1), for benchmarks.
-    pub fn random(config: DecoderConfig, device: &Device, dtype: DType) -> Self {
-        let normal = Distribution::Normal(0.0, 0.02);
-        Self::build(config, device, dtype, |config, name, i, o, bias| {
-            Ok::<_, DecoderError>(match name {
-                Weight::Norm(_) => Part::Norm(Tensor::ones([i], (device, dtype))),
-                Weight::Linear(_) => Part::Linear(Linear {
-                    w: Tensor::random([i, o], normal, (device, dtype)),
-                    b: bias.then(|| Tensor::zeros([o], (device, dtype))),
-                }),
-                Weight::Embed => Part::Matrix(Tensor::random(
-                    [config.vocab_size, config.hidden_size],
-                    normal,
-                    (device, dtype),
-                )),
-            })
-        })
-        .expect("random weights do not fail")
-    }
-
-    /// Builds the model from `part(config, which, in, out, bias)`.
-    fn build(
+    pub fn random(
         config: DecoderConfig,
         device: &Device,
         dtype: DType,
-        part: impl Fn(&DecoderConfig, Weight, usize, usize, bool) -> Result<Part, DecoderError>,
     ) -> Result<Self, DecoderError> {
+        Self::build(config, &Random { device, dtype })
+    }
+
+    /// Builds the model from `weights`.
+    fn build(config: DecoderConfig, weights: &impl Weights) -> Result<Self, DecoderError> {
         let (h, m) = (config.hidden_size, config.intermediate_size);
         let rope = &config.rope;
         let (q_out, kv_out) = (
             rope.num_qo_heads * rope.head_dim,
             rope.num_kv_heads * rope.head_dim,
         );
-        let norm = |name: String, n: usize| part(&config, Weight::Norm(name), n, n, false);
-        let linear = |name: String, i: usize, o: usize, bias: bool| {
-            part(&config, Weight::Linear(name), i, o, bias)
-        };
         let mut layers = Vec::with_capacity(config.num_layers);
         for l in 0..config.num_layers {
             let p = format!("model.layers.{l}");
+            let norm = |name: &str, n: usize| weights.norm(&format!("{p}.{name}.weight"), n);
+            let linear = |name: &str, i: usize, o: usize, bias: bool| {
+                weights.linear(&format!("{p}.{name}"), i, o, bias)
+            };
             let qk_norm = |which: &str| {
                 config
                     .qk_norm
-                    .then(|| norm(format!("{p}.self_attn.{which}_norm.weight"), rope.head_dim))
+                    .then(|| norm(&format!("self_attn.{which}_norm"), rope.head_dim))
                     .transpose()
-                    .map(|n| n.map(Part::norm))
             };
             layers.push(Layer {
-                input_norm: norm(format!("{p}.input_layernorm.weight"), h)?.norm(),
-                q: linear(format!("{p}.self_attn.q_proj"), h, q_out, config.qkv_bias)?.linear(),
-                k: linear(format!("{p}.self_attn.k_proj"), h, kv_out, config.qkv_bias)?.linear(),
-                v: linear(format!("{p}.self_attn.v_proj"), h, kv_out, config.qkv_bias)?.linear(),
-                o: linear(format!("{p}.self_attn.o_proj"), q_out, h, config.o_bias)?.linear(),
+                input_norm: norm("input_layernorm", h)?,
+                q: linear("self_attn.q_proj", h, q_out, config.qkv_bias)?,
+                k: linear("self_attn.k_proj", h, kv_out, config.qkv_bias)?,
+                v: linear("self_attn.v_proj", h, kv_out, config.qkv_bias)?,
+                o: linear("self_attn.o_proj", q_out, h, config.o_bias)?,
                 q_norm: qk_norm("q")?,
                 k_norm: qk_norm("k")?,
-                post_norm: norm(format!("{p}.post_attention_layernorm.weight"), h)?.norm(),
-                gate: linear(format!("{p}.mlp.gate_proj"), h, m, false)?.linear(),
-                up: linear(format!("{p}.mlp.up_proj"), h, m, false)?.linear(),
-                down: linear(format!("{p}.mlp.down_proj"), m, h, false)?.linear(),
+                post_norm: norm("post_attention_layernorm", h)?,
+                gate: linear("mlp.gate_proj", h, m, false)?,
+                up: linear("mlp.up_proj", h, m, false)?,
+                down: linear("mlp.down_proj", m, h, false)?,
             });
         }
-        let embed = part(&config, Weight::Embed, 0, 0, false)?.matrix();
+        let embed = weights.embed(config.vocab_size, h)?;
         let lm_head = if config.tie_word_embeddings {
             embed.clone().transpose()
         } else {
-            linear("lm_head".into(), h, config.vocab_size, false)?
-                .linear()
-                .w
+            weights.linear("lm_head", h, config.vocab_size, false)?.w
         };
         Ok(Self {
             embed,
             layers,
-            norm: norm("model.norm.weight".into(), h)?.norm(),
+            norm: weights.norm("model.norm.weight", h)?,
             lm_head,
-            device: device.clone(),
-            dtype,
+            device: weights.device().clone(),
+            dtype: weights.dtype(),
             fused: true,
             config,
         })
@@ -536,13 +508,13 @@ impl Decoder {
                 }
             }
             let batch_rows = decode.iter().map(|(_, r)| r[0] as i64).collect();
-            (
-                ints(batch_rows, [b], device),
-                ints(idx, [b * l], device),
-                bools(mask, [b, 1, 1, l], device),
-                b,
-                l,
-            )
+            DecodePlan {
+                rows: ints(batch_rows, [b], device),
+                idx: ints(idx, [b * l], device),
+                mask: bools(mask, [b, 1, 1, l], device),
+                batch: b,
+                len: l,
+            }
         });
         let mut prefill = Vec::new();
         for (seq, rows) in groups.iter().filter(|(_, r)| r.len() > 1) {
@@ -604,7 +576,14 @@ impl Decoder {
         let [_, hq, d] = q.dims();
         let hkv = k_pool.dims()[1];
         let mut parts = Vec::new();
-        if let Some((rows, idx, mask, b, l)) = &plan.decode {
+        if let Some(DecodePlan {
+            rows,
+            idx,
+            mask,
+            batch: b,
+            len: l,
+        }) = &plan.decode
+        {
             let gather = |pool: &Tensor<3>| {
                 pool.clone()
                     .select(0, idx.clone())
@@ -636,37 +615,81 @@ impl Decoder {
     }
 }
 
-/// Which weight [`Decoder::build`] asks for.
-enum Weight {
-    Norm(String),
-    Linear(String),
-    Embed,
+/// Where [`Decoder::build`] takes its weights from.
+trait Weights {
+    fn device(&self) -> &Device;
+    fn dtype(&self) -> DType;
+    /// A norm's weight `[n]`.
+    fn norm(&self, name: &str, n: usize) -> Result<Tensor<1>, DecoderError>;
+    /// Projection `name` (`name.weight`, `name.bias`) from `i` to `o` features.
+    fn linear(&self, name: &str, i: usize, o: usize, bias: bool) -> Result<Linear, DecoderError>;
+    /// The embedding matrix `[vocab, hidden]`.
+    fn embed(&self, vocab: usize, hidden: usize) -> Result<Tensor<2>, DecoderError>;
 }
 
-/// A built weight.
-enum Part {
-    Norm(Tensor<1>),
-    Linear(Linear),
-    Matrix(Tensor<2>),
+struct FromCheckpoint<'a> {
+    checkpoint: &'a Checkpoint,
+    device: &'a Device,
+    dtype: DType,
 }
 
-impl Part {
-    fn norm(self) -> Tensor<1> {
-        match self {
-            Part::Norm(t) => t,
-            _ => unreachable!("asked for a norm"),
-        }
+impl Weights for FromCheckpoint<'_> {
+    fn device(&self) -> &Device {
+        self.device
     }
-    fn linear(self) -> Linear {
-        match self {
-            Part::Linear(l) => l,
-            _ => unreachable!("asked for a linear"),
-        }
+    fn dtype(&self) -> DType {
+        self.dtype
     }
-    fn matrix(self) -> Tensor<2> {
-        match self {
-            Part::Matrix(t) => t,
-            _ => unreachable!("asked for a matrix"),
-        }
+    fn norm(&self, name: &str, n: usize) -> Result<Tensor<1>, DecoderError> {
+        Ok(self.checkpoint.tensor(name, [n], self.device, self.dtype)?)
+    }
+    fn linear(&self, name: &str, i: usize, o: usize, bias: bool) -> Result<Linear, DecoderError> {
+        // HF stores projections `[out, in]`; the decoder multiplies by `[in, out]`.
+        let w = self
+            .checkpoint
+            .tensor(&format!("{name}.weight"), [o, i], self.device, self.dtype)?
+            .transpose();
+        let b = bias
+            .then(|| self.norm(&format!("{name}.bias"), o))
+            .transpose()?;
+        Ok(Linear { w, b })
+    }
+    fn embed(&self, vocab: usize, hidden: usize) -> Result<Tensor<2>, DecoderError> {
+        let name = "model.embed_tokens.weight";
+        Ok(self
+            .checkpoint
+            .tensor(name, [vocab, hidden], self.device, self.dtype)?)
+    }
+}
+
+struct Random<'a> {
+    device: &'a Device,
+    dtype: DType,
+}
+
+impl Weights for Random<'_> {
+    fn device(&self) -> &Device {
+        self.device
+    }
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+    fn norm(&self, _: &str, n: usize) -> Result<Tensor<1>, DecoderError> {
+        Ok(Tensor::ones([n], (self.device, self.dtype)))
+    }
+    fn linear(&self, _: &str, i: usize, o: usize, bias: bool) -> Result<Linear, DecoderError> {
+        let normal = Distribution::Normal(0.0, 0.02);
+        Ok(Linear {
+            w: Tensor::random([i, o], normal, (self.device, self.dtype)),
+            b: bias.then(|| Tensor::zeros([o], (self.device, self.dtype))),
+        })
+    }
+    fn embed(&self, vocab: usize, hidden: usize) -> Result<Tensor<2>, DecoderError> {
+        let normal = Distribution::Normal(0.0, 0.02);
+        Ok(Tensor::random(
+            [vocab, hidden],
+            normal,
+            (self.device, self.dtype),
+        ))
     }
 }

@@ -79,6 +79,7 @@ fn rotate<F: Float, N: Size>(
 /// (`[-s0, s0, -s1, s1, …]`), and [`rotate_lanes`] turns it with one lane swap. With `N = 1`
 /// the two vectors are one pair and NeoX's form serves.
 #[cube]
+#[allow(clippy::type_complexity)]
 fn lane_angles<N: Size>(
     cos: Vector<f32, N>,
     sin: Vector<f32, N>,
@@ -311,6 +312,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
 
 /// The rotation of the variant: NeoX halves, or GPT-J lane pairs (with [`lane_angles`]).
 #[cube]
+#[allow(clippy::type_complexity)]
 fn turn<F: Float, N: Size>(
     x1: Vector<F, N>,
     x2: Vector<F, N>,
@@ -334,7 +336,7 @@ fn turn<F: Float, N: Size>(
     }
 }
 
-/// Units of the [`append_max`] cube (a power of two: its tree reduction has 8 levels).
+/// Units of the [`append_max()`] cube (a power of two: its tree reduction has 8 levels).
 pub const APPEND_MAX_UNITS: usize = 256;
 const _: () = assert!(APPEND_MAX_UNITS == 1 << 8);
 
