@@ -11,17 +11,10 @@
 use burn::tensor::DType;
 use burn_rope_pool::checkpoint::Checkpoint;
 use burn_rope_pool::decoder::Decoder;
-use burn_rope_pool::devices::device_by_name;
+use burn_rope_pool::devices::{device_by_name, dtype_by_name};
 use burn_rope_pool::generate::{GenerateOptions, Generated, Request, generate};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use std::process::ExitCode;
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Dtype {
-    F32,
-    F16,
-    Bf16,
-}
 
 #[derive(Parser)]
 #[command(about = "Greedy generation with continuous batching on a HuggingFace checkpoint")]
@@ -36,8 +29,8 @@ struct Args {
     #[arg(long, default_value = "default")]
     device: String,
     /// The dtype weights are converted to and the model runs in.
-    #[arg(long, value_enum, default_value = "f32")]
-    dtype: Dtype,
+    #[arg(long, value_parser = dtype_by_name, default_value = "f32")]
+    dtype: DType,
     /// Write the generations here (JSON); without, print the ids.
     #[arg(long)]
     output: Option<std::path::PathBuf>,
@@ -62,11 +55,7 @@ struct Output {
 
 fn run(args: Args) -> Result<(), String> {
     let device = device_by_name(&args.device)?;
-    let dtype = match args.dtype {
-        Dtype::F32 => DType::F32,
-        Dtype::F16 => DType::F16,
-        Dtype::Bf16 => DType::BF16,
-    };
+    let dtype = args.dtype;
     let text = std::fs::read_to_string(&args.requests)
         .map_err(|e| format!("cannot read {}: {e}", args.requests.display()))?;
     let requests: Requests =

@@ -5,17 +5,10 @@
 //!  [--dtype f32|f16|bf16] [--output OUT.safetensors]`
 
 use burn::tensor::DType;
-use burn_rope_pool::devices::device_by_name;
+use burn_rope_pool::devices::{device_by_name, dtype_by_name};
 use burn_rope_pool::golden::{GoldenCase, Score, tolerance};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use std::process::ExitCode;
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Dtype {
-    F32,
-    F16,
-    Bf16,
-}
 
 #[derive(Parser)]
 #[command(about = "Replay a rope_pool_fused golden case")]
@@ -26,8 +19,8 @@ struct Args {
     #[arg(long, default_value = "default")]
     device: String,
     /// Storage dtype of the float tensors (default: as stored in the file).
-    #[arg(long, value_enum)]
-    dtype: Option<Dtype>,
+    #[arg(long, value_parser = dtype_by_name)]
+    dtype: Option<DType>,
     /// Write q_rot k_rot k_pool v_pool (F32) to this safetensors file.
     #[arg(long)]
     output: Option<std::path::PathBuf>,
@@ -81,11 +74,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let dtype = args.dtype.map(|d| match d {
-        Dtype::F32 => DType::F32,
-        Dtype::F16 => DType::F16,
-        Dtype::Bf16 => DType::BF16,
-    });
+    let dtype = args.dtype;
     println!(
         "case {} on {device:?}, dtype {dtype:?}",
         args.case.display()

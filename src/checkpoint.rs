@@ -109,54 +109,44 @@ impl Checkpoint {
         } else {
             vec!["model.safetensors".into()]
         };
-        let mut shards = Vec::new();
-        let mut index = HashMap::new();
-        for file in files {
-            let path = dir.join(&file);
-            let bytes = read(&path)?;
-            let names = SafeTensors::deserialize(&bytes)
-                .map_err(|e| CheckpointError::Format {
-                    path: path.clone(),
-                    what: "safetensors file",
-                    error: e.to_string(),
-                })?
-                .names()
-                .into_iter()
-                .map(String::from)
-                .collect::<Vec<_>>();
-            for name in names {
-                index.insert(name, shards.len());
-            }
-            shards.push((path, bytes));
-        }
-        Ok(Self {
-            dir,
+        let mut checkpoint = Self {
+            dir: dir.clone(),
             config,
-            index,
-            shards,
-        })
+            index: HashMap::new(),
+            shards: Vec::new(),
+        };
+        for file in files {
+            checkpoint.add_shard(dir.join(&file))?;
+        }
+        Ok(checkpoint)
+    }
+
+    /// Reads one safetensors file and indexes its tensors.
+    fn add_shard(&mut self, path: PathBuf) -> Result<(), CheckpointError> {
+        let bytes = read(&path)?;
+        let tensors = SafeTensors::deserialize(&bytes).map_err(|e| CheckpointError::Format {
+            path: path.clone(),
+            what: "safetensors file",
+            error: e.to_string(),
+        })?;
+        for name in tensors.names() {
+            self.index.insert(name.to_string(), self.shards.len());
+        }
+        self.shards.push((path, bytes));
+        Ok(())
     }
 
     /// One safetensors file on its own (no `config.json`: [`Checkpoint::config`] is null).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
         let path = path.as_ref().to_path_buf();
-        let bytes = read(&path)?;
-        let names: Vec<String> = SafeTensors::deserialize(&bytes)
-            .map_err(|e| CheckpointError::Format {
-                path: path.clone(),
-                what: "safetensors file",
-                error: e.to_string(),
-            })?
-            .names()
-            .into_iter()
-            .map(String::from)
-            .collect();
-        Ok(Self {
+        let mut checkpoint = Self {
             dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
             config: serde_json::Value::Null,
-            index: names.into_iter().map(|n| (n, 0)).collect(),
-            shards: vec![(path, bytes)],
-        })
+            index: HashMap::new(),
+            shards: Vec::new(),
+        };
+        checkpoint.add_shard(path)?;
+        Ok(checkpoint)
     }
 
     /// The names of the tensors held.

@@ -45,3 +45,14 @@ pub fn device_by_name(name: &str) -> Result<Device, String> {
         )),
     }
 }
+
+/// The float dtype named `f32`, `f16` or `bf16` (as the examples take it on the command line).
+pub fn dtype_by_name(name: &str) -> Result<burn::tensor::DType, String> {
+    use burn::tensor::DType;
+    match name {
+        "f32" => Ok(DType::F32),
+        "f16" => Ok(DType::F16),
+        "bf16" => Ok(DType::BF16),
+        other => Err(format!("unknown dtype `{other}` (f32, f16 or bf16)")),
+    }
+}
