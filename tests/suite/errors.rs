@@ -195,3 +195,88 @@ fn tensors_on_two_devices_are_refused() {
     let err = t.call(&case.config).unwrap_err();
     assert_eq!(err.to_string(), "all tensors must be on one device");
 }
+
+/// The checks of the RoPE variants (12–15 of the contract), with their exact messages, before
+/// anything is written.
+#[test]
+fn variant_errors() {
+    use burn_rope_pool::{MRope, RopeScaling};
+    let cfg = base_case().config;
+    let mrope = MRope {
+        section: [1, 1, 2],
+        interleaved: false,
+    };
+    for (_, device) in devices() {
+        let d = &device;
+        expect(
+            d,
+            "rotary_dim must be even and in 2..=head_dim, got 7 for head_dim 8",
+            |t| run(t, &cfg.clone().with_rotary_dim(7)),
+        );
+        expect(
+            d,
+            "rotary_dim must be even and in 2..=head_dim, got 10 for head_dim 8",
+            |t| run(t, &cfg.clone().with_rotary_dim(10)),
+        );
+        expect(
+            d,
+            "mrope_section must sum to rotary_dim / 2, got 5 for rotary_dim 8",
+            |t| {
+                let cfg = cfg.clone().with_mrope(MRope {
+                    section: [1, 2, 2],
+                    interleaved: true,
+                });
+                let positions: Tensor<2, Int> = t.positions.repeat_dim(0, 3).reshape([3, 3]);
+                rope_pool_fused(t.q, t.k, t.v, positions, t.slots, t.k_pool, t.v_pool, &cfg)
+                    .map(|_| ())
+            },
+        );
+        // With M-RoPE, 1-D positions (or the wrong row count) get check 14's message.
+        expect(
+            d,
+            "positions must be [3, num_tokens] for mrope, got [3]",
+            |t| {
+                let cfg = cfg.clone().with_mrope(mrope);
+                rope_pool_fused(
+                    t.q,
+                    t.k,
+                    t.v,
+                    t.positions,
+                    t.slots,
+                    t.k_pool,
+                    t.v_pool,
+                    &cfg,
+                )
+                .map(|_| ())
+            },
+        );
+        expect(
+            d,
+            "invalid rope scaling: factor must be positive and finite, got NaN",
+            |t| {
+                run(
+                    t,
+                    &cfg.clone()
+                        .with_scaling(RopeScaling::Linear { factor: f64::NAN }),
+                )
+            },
+        );
+        expect(
+            d,
+            "invalid rope scaling: long_factor has 3 entries, expected rotary_dim / 2 = 4",
+            |t| {
+                run(
+                    t,
+                    &cfg.clone().with_scaling(RopeScaling::LongRope {
+                        short_factor: vec![1.0; 4],
+                        long_factor: vec![1.0; 3],
+                        original_max_position_embeddings: Some(64.0),
+                        max_position_embeddings: None,
+                        attention_factor: None,
+                        factor: None,
+                    }),
+                )
+            },
+        );
+    }
+}
