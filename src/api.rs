@@ -74,13 +74,16 @@ fn check_backend(device: &Device) -> Result<(), RopePoolError> {
     }
 }
 
-/// The slots of a call as host integers (checked mode only: this reads the device).
-fn host_slots(slots: &DispatchTensor) -> Vec<i64> {
+/// The slots of a call as host integers (checked mode only: this reads the device). A failed
+/// read is an error, never "no slots".
+fn host_slots(slots: &DispatchTensor) -> Result<Vec<i64>, RopePoolError> {
+    let read_back = |what: String| RopePoolError::ReadBack { what };
     Tensor::<1, Int>::from_dispatch(slots.clone())
-        .into_data()
+        .try_into_data()
+        .map_err(|e| read_back(format!("{e:?}")))?
         .convert::<i64>()
         .try_to_vec::<i64>()
-        .unwrap_or_default()
+        .map_err(|e| read_back(format!("{e:?}")))
 }
 
 /// The seven arguments of one call, before validation.
@@ -137,7 +140,7 @@ impl Args {
             });
         }
         if config.check_slots {
-            validate_slots(&host_slots(&slots.tensor), signature.k_pool.0[0])?;
+            validate_slots(&host_slots(&slots.tensor)?, signature.k_pool.0[0])?;
         }
         Ok(rope)
     }

@@ -169,7 +169,16 @@ impl LlamaAttention {
             slots.push(pool.slots.allocate(token.seq, 1)?[0] as i64);
         }
         let positions: Vec<i64> = tokens.iter().map(|t| t.position as i64).collect();
-        let (q_rot, _) = pool.write(q, k, v, &positions, &slots)?;
+        let (q_rot, _) = match pool.write(q, k, v, &positions, &slots) {
+            Ok(out) => out,
+            Err(e) => {
+                // Nothing was stored: give the rows taken above back.
+                for token in tokens {
+                    pool.slots.free_last(token.seq, 1)?;
+                }
+                return Err(e);
+            }
+        };
 
         // Attention, one sequence at a time, over its rows of the pool.
         let device = q_rot.device();

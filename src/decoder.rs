@@ -409,7 +409,25 @@ impl Decoder {
                     .map(|&r| r as i64),
             );
         }
-        let plan = self.plan(tokens, &groups, &cache.slots);
+        let result = self.run_step(tokens, &groups, slots, cache);
+        if result.is_err() {
+            // The step stored nothing a later step reads: give its rows back.
+            for (seq, rows) in &groups {
+                cache.slots.free_last(*seq, rows.len())?;
+            }
+        }
+        result
+    }
+
+    /// The layers of [`Decoder::step`] on tokens whose rows are allocated (`slots`).
+    fn run_step(
+        &self,
+        tokens: &[StepToken],
+        groups: &[(SeqId, Vec<usize>)],
+        slots: Vec<i64>,
+        cache: &mut KvCache,
+    ) -> Result<Tensor<2>, DecoderError> {
+        let plan = self.plan(tokens, groups, &cache.slots);
 
         let device = &self.device;
         let t = tokens.len();

@@ -124,6 +124,9 @@ pub enum RopePoolError {
         first: usize,
         second: usize,
     },
+    /// Checked mode: the slots could not be read back from the device.
+    #[error("cannot read the slots back from the device: {what}")]
+    ReadBack { what: String },
     /// The tensors live on a backend this build of the crate does not implement the op for.
     #[error(
         "rope_pool_fused is not available on {device}: enable the burn-rope-pool feature of that backend"

@@ -73,6 +73,23 @@ impl SlotAllocator {
         self.owned.get(&seq).map(Vec::as_slice)
     }
 
+    /// Returns the last `n` rows `seq` took (its newest tokens) to the free list: undoes an
+    /// [`SlotAllocator::allocate`] whose tokens were not stored. A sequence left with no rows is
+    /// forgotten.
+    pub fn free_last(&mut self, seq: SeqId, n: usize) -> Result<(), KvPoolError> {
+        let rows = self
+            .owned
+            .get_mut(&seq)
+            .ok_or(KvPoolError::UnknownSequence { seq })?;
+        let keep = rows.len().saturating_sub(n);
+        let freed = rows.split_off(keep);
+        if rows.is_empty() {
+            self.owned.remove(&seq);
+        }
+        self.free.extend(freed.into_iter().rev());
+        Ok(())
+    }
+
     /// Returns all of `seq`'s rows to the free list; returns how many.
     pub fn release(&mut self, seq: SeqId) -> Result<usize, KvPoolError> {
         let rows = self

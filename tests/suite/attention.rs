@@ -112,6 +112,32 @@ fn check_device(device: &Device) {
         }
     );
     assert_eq!(pool.slots.available(), free);
+
+    // A call the op refuses (a pool of another geometry) gives back the rows it took, and keeps
+    // the rows the sequences held before.
+    let mut wrong = KvPool::new(
+        burn_rope_pool::RopePoolConfig::new(cfg.head_dim, cfg.num_heads, cfg.num_kv_heads + 1),
+        8,
+        device,
+        DType::F32,
+    );
+    wrong.slots.allocate(3, 2).unwrap();
+    let x = Tensor::<2>::random([2, cfg.hidden], Distribution::Default, device);
+    let tokens = [
+        TokenInfo {
+            seq: 3,
+            position: 2,
+        },
+        TokenInfo {
+            seq: 4,
+            position: 0,
+        },
+    ];
+    let err = layer.forward(x, &tokens, &mut wrong).unwrap_err();
+    assert!(matches!(err, KvPoolError::Op(_)), "{err}");
+    assert_eq!(wrong.slots.available(), 6);
+    assert_eq!(wrong.slots.rows(3), Some(&[0, 1][..]));
+    assert_eq!(wrong.slots.rows(4), None);
 }
 
 #[test]
