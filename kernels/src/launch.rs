@@ -2,7 +2,7 @@
 //! launch.
 
 use crate::rope_pool::{APPEND_MAX_UNITS, append_max, rope_pool_kernel};
-use crate::table::RopeTable;
+use crate::table::{RopeTable, RopeVariant};
 use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
 use cubecl::device::DeviceId;
@@ -206,7 +206,11 @@ pub unsafe fn launch_rope_pool(
             (rotary_dim / vector) as u32,
             rope.attention_factor,
             rope.long_from,
-            rope.variant,
+            // The tail is whatever of the head the table does not rotate.
+            RopeVariant {
+                partial: rotary_dim < head_dim,
+                ..rope.variant
+            },
             [float, int],
         );
     }
