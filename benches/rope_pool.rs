@@ -47,6 +47,11 @@ struct Args {
     /// M-RoPE) on the llama3-8b shape beside plain NeoX, at these token counts (e.g. 4096,32768).
     #[arg(long, value_delimiter = ',')]
     variants: Vec<usize>,
+    /// Instead of device time: the host-inclusive cost per call of N back-to-back calls with one
+    /// sync at the end (what a decode step of N layers pays), for 1, 8, 32 and 512 tokens, beside
+    /// Burn's `x + 1` of q in the same loop (f16 and f32; llama3-8b and 70b-tp8 shapes).
+    #[arg(long)]
+    host_cost: bool,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -320,6 +325,91 @@ fn bench_row(
     }
 }
 
+/// Wall time per call of `calls` back-to-back `f()` with one sync (`read`) at the end, after 50
+/// warm-up calls.
+fn wall_per_call(calls: usize, mut f: impl FnMut(), read: impl Fn()) -> f64 {
+    for _ in 0..50 {
+        f();
+    }
+    read();
+    let start = std::time::Instant::now();
+    for _ in 0..calls {
+        f();
+    }
+    read();
+    start.elapsed().as_secs_f64() / calls as f64
+}
+
+/// The `--host-cost` table on `device`.
+fn host_cost(device: &Device, name: &str) {
+    println!("\n### {name}: host-inclusive cost per call ({device:?})\n");
+    println!(
+        "| dtype | model | tokens | calls | fused µs/call | `q + 1` µs/call | difference µs |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for dtype in [DType::F16, DType::F32] {
+        if !device.supports_dtype(dtype) {
+            continue;
+        }
+        for (model, hq, hkv) in [MODELS[0], MODELS[1]] {
+            for tokens in [1usize, 8, 32, 512] {
+                let calls = if tokens >= 512 { 200 } else { 2000 };
+                let pool = 131_072;
+                let config = variant_config("neox", hq, hkv);
+                let x = inputs(device, dtype, tokens, hq, hkv, pool, 7, false);
+                let dist = Distribution::Normal(0.0, 1.0);
+                let mut k_pool = Some(Tensor::<3>::random(
+                    [pool, hkv, HEAD_DIM],
+                    dist,
+                    (device, dtype),
+                ));
+                let mut v_pool = Some(Tensor::<3>::random(
+                    [pool, hkv, HEAD_DIM],
+                    dist,
+                    (device, dtype),
+                ));
+                // Outputs kept alive until the sync, pools passed through (in place).
+                let mut kept = Vec::with_capacity(calls + 50);
+                let fused = wall_per_call(
+                    calls,
+                    || {
+                        let (kp, vp) = (k_pool.take().unwrap(), v_pool.take().unwrap());
+                        let out = rope_pool_fused(
+                            x.q.clone(),
+                            x.k.clone(),
+                            x.v.clone(),
+                            x.positions.clone(),
+                            x.slots.clone(),
+                            kp,
+                            vp,
+                            &config,
+                        )
+                        .expect("valid call");
+                        k_pool = Some(out.k_pool);
+                        v_pool = Some(out.v_pool);
+                        kept.push((out.q_rot, out.k_rot));
+                    },
+                    || device.sync().expect("sync"),
+                );
+                drop(kept);
+                let mut kept = Vec::with_capacity(calls + 50);
+                let add = wall_per_call(
+                    calls,
+                    || kept.push(x.q.clone() + 1.0),
+                    || device.sync().expect("sync"),
+                );
+                drop(kept);
+                println!(
+                    "| {dtype:?} | {model} | {tokens} | {calls} | {:.1} | {:.1} | {:+.1} |",
+                    fused * 1e6,
+                    add * 1e6,
+                    (fused - add) * 1e6
+                );
+            }
+        }
+    }
+}
+
 fn main() {
     let args = Args::parse();
     let names = if args.device.is_empty() {
@@ -335,6 +425,13 @@ fn main() {
     } else {
         args.device.clone()
     };
+    if args.host_cost {
+        for name in &names {
+            let device = burn_rope_pool::devices::device_by_name(name).expect("device");
+            host_cost(&device, name);
+        }
+        return;
+    }
     let mut rows = Vec::new();
     let mut table = String::new();
     for name in &names {
