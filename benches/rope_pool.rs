@@ -203,6 +203,24 @@ fn inputs(
     }
 }
 
+/// Random normal k and v pools of `pool` rows, held in options so a call can take them.
+fn random_pools(
+    device: &Device,
+    dtype: DType,
+    pool: usize,
+    hkv: usize,
+) -> (Option<Tensor<3>>, Option<Tensor<3>>) {
+    let pool = || {
+        let dist = Distribution::Normal(0.0, 1.0);
+        Some(Tensor::<3>::random(
+            [pool, hkv, HEAD_DIM],
+            dist,
+            (device, dtype),
+        ))
+    };
+    (pool(), pool())
+}
+
 #[derive(Debug)]
 struct Row {
     device: String,
@@ -255,17 +273,7 @@ fn bench_row(
 ) -> Row {
     let config = variant_config(variant, hq, hkv);
     let mrope = config.mrope.is_some();
-    let dist = Distribution::Normal(0.0, 1.0);
-    let mut k_pool = Some(Tensor::<3>::random(
-        [pool, hkv, HEAD_DIM],
-        dist,
-        (device, dtype),
-    ));
-    let mut v_pool = Some(Tensor::<3>::random(
-        [pool, hkv, HEAD_DIM],
-        dist,
-        (device, dtype),
-    ));
+    let (mut k_pool, mut v_pool) = random_pools(device, dtype, pool, hkv);
     let x = inputs(
         device,
         dtype,
@@ -356,17 +364,7 @@ fn host_cost(device: &Device, name: &str, quick: bool) {
                 let pool = if quick { 16_384 } else { 131_072 };
                 let config = variant_config("neox", hq, hkv);
                 let x = inputs(device, dtype, tokens, hq, hkv, pool, 7, false);
-                let dist = Distribution::Normal(0.0, 1.0);
-                let mut k_pool = Some(Tensor::<3>::random(
-                    [pool, hkv, HEAD_DIM],
-                    dist,
-                    (device, dtype),
-                ));
-                let mut v_pool = Some(Tensor::<3>::random(
-                    [pool, hkv, HEAD_DIM],
-                    dist,
-                    (device, dtype),
-                ));
+                let (mut k_pool, mut v_pool) = random_pools(device, dtype, pool, hkv);
                 // Outputs kept alive until the sync, pools passed through (in place).
                 let mut kept = Vec::with_capacity(calls + 50);
                 let fused = wall_per_call(calls, |sync| {

@@ -87,23 +87,20 @@ fn host_slots(slots: &DispatchTensor) -> Result<Vec<i64>, RopePoolError> {
 }
 
 /// The seven arguments of one call, before validation.
-pub(crate) struct Args {
-    pub q: FloatArg,
-    pub k: FloatArg,
-    pub v: FloatArg,
-    pub positions: IntArg,
-    pub slots: IntArg,
-    pub k_pool: FloatArg,
-    pub v_pool: FloatArg,
+struct Args {
+    q: FloatArg,
+    k: FloatArg,
+    v: FloatArg,
+    positions: IntArg,
+    slots: IntArg,
+    k_pool: FloatArg,
+    v_pool: FloatArg,
 }
 
 impl Args {
     /// Every check of a call, in the contract's order; reads the slots back in checked mode.
     /// Returns the call's frequencies.
-    pub(crate) fn check(
-        &self,
-        config: &RopePoolConfig,
-    ) -> Result<Arc<RopeFrequencies>, RopePoolError> {
+    fn check(&self, config: &RopePoolConfig) -> Result<Arc<RopeFrequencies>, RopePoolError> {
         let Args {
             q,
             k,
@@ -146,7 +143,7 @@ impl Args {
     }
 
     /// The op on arguments [`Args::check`] has accepted, with the frequencies it returned.
-    pub(crate) fn run_checked(self, rope: Arc<RopeFrequencies>) -> RopePoolOutput {
+    fn run_checked(self, rope: Arc<RopeFrequencies>) -> RopePoolOutput {
         // The kernel reads positions and slots with one integer type.
         let int_dtype = self.positions.tensor.dtype();
         let slots = if self.slots.tensor.dtype() == int_dtype {
@@ -173,6 +170,49 @@ impl Args {
             v_pool: Tensor::from_dispatch(out.v_pool),
         }
     }
+}
+
+/// [`rope_pool_fused`] on pools a caller keeps (a KV pool, a decoder's cache): checked while the
+/// pools are only borrowed, so a refused call leaves them in place unchanged; an accepted one
+/// takes them as the only handle (updated in place) and puts the new pools back. Returns
+/// `(q_rot, k_rot)`. Checks once, unlike [`check_rope_pool_fused`] then [`rope_pool_fused`].
+///
+/// # Panics
+/// When a pool is `None` (the callers keep both present between calls).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rope_pool_in_pools(
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
+    positions: impl Into<IntArg>,
+    slots: Tensor<1, Int>,
+    k_pool: &mut Option<Tensor<3>>,
+    v_pool: &mut Option<Tensor<3>>,
+    config: &RopePoolConfig,
+) -> Result<(Tensor<3>, Tensor<3>), RopePoolError> {
+    let present = "the caller's pools are present";
+    let args = Args {
+        q: q.into(),
+        k: k.into(),
+        v: v.into(),
+        positions: positions.into(),
+        slots: slots.into(),
+        k_pool: k_pool.clone().expect(present).into(),
+        v_pool: v_pool.clone().expect(present).into(),
+    };
+    let rope = args.check(config)?;
+    // The borrowed handles go before the run, so the pools are not shared during it.
+    drop(args.k_pool);
+    drop(args.v_pool);
+    let out = Args {
+        k_pool: k_pool.take().expect(present).into(),
+        v_pool: v_pool.take().expect(present).into(),
+        ..args
+    }
+    .run_checked(rope);
+    *k_pool = Some(out.k_pool);
+    *v_pool = Some(out.v_pool);
+    Ok((out.q_rot, out.k_rot))
 }
 
 /// Runs every check of [`rope_pool_fused`] on borrowed tensors, without running the op: for

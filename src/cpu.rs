@@ -1,6 +1,6 @@
 //! The op on host slices, generic over the storage type: the Flex backend's implementation.
-//! Same table and the same f32 arithmetic as the kernel (the
-//! table's host twin of the angle); one pass over the batch.
+//! Same table and the same f32 arithmetic as the kernel (the table's host twin of the angle);
+//! one pass over the batch.
 
 use crate::rope::{RopeFrequencies, RopeStyle};
 use half::{bf16, f16};

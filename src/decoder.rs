@@ -1,16 +1,17 @@
 //! A Llama-family decoder on the fused op (Llama 2/3/3.1, Mistral, Qwen2, Qwen3): embeddings,
 //! RMSNorm, attention (q/k/v/o projections with the checkpoint's biases, Qwen3's per-head q/k
 //! RMSNorm before RoPE, GQA), SwiGLU MLP, final norm and LM head (tied or not). Each layer's keys
-//! and values live in a token-slot pool written by [`rope_pool_fused`];
+//! and values live in a token-slot pool written by [`rope_pool_fused`](crate::rope_pool_fused);
 //! one [`Decoder::step`] runs a ragged batch — prefill and decode tokens of several sequences
 //! together — and attention reads the pool rows of each token's sequence (a gather plus
 //! matmuls, batched on the device: all single-token sequences in one batched attention, each
 //! prefill in its own).
 
+use crate::api::rope_pool_in_pools;
 use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::kv_pool::{KvPoolError, SeqId, SlotAllocator};
 use crate::unfused::rope_pool_unfused;
-use crate::{RopePoolConfig, RopePoolError, check_rope_pool_fused, rope_pool_fused};
+use crate::{RopePoolConfig, RopePoolError, check_rope_pool_fused};
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Bool, DType, Device, Distribution, Int, Tensor, TensorData};
 use serde_json::Value;
@@ -451,43 +452,29 @@ impl Decoder {
             let q = head_norm(layer.q.forward(h.clone()), hq, &layer.q_norm);
             let k = head_norm(layer.k.forward(h.clone()), hkv, &layer.k_norm);
             let v = layer.v.forward(h).reshape([t, hkv, d]);
-            let (Some(k_pool), Some(v_pool)) = (cache.k[l].as_ref(), cache.v[l].as_ref()) else {
+            let (k_pool, v_pool) = (&mut cache.k[l], &mut cache.v[l]);
+            let q_rot = if self.fused {
+                let positions = positions.clone();
+                rope_pool_in_pools(q, k, v, positions, slots.clone(), k_pool, v_pool, rope)?.0
+            } else {
+                let (Some(kp), Some(vp)) = (k_pool.take(), v_pool.take()) else {
+                    return Err(DecoderError::Step("the cache lost its pools".into()));
+                };
+                if let Err(e) =
+                    check_rope_pool_fused(&q, &k, &v, &positions, &slots, &kp, &vp, rope)
+                {
+                    (*k_pool, *v_pool) = (Some(kp), Some(vp));
+                    return Err(e.into());
+                }
+                let out =
+                    rope_pool_unfused(q, k, v, positions.clone(), slots.clone(), kp, vp, rope);
+                (*k_pool, *v_pool) = (Some(out.k_pool), Some(out.v_pool));
+                out.q_rot
+            };
+            let (Some(k_pool), Some(v_pool)) = (k_pool.as_ref(), v_pool.as_ref()) else {
                 return Err(DecoderError::Step("the cache lost its pools".into()));
             };
-            // Checked on borrowed pools first, so a refused call leaves the cache as it was; then
-            // the pools are handed over (the cache held the only handle: updated in place).
-            check_rope_pool_fused(&q, &k, &v, &positions, &slots, k_pool, v_pool, rope)?;
-            let (k_pool, v_pool) = (cache.k[l].take(), cache.v[l].take());
-            let (k_pool, v_pool) = (
-                k_pool.expect("checked above"),
-                v_pool.expect("checked above"),
-            );
-            let out = if self.fused {
-                rope_pool_fused(
-                    q,
-                    k,
-                    v,
-                    positions.clone(),
-                    slots.clone(),
-                    k_pool,
-                    v_pool,
-                    rope,
-                )?
-            } else {
-                rope_pool_unfused(
-                    q,
-                    k,
-                    v,
-                    positions.clone(),
-                    slots.clone(),
-                    k_pool,
-                    v_pool,
-                    rope,
-                )
-            };
-            let attended = self.attend(out.q_rot, &out.k_pool, &out.v_pool, &plan);
-            cache.k[l] = Some(out.k_pool);
-            cache.v[l] = Some(out.v_pool);
+            let attended = self.attend(q_rot, k_pool, v_pool, &plan);
             x = x + layer.o.forward(attended);
             let h = rms_norm(x.clone(), &layer.post_norm, eps);
             let mlp = silu(layer.gate.forward(h.clone())) * layer.up.forward(h);

@@ -1,7 +1,7 @@
 //! A layer's token-slot KV pool: the k/v pool tensors, and the allocator that hands out their
 //! rows to the tokens of running sequences (continuous batching).
 
-use crate::api::Args;
+use crate::api::rope_pool_in_pools;
 use crate::{RopePoolConfig, RopePoolError};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use std::collections::HashMap;
@@ -168,30 +168,15 @@ impl KvPool {
             }
             _ => index(positions).into(),
         };
-        let slots = index(slots);
-        let positions_arg = positions;
-        let args = Args {
-            q: q.into(),
-            k: k.into(),
-            v: v.into(),
-            positions: positions_arg,
-            slots: slots.into(),
-            k_pool: self.k().clone().into(),
-            v_pool: self.v().clone().into(),
-        };
-        let rope = args.check(&self.config)?;
-        // Checked: hand the pools over (this handle is the only other holder) and run.
-        drop(args.k_pool);
-        drop(args.v_pool);
-        let (k_pool, v_pool) = (self.k.take(), self.v.take());
-        let out = Args {
-            k_pool: k_pool.expect("present").into(),
-            v_pool: v_pool.expect("present").into(),
-            ..args
-        }
-        .run_checked(rope);
-        self.k = Some(out.k_pool);
-        self.v = Some(out.v_pool);
-        Ok((out.q_rot, out.k_rot))
+        Ok(rope_pool_in_pools(
+            q,
+            k,
+            v,
+            positions,
+            index(slots),
+            &mut self.k,
+            &mut self.v,
+            &self.config,
+        )?)
     }
 }

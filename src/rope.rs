@@ -219,7 +219,6 @@ impl RopeFrequencies {
             .mrope
             .map(|m| (0..half).map(|i| m.row(i)).collect::<Vec<u8>>());
         let table = RopeTable::new(
-            head_dim,
             &inv_freq,
             long.as_ref().map(|(l, from)| (l.as_slice(), *from)),
             rows.as_deref(),

@@ -44,9 +44,9 @@ pub struct RopeTable {
 impl RopeTable {
     /// Builds the table of `inv_freq` (`rotary_dim / 2` float64 inverse frequencies), with
     /// LongRoPE's long set and threshold, M-RoPE's row of each frequency (0, 1 or 2), and the
-    /// attention factor. `head_dim` decides whether the variant is partial.
+    /// attention factor. The variant's `partial` flag is left false: the launch sets it from the
+    /// geometry (whatever of the head the table does not rotate).
     pub fn new(
-        head_dim: usize,
         inv_freq: &[f64],
         long: Option<(&[f64], i64)>,
         rows: Option<&[u8]>,
@@ -67,7 +67,7 @@ impl RopeTable {
         }
         let variant = RopeVariant {
             interleaved,
-            partial: 2 * half < head_dim,
+            partial: false,
             mrope: rows.is_some(),
             long_short: long.is_some(),
         };

@@ -120,7 +120,7 @@ impl Case {
                 ElemType::Float(FloatKind::F32),
                 ElemType::Int(IntKind::I32),
                 g,
-                &RopeTable::new(g.head_dim, &inv_freq, None, None, false, 1.0),
+                &RopeTable::new(&inv_freq, None, None, false, 1.0),
                 RopePoolArgs {
                     q,
                     k,
