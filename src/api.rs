@@ -59,10 +59,11 @@ pub struct RopePoolOutput {
     pub v_pool: Tensor<3>,
 }
 
-/// Fails unless this build implements the op for `device`'s backend.
+/// Fails unless this build implements the op for `device`'s backend (an `Autodiff` device: for
+/// the backend it wraps).
 fn check_backend(device: &Device) -> Result<(), RopePoolError> {
     use burn::backend::DispatchDevice;
-    match device.as_dispatch() {
+    match device.as_dispatch().clone().inner() {
         #[cfg(feature = "cube")]
         DispatchDevice::Cube(_) => Ok(()),
         #[cfg(feature = "flex")]

@@ -49,7 +49,8 @@ pub struct RopePoolOutputs<B: Backend> {
 #[backend_extension(
     Cube: cfg(feature = "cube"),
     Fusion: cfg(feature = "cube"),
-    Flex: cfg(feature = "flex")
+    Flex: cfg(feature = "flex"),
+    Autodiff: cfg(feature = "autodiff")
 )]
 pub trait RopePoolBackend: Backend {
     /// Rotates `q` and `k` at `positions` with `rope`'s frequencies and writes `k_rot`/`v` into

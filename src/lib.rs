@@ -23,8 +23,10 @@
 //! ```
 //!
 //! Backends: the CubeCL backend (feature `wgpu`, `vulkan`, `metal` or `cuda`; fusion-wrapped by
-//! default) runs the kernel of the `rope-pool-kernels` crate; `flex` runs a host loop. The math,
-//! the layouts and every error message follow the project's SPEC.
+//! default) runs the kernel of the `rope-pool-kernels` crate; `flex` runs a host loop; Burn's
+//! `Autodiff` around either (feature `autodiff`, default) gives the op a backward (see the
+//! `autodiff` section of the README). The math, the layouts and every error message follow the
+//! project's SPEC.
 
 #[cfg(not(any(feature = "cube", feature = "flex")))]
 compile_error!(
@@ -33,6 +35,8 @@ compile_error!(
 
 mod api;
 pub mod attention;
+#[cfg(feature = "autodiff")]
+mod autodiff;
 mod backend;
 pub mod checkpoint;
 mod config;

@@ -4,6 +4,7 @@
 #![allow(clippy::single_range_in_vec_init)] // `slice([a..b])` slices the first axis
 
 mod attention;
+mod autodiff;
 mod common;
 mod errors;
 mod generate;
