@@ -28,7 +28,7 @@ fn main() {
                 let inv_freq = f64::powf(base, -2.0 * i as f64 / head_dim as f64);
                 let truth = position as f64 * inv_freq;
                 let n = position as f32 * inv_freq as f32;
-                let e = host_angle(position, table[i], table[half + i], table[2 * half + i]);
+                let e = host_angle(position, std::array::from_fn(|j| table[j * half + i]));
                 naive = naive.max(angle_distance(n as f64, truth));
                 exact = exact.max(angle_distance(e as f64, truth));
             }

@@ -6,7 +6,7 @@ use crate::validate::{CallSignature, validate, validate_slots};
 use crate::{Dims, RopePoolConfig, RopePoolError};
 use burn::backend::Dispatch;
 use burn::backend::TensorMetadata;
-use burn::tensor::{Device, DispatchTensor, Int, Tensor};
+use burn::tensor::{DType, Device, DispatchTensor, Int, Tensor};
 use std::sync::Arc;
 
 /// A float tensor argument of any rank (the rank is checked at run time, so a wrong one gets
@@ -75,16 +75,44 @@ fn check_backend(device: &Device) -> Result<(), RopePoolError> {
     }
 }
 
-/// The slots of a call as host integers (checked mode only: this reads the device). A failed
-/// read is an error, never "no slots".
-fn host_slots(slots: &DispatchTensor) -> Result<Vec<i64>, RopePoolError> {
-    let read_back = |what: String| RopePoolError::ReadBack { what };
-    Tensor::<1, Int>::from_dispatch(slots.clone())
-        .try_into_data()
-        .map_err(|e| read_back(format!("{e:?}")))?
-        .convert::<i64>()
-        .try_to_vec::<i64>()
-        .map_err(|e| read_back(format!("{e:?}")))
+/// The values of an integer tensor as host integers (checked mode only: this reads the device).
+/// A failed read is an error, never "no values". `u64` values past `i64::MAX` saturate to it
+/// (they are out of every range checked here anyway).
+fn host_ints(tensor: &DispatchTensor, name: &str) -> Result<Vec<i64>, RopePoolError> {
+    let read_back = |e: String| RopePoolError::ReadBack {
+        what: format!("{name}: {e}"),
+    };
+    let data = match tensor.shape().len() {
+        1 => Tensor::<1, Int>::from_dispatch(tensor.clone()).try_into_data(),
+        _ => Tensor::<2, Int>::from_dispatch(tensor.clone()).try_into_data(),
+    }
+    .map_err(|e| read_back(format!("{e:?}")))?;
+    let values = match data.dtype() {
+        DType::U64 => data.try_to_vec::<u64>().map(|v| {
+            v.into_iter()
+                .map(|x| i64::try_from(x).unwrap_or(i64::MAX))
+                .collect()
+        }),
+        DType::I64 => data.try_to_vec::<i64>(),
+        // Every other integer type widens to i64 exactly.
+        _ => data.convert::<i64>().try_to_vec::<i64>(),
+    };
+    values.map_err(|e| read_back(format!("{e:?}")))
+}
+
+/// Whether an integer dtype holds values outside i32.
+fn wider_than_i32(dtype: DType) -> bool {
+    matches!(dtype, DType::I64 | DType::U64 | DType::U32)
+}
+
+/// The one integer type the kernel reads positions and slots in: i32 when both fit it, else i64
+/// where the device has it (else i32: wider values wrap, see `check_slots`).
+fn kernel_int_dtype(positions: DType, slots: DType, device: &Device) -> DType {
+    if (wider_than_i32(positions) || wider_than_i32(slots)) && device.supports_dtype(DType::I64) {
+        DType::I64
+    } else {
+        DType::I32
+    }
 }
 
 /// The seven arguments of one call, before validation.
@@ -138,7 +166,17 @@ impl Args {
             });
         }
         if config.check_slots {
-            validate_slots(&host_slots(&slots.tensor)?, signature.k_pool.0[0])?;
+            if wider_than_i32(positions.tensor.dtype()) {
+                let values = host_ints(&positions.tensor, "positions")?;
+                if let Some((index, &position)) = values
+                    .iter()
+                    .enumerate()
+                    .find(|(_, p)| i32::try_from(**p).is_err())
+                {
+                    return Err(RopePoolError::PositionRange { index, position });
+                }
+            }
+            validate_slots(&host_ints(&slots.tensor, "slots")?, signature.k_pool.0[0])?;
         }
         Ok(rope)
     }
@@ -146,19 +184,28 @@ impl Args {
     /// The op on arguments [`Args::check`] has accepted, with the frequencies it returned.
     fn run_checked(self, rope: Arc<RopeFrequencies>) -> RopePoolOutput {
         // The kernel reads positions and slots with one integer type.
-        let int_dtype = self.positions.tensor.dtype();
-        let slots = if self.slots.tensor.dtype() == int_dtype {
-            self.slots.tensor
-        } else {
-            Tensor::<1, Int>::from_dispatch(self.slots.tensor)
+        let int_dtype = kernel_int_dtype(
+            self.positions.tensor.dtype(),
+            self.slots.tensor.dtype(),
+            &self.q.device,
+        );
+        // Positions are `[T]` or (M-RoPE) `[3, T]`, slots `[T]`.
+        let as_kernel_int = |tensor: DispatchTensor| match tensor.shape().len() {
+            _ if tensor.dtype() == int_dtype => tensor,
+            1 => Tensor::<1, Int>::from_dispatch(tensor)
                 .cast(int_dtype)
-                .into_dispatch()
+                .into_dispatch(),
+            _ => Tensor::<2, Int>::from_dispatch(tensor)
+                .cast(int_dtype)
+                .into_dispatch(),
         };
+        let positions = as_kernel_int(self.positions.tensor);
+        let slots = as_kernel_int(self.slots.tensor);
         let inputs = RopePoolInputs {
             q: self.q.tensor,
             k: self.k.tensor,
             v: self.v.tensor,
-            positions: self.positions.tensor,
+            positions,
             slots,
             k_pool: self.k_pool.tensor,
             v_pool: self.v_pool.tensor,

@@ -1,8 +1,9 @@
 //! The backend extension: one trait method, routed by burn's dispatch to the CubeCL backend
 //! (every runtime, fusion-wrapped or not) and to Flex.
 //!
-//! This is the unchecked, backend-level entry; [`rope_pool_fused`](crate::rope_pool_fused) is the
-//! validated one users call.
+//! This is the unchecked, backend-level entry, private to the crate (its implementations trust
+//! their inputs' shapes and launch without bounds checks); [`rope_pool_fused`](crate::rope_pool_fused)
+//! is the validated one users call.
 
 use crate::rope::RopeFrequencies;
 use burn::backend::{
@@ -56,8 +57,10 @@ pub trait RopePoolBackend: Backend {
     /// Rotates `q` and `k` at `positions` with `rope`'s frequencies and writes `k_rot`/`v` into
     /// the pool rows named by `slots`; a slot `< 0` or `>= pool_size` writes nothing. The pools
     /// are updated in place when their handles are not shared, else copied first. Inputs are
-    /// assumed valid (shapes, dtypes, one device, `rope` made from the config the shapes follow):
-    /// [`rope_pool_fused`](crate::rope_pool_fused) checks them.
+    /// assumed valid (shapes, dtypes, one device, positions and slots of one integer type, `rope`
+    /// made from the config the shapes follow): the crate reaches this only through
+    /// [`rope_pool_fused`](crate::rope_pool_fused)'s checks or with inputs it built itself (the
+    /// autodiff backward).
     #[fusion(meta = rope_pool_meta)]
     fn rope_pool_fused(
         #[extension_type] inputs: RopePoolInputs<Self>,

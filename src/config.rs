@@ -52,8 +52,11 @@ pub struct RopePoolConfig {
     #[new(default)]
     pub inv_freq_dtype: Option<DType>,
     /// Checked mode: read the slots back to the host before the launch and report a slot past
-    /// the pool, or a slot used twice, as an error. Off by default (it costs a device sync);
-    /// without it such slots are still never written outside the pool.
+    /// the pool, or a slot used twice, as an error; positions of a 64-bit or `u32` tensor are
+    /// read back too and one outside the i32 range is an error. Off by default (it costs a
+    /// device sync). Without it such slots are still never written outside the pool, and a
+    /// position outside i32 is taken as its low 32 bits (as an i32: the rotation of that
+    /// position; every i32 position, negative ones included, rotates exactly).
     #[new(value = "false")]
     pub check_slots: bool,
 }

@@ -124,8 +124,12 @@ pub enum RopePoolError {
         first: usize,
         second: usize,
     },
-    /// Checked mode: the slots could not be read back from the device.
-    #[error("cannot read the slots back from the device: {what}")]
+    /// Checked mode: a position (of a 64-bit or `u32` tensor) does not fit i32 (a `u64` past
+    /// `i64::MAX` shows as `i64::MAX`).
+    #[error("position {position} at positions[{index}] is outside the i32 range")]
+    PositionRange { index: usize, position: i64 },
+    /// A read-back failed: checked mode's slots or positions, or the golden runner's outputs.
+    #[error("cannot read back from the device: {what}")]
     ReadBack { what: String },
     /// The tensors live on a backend this build of the crate does not implement the op for.
     #[error(

@@ -22,16 +22,10 @@ fn dense(tensor: FlexTensor) -> FlexTensor {
     }
 }
 
-/// The values of an integer tensor, widened to i64.
+/// The values of an integer tensor (i32 or i64: the types the op hands the backend), widened to
+/// i64.
 fn indices(tensor: FlexTensor) -> Vec<i64> {
-    let data = dense(tensor).into_data();
-    match data.dtype() {
-        DType::I64 => data.try_to_vec::<i64>().unwrap_or_default(),
-        _ => data
-            .convert::<i64>()
-            .try_to_vec::<i64>()
-            .unwrap_or_default(),
-    }
+    dense(tensor).into_data().iter::<i64>().collect()
 }
 
 fn run<E: Storage + Element + bytemuck::Pod>(

@@ -5,10 +5,15 @@
 
 use crate::reference::{ReferenceOutput, max_abs_error, norm_relative_error};
 use crate::{
-    FloatArg, IntArg, MRope, RopePoolConfig, RopePoolError, RopeScaling, RopeStyle, rope_pool_fused,
+    Dims, FloatArg, IntArg, MRope, RopePoolConfig, RopePoolError, RopeScaling, RopeStyle,
+    rope_pool_fused,
 };
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
+
+/// The largest rank of an input a golden file may hold (the op's are 1 to 3; higher ones are
+/// read so that the op's rank errors can be tested).
+pub const MAX_RANK: usize = 8;
 
 /// A host tensor of any rank, its values widened to f64.
 #[derive(Clone, Debug)]
@@ -154,8 +159,26 @@ impl GoldenCase {
             };
         }
         for name in ["q", "k", "v", "positions", "slots", "k_pool", "v_pool"] {
-            if !inputs.contains_key(name) {
+            let Some(tensor) = inputs.get(name) else {
                 return Err(GoldenError::Content(format!("input `{name}` missing")));
+            };
+            let float = matches!(
+                tensor.dtype,
+                DType::F64 | DType::F32 | DType::F16 | DType::BF16
+            );
+            let int = matches!(name, "positions" | "slots");
+            if float == int {
+                let kind = if int { "integers" } else { "floating point" };
+                return Err(GoldenError::Content(format!(
+                    "input `{name}` is stored as {:?}: it must be {kind}",
+                    tensor.dtype
+                )));
+            }
+            if tensor.dims.len() > MAX_RANK {
+                return Err(GoldenError::Content(format!(
+                    "input `{name}` has rank {} (at most {MAX_RANK} is read)",
+                    tensor.dims.len()
+                )));
             }
         }
         let mut take = |name: &str| expected.remove(name);
@@ -180,32 +203,71 @@ impl GoldenCase {
         })
     }
 
-    fn float(&self, name: &str, device: &Device, dtype: Option<DType>) -> FloatArg {
+    /// The contract's rank error for input `name` (a rank this loader does not build).
+    fn rank_error(&self, name: &str) -> RopePoolError {
+        let dims = |name: &str| Dims(self.inputs[name].dims.clone());
+        match name {
+            "positions" | "slots" => RopePoolError::IndexRank {
+                positions: dims("positions"),
+                slots: dims("slots"),
+            },
+            "k_pool" | "v_pool" => RopePoolError::PoolRank {
+                k_pool: dims("k_pool"),
+                v_pool: dims("v_pool"),
+            },
+            _ => RopePoolError::QkvRank {
+                q: dims("q"),
+                k: dims("k"),
+                v: dims("v"),
+            },
+        }
+    }
+
+    fn float(
+        &self,
+        name: &str,
+        device: &Device,
+        dtype: Option<DType>,
+    ) -> Result<FloatArg, RopePoolError> {
         let t = &self.inputs[name];
         let values: Vec<f32> = t.values.iter().map(|&x| x as f32).collect();
         let data = TensorData::new(values, t.dims.clone());
         let options = (device, dtype.unwrap_or(t.dtype));
-        match t.dims.len() {
-            0 => Tensor::<0>::from_data(data, options).into(),
-            1 => Tensor::<1>::from_data(data, options).into(),
-            2 => Tensor::<2>::from_data(data, options).into(),
-            3 => Tensor::<3>::from_data(data, options).into(),
-            4 => Tensor::<4>::from_data(data, options).into(),
-            _ => Tensor::<5>::from_data(data, options).into(),
+        macro_rules! of_rank {
+            ($($rank:literal)*) => {
+                match t.dims.len() {
+                    $($rank => Ok(Tensor::<$rank>::from_data(data, options).into()),)*
+                    _ => Err(self.rank_error(name)),
+                }
+            };
         }
+        of_rank!(0 1 2 3 4 5 6 7 8)
     }
 
-    fn int(&self, name: &str, device: &Device) -> IntArg {
+    /// An integer input: i32 when its values fit, else i64 (an error when the device has no
+    /// i64).
+    fn int(&self, name: &str, device: &Device) -> Result<IntArg, RopePoolError> {
         let t = &self.inputs[name];
+        // Saturating: values past i64 are out of every range the op accepts anyway.
         let values: Vec<i64> = t.values.iter().map(|&x| x as i64).collect();
-        let data = TensorData::new(values, t.dims.clone());
-        match t.dims.len() {
-            0 => Tensor::<0, Int>::from_data(data, device).into(),
-            1 => Tensor::<1, Int>::from_data(data, device).into(),
-            2 => Tensor::<2, Int>::from_data(data, device).into(),
-            3 => Tensor::<3, Int>::from_data(data, device).into(),
-            _ => Tensor::<4, Int>::from_data(data, device).into(),
+        let fits = values.iter().all(|&v| i32::try_from(v).is_ok());
+        let dtype = if fits { DType::I32 } else { DType::I64 };
+        if !device.supports_dtype(dtype) {
+            return Err(RopePoolError::DeviceDtype {
+                dtype,
+                device: format!("{device:?}"),
+            });
         }
+        let data = TensorData::new(values, t.dims.clone());
+        macro_rules! of_rank {
+            ($($rank:literal)*) => {
+                match t.dims.len() {
+                    $($rank => Ok(Tensor::<$rank, Int>::from_data(data, (device, dtype)).into()),)*
+                    _ => Err(self.rank_error(name)),
+                }
+            };
+        }
+        of_rank!(0 1 2 3 4 5 6 7 8)
     }
 
     /// Runs the case on `device`, its float inputs stored as `dtype` (their file dtype when
@@ -216,26 +278,27 @@ impl GoldenCase {
         dtype: Option<DType>,
     ) -> Result<ReferenceOutput, RopePoolError> {
         let out = rope_pool_fused(
-            self.float("q", device, dtype),
-            self.float("k", device, dtype),
-            self.float("v", device, dtype),
-            self.int("positions", device),
-            self.int("slots", device),
-            self.float("k_pool", device, dtype),
-            self.float("v_pool", device, dtype),
+            self.float("q", device, dtype)?,
+            self.float("k", device, dtype)?,
+            self.float("v", device, dtype)?,
+            self.int("positions", device)?,
+            self.int("slots", device)?,
+            self.float("k_pool", device, dtype)?,
+            self.float("v_pool", device, dtype)?,
             &self.config,
         )?;
-        let host = |t: Tensor<3>| -> Vec<f64> {
-            t.into_data()
-                .convert::<f64>()
-                .try_to_vec::<f64>()
-                .unwrap_or_default()
+        let host = |t: Tensor<3>| -> Result<Vec<f64>, RopePoolError> {
+            let read_back = |e| RopePoolError::ReadBack {
+                what: format!("{e:?}"),
+            };
+            let data = t.try_into_data().map_err(read_back)?;
+            Ok(data.iter::<f64>().collect())
         };
         Ok(ReferenceOutput {
-            q_rot: host(out.q_rot),
-            k_rot: host(out.k_rot),
-            k_pool: host(out.k_pool),
-            v_pool: host(out.v_pool),
+            q_rot: host(out.q_rot)?,
+            k_rot: host(out.k_rot)?,
+            k_pool: host(out.k_pool)?,
+            v_pool: host(out.v_pool)?,
         })
     }
 }

@@ -59,7 +59,6 @@ pub mod unfused;
 mod validate;
 
 pub use api::{FloatArg, IntArg, RopePoolOutput, check_rope_pool_fused, rope_pool_fused};
-pub use backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs};
 pub use config::RopePoolConfig;
 pub use error::{Dims, RopePoolError};
 pub use rope::{MRope, RopeFrequencies, RopeScaling, RopeStyle};

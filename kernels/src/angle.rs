@@ -1,21 +1,24 @@
 //! Exact RoPE angles in f32 arithmetic (no float64, no fma: Metal and WGSL have neither
-//! reliably).
+//! reliably), for every i32 position, negative ones included.
 //!
 //! The naive angle `f32(position) * f32(inv_freq)` is off by up to ~4e-3 rad at position 131071
 //! and ~0.03 rad at 10^6. Here the angle is formed in *turns* (`position * inv_freq / 2π`) from
 //! products that are exact in f32, each reduced modulo one turn exactly:
 //!
-//! - host, in f64: `f = inv_freq / 2π` split into `f1 + f2 + f3`, where `f1` and `f2` carry 12
-//!   significant bits each and `f3` the rest (rounded to f32);
-//! - device: `position = p_hi + p_lo` with `p_lo = position & 0xfff` (both exact in f32, with at
-//!   most 12 significant bits each below 2^24), so `p_hi*f1`, `p_lo*f1`, `p_hi*f2`, `p_lo*f2`
-//!   are exact; each loses its whole turns exactly (`x - round(x)`); `position * f3` is below
-//!   one turn's 2^-24 relative error; the sum of the fractions is reduced once more and scaled
-//!   by 2π into `[-π, π]`, where f32 sin/cos are accurate.
+//! - host, in f64: `f = inv_freq / 2π` split into `f1 + f2 + f3 + f4`, where `f1`, `f2` and `f3`
+//!   carry 12 significant bits each and `f4` the rest (rounded to f32);
+//! - device: the position's two's-complement bits split into `p_lo = p & 0xfff`,
+//!   `p_mid = p & 0xfff000` and `p_top = p & !0xffffff` (each exact in f32 with at most 12
+//!   significant bits; `p_top` is 0 below 2^24), so `p_mid*f1`, `p_lo*f1`, `p_mid*f2`, `p_lo*f2`
+//!   are exact; each loses its whole turns exactly (`x - round(x)`); `(p_mid + p_lo) * (f3 + f4)`
+//!   is at most a few turns, so its rounding is at f32's level; the sum of the fractions is
+//!   reduced once more and scaled by 2π into `[-π, π]`, where f32 sin/cos are accurate;
+//! - only when `p_top ≠ 0` (|p| ≥ 2^24, or p < 0): `p_top*f1`, `p_top*f2` and `p_top*f3` are
+//!   exact too and reduced the same way, and `p_top*f4` is below a quarter of a turn.
 //!
-//! The result is within a few f32 roundings of the true angle modulo 2π for every position
-//! below 2^24 (beyond, `p_hi` has more than 12 bits and the error grows gracefully). [`host_angle`] is the same algorithm on the host (used by the Flex backend and to
-//! test the method over the whole position range cheaply).
+//! The result is within a few f32 roundings of the true angle modulo 2π for every i32 position
+//! (tested over the whole range: `kernels/tests/angle.rs`). [`host_angle`] is the same algorithm
+//! on the host (used by the Flex backend and to test the method over the range cheaply).
 
 use cubecl::prelude::*;
 
@@ -32,18 +35,23 @@ fn leading_bits(x: f64) -> f64 {
     (x * scale).trunc() / scale
 }
 
-/// The per-frequency constants of the kernel: `[f1 | f2 | f3]`, each `inv_freq.len()` long, with
-/// `f1 + f2 + f3 = inv_freq[i] / 2π` to ~2^-48 relative.
+/// Segments of the per-frequency constants: `[f1 | f2 | f3 | f4]`.
+pub const TURN_PARTS: usize = 4;
+
+/// The per-frequency constants of the kernel: `[f1 | f2 | f3 | f4]`, each `inv_freq.len()` long,
+/// with `f1 + f2 + f3 + f4 = inv_freq[i] / 2π` to ~2^-60 relative.
 pub fn split_turns(inv_freq: &[f64]) -> Vec<f32> {
     let half = inv_freq.len();
-    let mut table = vec![0f32; 3 * half];
+    let mut table = vec![0f32; TURN_PARTS * half];
     for (i, &inv_freq) in inv_freq.iter().enumerate() {
         let f = inv_freq / std::f64::consts::TAU;
         let f1 = leading_bits(f);
         let f2 = leading_bits(f - f1);
+        let f3 = leading_bits(f - f1 - f2);
         table[i] = f1 as f32;
         table[half + i] = f2 as f32;
-        table[2 * half + i] = (f - f1 - f2) as f32;
+        table[2 * half + i] = f3 as f32;
+        table[3 * half + i] = (f - f1 - f2 - f3) as f32;
     }
     table
 }
@@ -53,13 +61,20 @@ fn frac(x: f32) -> f32 {
     x - x.round_ties_even()
 }
 
-/// The angle (radians, in `[-π, π]`) of `position` for the frequency with parts `f1, f2, f3` of
+/// The angle (radians, in `[-π, π]`) of `position` for the frequency with parts `f` of
 /// [`split_turns`]; the host twin of the kernel's `rope_angle`.
-pub fn host_angle(position: i32, f1: f32, f2: f32, f3: f32) -> f32 {
+pub fn host_angle(position: i32, f: [f32; TURN_PARTS]) -> f32 {
+    let [f1, f2, f3, f4] = f;
+    let p_low = (position & 0xff_ffff) as f32;
     let p_lo = (position & 0xfff) as f32;
-    let p_hi = (position & !0xfff) as f32;
-    let small = position as f32 * f3 + frac(p_lo * f2);
-    let turns = ((small + frac(p_hi * f2)) + frac(p_lo * f1)) + frac(p_hi * f1);
+    let p_mid = (position & 0xff_f000) as f32;
+    let small = p_low * (f3 + f4) + frac(p_lo * f2);
+    let mut turns = ((small + frac(p_mid * f2)) + frac(p_lo * f1)) + frac(p_mid * f1);
+    let top = position & !0xff_ffff;
+    if top != 0 {
+        let p_top = top as f32;
+        turns += ((p_top * f4 + frac(p_top * f3)) + frac(p_top * f2)) + frac(p_top * f1);
+    }
     frac(turns) * std::f32::consts::TAU
 }
 
@@ -68,42 +83,67 @@ fn frac_vector<N: Size>(x: Vector<f32, N>) -> Vector<f32, N> {
     x - x.round()
 }
 
-/// `position` as the three f32 vectors the angle needs, `(p, p_hi, p_lo)` with
-/// `p_lo = position & 0xfff`: one scalar conversion each, broadcast to the `N` lanes.
+/// The parts of a position the angle needs, as f32 vectors (one value broadcast to the `N`
+/// lanes, or one per lane): `(low, mid, lo, top, big)` with `low = p & 0xffffff`,
+/// `mid = p & 0xfff000`, `lo = p & 0xfff`, `top = p & !0xffffff`, and `big` whether any lane's
+/// `top` is non-zero.
+pub type PositionParts<N> = (
+    Vector<f32, N>,
+    Vector<f32, N>,
+    Vector<f32, N>,
+    Vector<f32, N>,
+    bool,
+);
+
+/// [`PositionParts`] of one position for all `N` lanes: one scalar conversion each.
 #[cube]
-pub fn position_parts<N: Size>(position: i32) -> (Vector<f32, N>, Vector<f32, N>, Vector<f32, N>) {
+pub fn position_parts<N: Size>(position: i32) -> PositionParts<N> {
+    let top = position & -16777216i32;
     (
-        Vector::new(f32::cast_from(position)),
-        Vector::new(f32::cast_from(position & -4096i32)),
+        Vector::new(f32::cast_from(position & 16777215i32)),
+        Vector::new(f32::cast_from(position & 16773120i32)),
         Vector::new(f32::cast_from(position & 4095i32)),
+        Vector::new(f32::cast_from(top)),
+        top != 0,
     )
 }
 
-/// [`position_parts()`] of a position per lane (M-RoPE gives the lanes of one unit different
-/// rows).
+/// [`PositionParts`] of a position per lane (M-RoPE gives the lanes of one unit different rows);
+/// `big` is given by the caller (whether any of the rows' positions has a non-zero `top`).
 #[cube]
-pub fn lane_position_parts<N: Size>(
-    position: Vector<i32, N>,
-) -> (Vector<f32, N>, Vector<f32, N>, Vector<f32, N>) {
+pub fn lane_position_parts<N: Size>(position: Vector<i32, N>, big: bool) -> PositionParts<N> {
     (
-        Vector::cast_from(position),
-        Vector::cast_from(position & Vector::new(-4096i32)),
+        Vector::cast_from(position & Vector::new(16777215i32)),
+        Vector::cast_from(position & Vector::new(16773120i32)),
         Vector::cast_from(position & Vector::new(4095i32)),
+        Vector::cast_from(position & Vector::new(-16777216i32)),
+        big,
     )
+}
+
+/// Whether `position` needs the `top` terms of the angle (|p| ≥ 2^24 or p < 0).
+#[cube]
+pub fn is_big(position: i32) -> bool {
+    (position & -16777216i32) != 0
 }
 
 /// The angles (radians, in `[-π, π]`) of `N` frequencies at the positions whose parts are
-/// `(p, p_hi, p_lo)` ([`position_parts()`]); see the module docs.
+/// `parts`; see the module docs.
 #[cube]
 pub fn rope_angle<N: Size>(
-    parts: (Vector<f32, N>, Vector<f32, N>, Vector<f32, N>),
+    parts: PositionParts<N>,
     f1: Vector<f32, N>,
     f2: Vector<f32, N>,
     f3: Vector<f32, N>,
+    f4: Vector<f32, N>,
 ) -> Vector<f32, N> {
-    let (p, p_hi, p_lo) = parts;
-    let small = p * f3 + frac_vector::<N>(p_lo * f2);
-    let turns = ((small + frac_vector::<N>(p_hi * f2)) + frac_vector::<N>(p_lo * f1))
-        + frac_vector::<N>(p_hi * f1);
+    let (low, mid, lo, top, big) = parts;
+    let small = low * (f3 + f4) + frac_vector::<N>(lo * f2);
+    let mut turns = ((small + frac_vector::<N>(mid * f2)) + frac_vector::<N>(lo * f1))
+        + frac_vector::<N>(mid * f1);
+    if big {
+        turns += ((top * f4 + frac_vector::<N>(top * f3)) + frac_vector::<N>(top * f2))
+            + frac_vector::<N>(top * f1);
+    }
     frac_vector::<N>(turns) * Vector::new(core::f32::consts::TAU)
 }

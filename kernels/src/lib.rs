@@ -9,7 +9,7 @@ pub mod rope_pool;
 mod table;
 mod tuning;
 
-pub use angle::{host_angle, split_turns};
+pub use angle::{TURN_PARTS, host_angle, split_turns};
 pub use launch::{
     RopePoolArgs, RopePoolGeometry, heads_per_unit, launch_append_max, launch_rope_pool,
     vector_size,

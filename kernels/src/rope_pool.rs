@@ -21,7 +21,7 @@
 //! - [`rope_angle()`]: the exact angle (see [`crate::angle`]), scaled by the attention factor;
 //! - [`pool_row()`]: where a token's row lands in the pool.
 
-use crate::angle::{lane_position_parts, position_parts, rope_angle};
+use crate::angle::{TURN_PARTS, is_big, lane_position_parts, position_parts, rope_angle};
 use crate::table::RopeVariant;
 use cubecl::prelude::*;
 
@@ -42,14 +42,15 @@ pub fn pair_offsets(
 }
 
 /// Row index in the pool of a token whose slot is `slot`, or `pool_size` (no row) when the
-/// slot is negative or past the pool: such a token is never written.
+/// slot is negative or past the pool: such a token is never written. Compared in the slots' own
+/// integer type, so a wide slot past the pool is never truncated into a row.
 #[cube]
+#[allow(clippy::collapsible_if)] // two plain branches in the kernel, no short-circuit needed
 pub fn pool_row<I: Int>(slot: I, pool_size: usize) -> usize {
     let mut row = pool_size;
     if slot >= I::new(0) {
-        let candidate = usize::cast_from(slot);
-        if candidate < pool_size {
-            row = candidate;
+        if slot < I::cast_from(pool_size) {
+            row = usize::cast_from(slot);
         }
     }
     row
@@ -217,7 +218,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
             last = 3 * num_tokens;
         }
         if i32::cast_from(positions[last]) >= long_from {
-            set = 3 * half_vectors;
+            set = TURN_PARTS * half_vectors;
         }
     }
     // A unit of the pass-through tail copies vectors `lo` and `hi = lo + 1` of each head (`hi =
@@ -235,27 +236,28 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
         }
     }
     if mrope {
-        let mut masks = 3 * half_vectors;
+        let mut masks = TURN_PARTS * half_vectors;
         if long_short {
-            masks = 6 * half_vectors;
+            masks = 2 * TURN_PARTS * half_vectors;
         }
+        let r0 = i32::cast_from(positions[token]);
+        let r1 = i32::cast_from(positions[num_tokens + token]);
+        let r2 = i32::cast_from(positions[2 * num_tokens + token]);
+        let big = is_big(r0) || is_big(r1) || is_big(r2);
         let position = lane_positions::<N>(
-            (
-                i32::cast_from(positions[token]),
-                i32::cast_from(positions[num_tokens + token]),
-                i32::cast_from(positions[2 * num_tokens + token]),
-            ),
+            (r0, r1, r2),
             table[masks + f],
             table[masks + half_vectors + f],
             table[masks + 2 * half_vectors + f],
         );
-        parts = lane_position_parts::<N>(position);
+        parts = lane_position_parts::<N>(position, big);
     }
     let angle = rope_angle::<N>(
         parts,
         table[set + f],
         table[set + half_vectors + f],
         table[set + 2 * half_vectors + f],
+        table[set + 3 * half_vectors + f],
     );
     let cos = angle.cos() * Vector::new(attention_factor);
     let sin = angle.sin() * Vector::new(attention_factor);

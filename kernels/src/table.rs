@@ -2,7 +2,7 @@
 //! kernel per variant set) and the [`RopeTable`] (the frequency table in exact-angle parts, plus
 //! the runtime scalars), built on the host from float64 inverse frequencies.
 
-use crate::angle::{host_angle, split_turns};
+use crate::angle::{TURN_PARTS, host_angle, split_turns};
 
 /// The variant set a kernel is compiled for: each flag switches one seam of the kernel
 /// (`pair_offsets`, the pass-through tail, the position of a frequency, the table half). The
@@ -22,8 +22,8 @@ pub struct RopeVariant {
 
 /// The frequency table of a call and the scalars that go with it.
 ///
-/// `values` is laid out in segments of `rotary_dim / 2` f32: `[f1 | f2 | f3]` (the turns of
-/// [`split_turns`]), then for LongRoPE the long set's `[f1 | f2 | f3]`, then for M-RoPE the
+/// `values` is laid out in segments of `rotary_dim / 2` f32: `[f1 | f2 | f3 | f4]` (the turns
+/// of [`split_turns`]), then for LongRoPE the long set's `[f1 | f2 | f3 | f4]`, then for M-RoPE the
 /// row masks `[m0 | m1 | m2]` (1.0 where frequency `i` takes its position from that row).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeTable {
@@ -105,11 +105,11 @@ impl RopeTable {
     pub fn cos_sin(&self, rows: [i32; 3], long: bool, cos: &mut [f32], sin: &mut [f32]) {
         let half = self.half();
         let set = if long && self.variant.long_short {
-            3 * half
+            TURN_PARTS * half
         } else {
             0
         };
-        let masks = if self.variant.long_short { 6 } else { 3 } * half;
+        let masks = if self.variant.long_short { 2 } else { 1 } * TURN_PARTS * half;
         for i in 0..half {
             let position = if self.variant.mrope {
                 let row = (0..3)
@@ -120,7 +120,7 @@ impl RopeTable {
                 rows[0]
             };
             let t = &self.values[set..];
-            let angle = host_angle(position, t[i], t[half + i], t[2 * half + i]);
+            let angle = host_angle(position, std::array::from_fn(|j| t[j * half + i]));
             let (s, c) = angle.sin_cos();
             cos[i] = c * self.attention_factor;
             sin[i] = s * self.attention_factor;

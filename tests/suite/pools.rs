@@ -59,62 +59,6 @@ fn slots_past_the_pool_and_negative_slots_write_nothing() {
     }
 }
 
-/// The unfused CubeCL backend, called through the extension trait without burn's dispatch
-/// (and so without fusion), on the wgpu runtime.
-#[test]
-fn plain_cube_backend() {
-    use burn::backend::DispatchDevice;
-    use burn::backend::ops::{FloatTensorOps, IntTensorOps};
-    use burn::tensor::TensorData;
-    use burn_cubecl::CubeBackend;
-    use burn_rope_pool::{RopePoolBackend, RopePoolInputs};
-
-    let Some(device) = crate::common::wgpu_device() else {
-        return;
-    };
-    let DispatchDevice::Cube(cube) = device.as_dispatch().clone() else {
-        panic!("wgpu is a CubeCL device")
-    };
-    let config = RopePoolConfig::new(32, 8, 2).with_rope_base(500_000.0);
-    let case = Case::random(config, 9, 16, 40_000, 41).rounded(DType::F32);
-    let float = |v: &[f64], dims: [usize; 3]| {
-        let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
-        CubeBackend::float_from_data(TensorData::new(v, dims), &cube)
-    };
-    let int = |v: &[i64]| {
-        let v: Vec<i32> = v.iter().map(|&x| x as i32).collect();
-        CubeBackend::int_from_data(TensorData::new(v.clone(), [v.len()]), &cube)
-    };
-    let read = |t| {
-        let data = burn_cubecl::ops::into_data_sync(t);
-        data.convert::<f64>().try_to_vec::<f64>().unwrap()
-    };
-    let k_pool = float(&case.k_pool, case.pool_dims());
-    let inputs = RopePoolInputs {
-        q: float(&case.q, case.q_dims()),
-        k: float(&case.k, case.kv_dims()),
-        v: float(&case.v, case.kv_dims()),
-        positions: int(&case.positions),
-        slots: int(&case.slots),
-        k_pool,
-        v_pool: float(&case.v_pool, case.pool_dims()),
-    };
-    let out = CubeBackend::rope_pool_fused(inputs, case.config.frequencies().unwrap());
-    let actual = burn_rope_pool::reference::ReferenceOutput {
-        q_rot: read(out.q_rot),
-        k_rot: read(out.k_rot),
-        k_pool: read(out.k_pool),
-        v_pool: read(out.v_pool),
-    };
-    assert_close(
-        &actual,
-        &case.reference(),
-        DType::F32,
-        1e-5,
-        "plain CubeBackend",
-    );
-}
-
 /// The unfused Burn baseline (plain tensor ops) computes the same op: it is what the benchmark
 /// compares against, so it must be right too.
 #[test]
