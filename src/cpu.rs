@@ -93,8 +93,12 @@ pub(crate) fn rope_pool<E: Storage>(
     } = geometry;
     let (q_row, kv_row) = (num_qo_heads * head_dim, num_kv_heads * head_dim);
     let half = rope.table.half();
-    // Like the kernel, the largest position is compared as an i32.
-    let max_position = positions.iter().copied().max().unwrap_or(0) as i32;
+    // Like the kernel, every position is an i32 (a wider one wraps), the largest one included.
+    let max_position = positions
+        .iter()
+        .map(|&p| p as i32)
+        .max()
+        .unwrap_or(i32::MIN);
     let long = rope.table.uses_long(max_position as i64);
     let (mut cos, mut sin) = (vec![0f32; half], vec![0f32; half]);
     for (token, &slot) in slots.iter().enumerate() {

@@ -342,10 +342,10 @@ fn turn<F: Float, N: Size>(
 pub const APPEND_MAX_UNITS: usize = 256;
 const _: () = assert!(APPEND_MAX_UNITS == 1 << 8);
 
-/// Copies `positions` (`len` elements) to `out` and writes their maximum at `out[len]`: the
-/// LongRoPE launch's positions, whose last element picks the frequency set on the device. One
-/// cube of [`APPEND_MAX_UNITS`] units: strided copy with a running maximum per unit, then a tree
-/// reduction in shared memory.
+/// Copies `positions` (`len` elements) to `out` and writes their maximum, as i32 (the kernel
+/// reads every position as i32), at `out[len]`: the LongRoPE launch's positions, whose last
+/// element picks the frequency set on the device. One cube of [`APPEND_MAX_UNITS`] units: strided
+/// copy with a running maximum per unit, then a tree reduction in shared memory.
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn append_max<I: Int>(
     positions: &Tensor<I>,
@@ -354,13 +354,14 @@ pub fn append_max<I: Int>(
 ) {
     let len = positions.len();
     let unit = UNIT_POS as usize;
-    let mut best = positions[0];
+    let mut best = i32::new(i32::MIN as i64);
     for i in range_stepped(unit, len, APPEND_MAX_UNITS) {
         let p = positions[i];
         out[i] = p;
+        let p = i32::cast_from(p);
         best = select(p > best, p, best);
     }
-    let mut shared = Shared::<[I]>::new_slice(APPEND_MAX_UNITS);
+    let mut shared = Shared::<[i32]>::new_slice(APPEND_MAX_UNITS);
     shared[unit] = best;
     sync_cube();
     #[unroll]
@@ -374,6 +375,6 @@ pub fn append_max<I: Int>(
         sync_cube();
     }
     if unit == 0 {
-        out[len] = shared[0];
+        out[len] = I::cast_from(shared[0]);
     }
 }
