@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README). Installs what a fresh Debian/Ubuntu machine lacks for the
 # wgpu tests to run the real CubeCL kernel on Mesa's software Vulkan (lavapipe), then runs the
-# whole test suite. With CI=true a missing GPU adapter fails the wgpu tests instead of skipping.
+# whole test suite. With CI=true a missing GPU adapter fails the wgpu tests instead of skipping,
+# and the lints and feature builds run too: rustfmt, clippy (warnings denied), rustdoc (warnings
+# denied), a Flex-only build (no GPU crates) and a `vulkan` (SPIR-V) check build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,4 +34,19 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 # A clean checkout builds ~2.5 GB under target/; say what room there is, so a full disk shows.
 df -h . 2>/dev/null | tail -1 | awk '{print "disk free for target/: " $4}'
 if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
-cargo test --workspace "$@"
+
+step() { echo "== $*"; "$@"; }
+if [ "${CI:-}" = true ]; then
+  # The lint components of the toolchain, where rustup can add them.
+  for component in rustfmt clippy; do
+    cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1 || rustup component add "$component"
+  done
+  step cargo fmt --all --check
+fi
+step cargo test --workspace "$@"
+if [ "${CI:-}" = true ]; then
+  step cargo clippy --workspace --all-targets -- -D warnings
+  step env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+  step cargo check --no-default-features --features flex
+  step cargo check --features vulkan
+fi
