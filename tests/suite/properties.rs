@@ -208,7 +208,7 @@ proptest! {
 
 #[test]
 fn each_variant_at_long_positions() {
-    // One case per variant flag with 128-element heads, positions near 2^24.
+    // One case per variant flag with 128-element heads, positions near 2^24, then over all of i32.
     for (i, pick) in [
         [0, 1, 0, 0, 1],
         [0, 3, 0, 0, 1],
@@ -227,6 +227,15 @@ fn each_variant_at_long_positions() {
         let mut case = Case::random(config, 40, 64, 1 << 24, 300 + i as u64);
         case.positions[0] = (1 << 24) - 1;
         case.positions[1] = (1 << 24) - 4096;
+        check(&case);
+        // The whole i32 range: past 2^24, the extremes, negative positions (rotation by a
+        // negative angle).
+        let mut rng = crate::common::Rng::new(900 + i as u64);
+        for p in case.positions.iter_mut() {
+            *p = rng.next_u64() as i32 as i64;
+        }
+        let extremes = [i32::MAX as i64, i32::MIN as i64, -1, 1 << 24, -(1 << 24) - 1];
+        case.positions[..extremes.len()].copy_from_slice(&extremes);
         check(&case);
     }
 }
