@@ -18,7 +18,14 @@ fn main() {
     let head_dim = 128;
     println!("| position | naive f32 angle, max error (rad) | exact f32 angle, max error (rad) |");
     println!("| ---: | ---: | ---: |");
-    let positions = [1_000i32, 32_767, 131_071, 1_000_000, (1 << 24) - 1, (1 << 28) + 3];
+    let positions = [
+        1_000i32,
+        32_767,
+        131_071,
+        1_000_000,
+        (1 << 24) - 1,
+        (1 << 28) + 3,
+    ];
     for position in positions.into_iter().chain([i32::MAX, -5, i32::MIN]) {
         let (mut naive, mut exact) = (0f64, 0f64);
         for base in [10_000.0, 500_000.0] {

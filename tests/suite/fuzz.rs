@@ -182,8 +182,12 @@ fn int_value(rng: &mut Rng, dtype: DType, small: i64) -> i64 {
         2 => rng.next_u64() as i64,
         _ => small,
     };
+    // The value the tensor holds (a u64 as its i64 bit pattern).
     match dtype {
+        DType::I8 => v as i8 as i64,
+        DType::U8 => v as u8 as i64,
         DType::I16 => v as i16 as i64,
+        DType::U16 => v as u16 as i64,
         DType::U32 => v as u32 as i64,
         DType::I32 => v as i32 as i64,
         _ => v,
@@ -258,7 +262,9 @@ impl Call {
         if broken(rng) {
             float_dtypes[rng.below(5) as usize] = pick(rng, &float);
         }
-        let ints: Vec<DType> = [DType::I32, DType::I64, DType::I16, DType::U32]
+        let ints: Vec<DType> = [DType::I32, DType::I32, DType::I64, DType::I64, DType::I8]
+            .into_iter()
+            .chain([DType::U8, DType::I16, DType::U16, DType::U32, DType::U64])
             .into_iter()
             .filter(|&d| device.supports_dtype(d))
             .collect();
@@ -319,6 +325,10 @@ fn float_arg(values: &[f64], dims: &[usize], device: &Device, dtype: DType) -> F
 
 fn int_arg(values: &[i64], dims: &[usize], device: &Device, dtype: DType) -> IntArg {
     let data = match dtype {
+        DType::I8 => TensorData::new(values.iter().map(|&v| v as i8).collect(), dims.to_vec()),
+        DType::U8 => TensorData::new(values.iter().map(|&v| v as u8).collect(), dims.to_vec()),
+        DType::U16 => TensorData::new(values.iter().map(|&v| v as u16).collect(), dims.to_vec()),
+        DType::U64 => TensorData::new(values.iter().map(|&v| v as u64).collect(), dims.to_vec()),
         DType::I16 => TensorData::new(values.iter().map(|&v| v as i16).collect(), dims.to_vec()),
         DType::U32 => TensorData::new(values.iter().map(|&v| v as u32).collect(), dims.to_vec()),
         DType::I32 => TensorData::new(values.iter().map(|&v| v as i32).collect(), dims.to_vec()),

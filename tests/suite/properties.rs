@@ -234,7 +234,13 @@ fn each_variant_at_long_positions() {
         for p in case.positions.iter_mut() {
             *p = rng.next_u64() as i32 as i64;
         }
-        let extremes = [i32::MAX as i64, i32::MIN as i64, -1, 1 << 24, -(1 << 24) - 1];
+        let extremes = [
+            i32::MAX as i64,
+            i32::MIN as i64,
+            -1,
+            1 << 24,
+            -(1 << 24) - 1,
+        ];
         case.positions[..extremes.len()].copy_from_slice(&extremes);
         check(&case);
     }
