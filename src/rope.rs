@@ -12,6 +12,7 @@ use burn::tensor::DType;
 use rope_pool_kernels::RopeTable;
 use std::collections::HashMap;
 use std::f64::consts::PI;
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Which elements of a head form a rotation pair.
@@ -153,8 +154,28 @@ impl RopeFrequencies {
     }
 
     /// The frequencies of `config`, checked (checks 12, 13, 15 of the contract and finite
-    /// results) and cached for the life of the process.
+    /// results) and cached for the life of the process. A thread's last config is remembered
+    /// too: a decode loop, which passes the same config every call, finds its frequencies with
+    /// one comparison (no key built, no lock taken).
     pub fn of(config: &RopePoolConfig) -> Result<Arc<Self>, RopePoolError> {
+        thread_local! {
+            static LAST: RefCell<Option<(RopePoolConfig, Arc<RopeFrequencies>)>> =
+                const { RefCell::new(None) };
+        }
+        let last = LAST.with_borrow(|last| {
+            last.as_ref()
+                .filter(|(c, _)| c == config)
+                .map(|(_, f)| f.clone())
+        });
+        if let Some(found) = last {
+            return Ok(found);
+        }
+        let found = Self::of_cached(config)?;
+        LAST.set(Some((config.clone(), found.clone())));
+        Ok(found)
+    }
+
+    fn of_cached(config: &RopePoolConfig) -> Result<Arc<Self>, RopePoolError> {
         type Cache = HashMap<(Vec<u64>, Option<String>), Arc<RopeFrequencies>>;
         static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
         let key = cache_key(config);
