@@ -90,6 +90,7 @@ pub(crate) fn rope_pool<E: Storage>(
         num_kv_heads,
         head_dim,
         pool_size,
+        ..
     } = geometry;
     let (q_row, kv_row) = (num_qo_heads * head_dim, num_kv_heads * head_dim);
     let half = rope.table.half();

@@ -24,6 +24,30 @@ fn owned_contiguous(tensor: CubeTensor) -> CubeTensor {
     }
 }
 
+/// `x` (`[T, H, D]`) as the kernel reads q, k and v: as is when each token's heads are one
+/// dense run of `H * D` elements, whatever the distance between tokens (a view of one fused QKV
+/// projection: no copy), else a dense copy.
+fn token_rows(x: CubeTensor) -> CubeTensor {
+    let (shape, strides) = (x.meta.shape(), x.meta.strides());
+    let dense_heads = strides[2] == 1 && (shape[1] <= 1 || strides[1] == shape[2]);
+    let disjoint = shape[0] <= 1 || strides[0] >= shape[1] * shape[2];
+    if dense_heads && disjoint {
+        x
+    } else {
+        into_contiguous(x)
+    }
+}
+
+/// Elements between the tokens of `x` (`[T, H, D]`, as [`token_rows`] leaves it).
+fn token_stride(x: &CubeTensor) -> usize {
+    let shape = x.meta.shape();
+    if shape[0] <= 1 {
+        shape[1] * shape[2]
+    } else {
+        x.meta.strides()[0]
+    }
+}
+
 /// A fresh dense output of `like`'s shape and dtype.
 fn empty_like(like: &CubeTensor) -> CubeTensor {
     let shape = like.shape();
@@ -90,19 +114,23 @@ impl RopePoolBackend for CubeBackend {
             k_pool,
             v_pool,
         } = inputs;
-        let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
+        let (q, k, v) = (token_rows(q), token_rows(k), token_rows(v));
         let positions = kernel_positions(positions, rope.table.variant.long_short);
         let slots = into_contiguous(slots);
         let (k_pool, v_pool) = (owned_contiguous(k_pool), owned_contiguous(v_pool));
         let q_rot = empty_like(&q);
         let k_rot = empty_like(&k);
 
-        let geometry = RopePoolGeometry::of(q.meta.shape(), k.meta.shape(), k_pool.meta.shape());
+        let geometry = RopePoolGeometry {
+            token_strides: [token_stride(&q), token_stride(&k), token_stride(&v)],
+            ..RopePoolGeometry::of(q.meta.shape(), k.meta.shape(), k_pool.meta.shape())
+        };
         let client = q.client.clone();
         let float = dtype_to_storage_type(q.dtype);
         let int = dtype_to_storage_type(positions.dtype);
-        // Safety: every tensor is contiguous with the validated shapes; the pools and outputs are
-        // buffers this call owns, so none aliases an input.
+        // Safety: every tensor has the validated shape, dense except the token strides of q, k
+        // and v the geometry carries; the pools and outputs are buffers this call owns, so none
+        // aliases an input.
         unsafe {
             launch_rope_pool(
                 &client,

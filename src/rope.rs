@@ -10,9 +10,9 @@
 use crate::{RopePoolConfig, RopePoolError};
 use burn::tensor::DType;
 use rope_pool_kernels::RopeTable;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::f64::consts::PI;
-use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Which elements of a head form a rotation pair.

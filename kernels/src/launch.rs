@@ -27,10 +27,14 @@ pub struct RopePoolGeometry {
     pub head_dim: usize,
     /// Rows of each pool.
     pub pool_size: usize,
+    /// Elements between consecutive tokens of q, k and v: `H * head_dim` when dense, more for
+    /// views of one fused QKV projection (heads stay contiguous within a token).
+    pub token_strides: [usize; 3],
 }
 
 impl RopePoolGeometry {
-    /// The geometry of the (validated) shapes `q [T, Hq, D]`, `k [T, Hkv, D]`, `k_pool [P, .., ..]`.
+    /// The geometry of the (validated) shapes `q [T, Hq, D]`, `k [T, Hkv, D]`, `k_pool [P, .., ..]`,
+    /// with dense q, k and v.
     pub fn of(q: &[usize], k: &[usize], k_pool: &[usize]) -> Self {
         Self {
             num_tokens: q[0],
@@ -38,31 +42,39 @@ impl RopePoolGeometry {
             num_kv_heads: k[1],
             head_dim: q[2],
             pool_size: k_pool[0],
+            token_strides: [q[1] * q[2], k[1] * k[2], k[1] * k[2]],
         }
     }
 
-    /// Largest element count any tensor of the call holds, for the kernel's address width.
+    /// Largest element count any tensor of the call spans, for the kernel's address width.
     pub fn max_len(&self) -> usize {
         let rows = self.num_tokens.max(self.pool_size);
-        rows * self.num_qo_heads.max(self.num_kv_heads) * self.head_dim
+        let dense = rows * self.num_qo_heads.max(self.num_kv_heads) * self.head_dim;
+        let widest = self.token_strides.into_iter().max().unwrap_or(0);
+        dense.max(self.num_tokens * widest)
     }
 }
 
 /// The widest vector the device loads efficiently for `elem_size`-byte elements that also
 /// divides `rotary_dim / 2` (so a unit's vector never straddles the two halves of a row, nor
-/// splits a GPT-J pair) and `head_dim` (so the pass-through tail is whole vectors), at most `max`
-/// elements.
+/// splits a GPT-J pair), `head_dim` (so the pass-through tail is whole vectors) and every token
+/// stride of `geometry` (so strided q/k/v rows start on a vector), at most `max` elements.
 pub fn vector_size(
     client: &Client,
     elem_size: usize,
-    head_dim: usize,
+    geometry: RopePoolGeometry,
     rotary_dim: usize,
     max: usize,
 ) -> usize {
     let half = rotary_dim / 2;
+    let divides = |n: usize| {
+        half.is_multiple_of(n)
+            && geometry.head_dim.is_multiple_of(n)
+            && geometry.token_strides.iter().all(|s| s.is_multiple_of(n))
+    };
     client
         .io_optimized_vector_sizes(elem_size)
-        .find(|&n| n > 0 && n <= max && half.is_multiple_of(n) && head_dim.is_multiple_of(n))
+        .find(|&n| n > 0 && n <= max && divides(n))
         .unwrap_or(1)
 }
 
@@ -113,9 +125,10 @@ fn table_on_device(client: &Client, table: &RopeTable) -> Handle {
 /// How many frequency tables stay uploaded.
 const MAX_CACHED_TABLES: usize = 64;
 
-/// The device tensors of one call. Every tensor must be contiguous and of the shape the
-/// contract gives it; `k_pool`/`v_pool` are written in place, so they must not alias any other
-/// argument.
+/// The device tensors of one call, of the shapes the contract gives them. Every tensor is
+/// contiguous, except that q, k and v may have the token strides of the geometry (heads
+/// contiguous within a token); `k_pool`/`v_pool` are written in place, so they must not alias any
+/// other argument.
 pub struct RopePoolArgs {
     /// `[T, Hq, D]`, float `F`.
     pub q: TensorArg,
@@ -143,8 +156,9 @@ pub struct RopePoolArgs {
 /// in normal use (benchmark builds override it). Does nothing for an empty batch.
 ///
 /// # Safety
-/// The tensors must be live, contiguous, of the shapes `geometry` describes, and the pools must
-/// not alias an input: the kernel is launched unchecked. Slots are bounds-checked by the kernel
+/// The tensors must be live, of the shapes and token strides `geometry` describes (dense
+/// otherwise, see [`RopePoolArgs`]), and the pools must not alias an input: the kernel is
+/// launched unchecked. Slots are bounds-checked by the kernel
 /// itself (a slot `< 0` or `>= pool_size` writes nothing).
 pub unsafe fn launch_rope_pool(
     client: &Client,
@@ -165,7 +179,7 @@ pub unsafe fn launch_rope_pool(
         return;
     }
     let max_vector = tuning.max_vector.unwrap_or(usize::MAX);
-    let vector = vector_size(client, float.size(), head_dim, rotary_dim, max_vector);
+    let vector = vector_size(client, float.size(), geometry, rotary_dim, max_vector);
     let half = rotary_dim / 2;
     let handle = table_on_device(client, rope);
     let table_len = rope.values.len();

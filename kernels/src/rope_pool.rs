@@ -148,7 +148,8 @@ pub fn lane_positions<N: Size>(
         + Vector::<i32, N>::cast_from(m2) * Vector::new(p2)
 }
 
-/// The fused op. All tensors are contiguous; shapes are those of the contract:
+/// The fused op. Shapes are those of the contract; every tensor is contiguous except that q, k
+/// and v may have any token stride (a multiple of `N`) with their heads contiguous:
 /// `q [T, Hq, D]`, `k, v [T, Hkv, D]`, `slots [T]`, `positions [T]` (`[3, T]` for M-RoPE, plus
 /// one trailing element, the call's largest position, for LongRoPE), `table` (f32,
 /// [`crate::RopeTable`]), `k_pool, v_pool [P, Hkv, D]` (updated in place), `q_out [T, Hq, D]`,
@@ -263,11 +264,16 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     let sin = angle.sin() * Vector::new(attention_factor);
     let angles = lane_angles::<N>(cos, sin, interleaved);
 
+    // Outputs are dense; q, k and v may have any token stride (views of one fused QKV
+    // projection): their heads are contiguous within a token.
+    let vector = q.vector_size();
     let q_base = token * num_qo_heads * row_vectors;
+    let q_in = token * (q.stride(0) / vector);
     let mut head = group;
     while head < num_qo_heads {
         let row = q_base + head * row_vectors;
-        let (x1, x2) = (q[row + lo], q[row + hi]);
+        let row_in = q_in + head * row_vectors;
+        let (x1, x2) = (q[row_in + lo], q[row_in + hi]);
         let (mut a, mut b) = turn::<F, N>(x1, x2, angles, interleaved);
         if partial {
             if pass {
@@ -282,16 +288,19 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
 
     let write = pool < pool_size;
     let kv_base = token * num_kv_heads * row_vectors;
+    let k_in = token * (k.stride(0) / vector);
+    let v_in = token * (v.stride(0) / vector);
     let pool_base = pool * num_kv_heads * row_vectors;
     while head < num_heads {
         let h = head - num_qo_heads;
         let row = kv_base + h * row_vectors;
+        let (k_row, v_row) = (k_in + h * row_vectors, v_in + h * row_vectors);
         // All four loads of the kv head before its first store: the compiler may not move a
         // load above a store to a buffer it cannot prove distinct, so a v load issued after the
         // k stores would add a memory round trip to this unit's chain. (v is read even when the
         // slot is skipped: one unused row read for a padding token, never a write.)
-        let (k1, k2) = (k[row + lo], k[row + hi]);
-        let (v1, v2) = (v[row + lo], v[row + hi]);
+        let (k1, k2) = (k[k_row + lo], k[k_row + hi]);
+        let (v1, v2) = (v[v_row + lo], v[v_row + hi]);
         let (mut a, mut b) = turn::<F, N>(k1, k2, angles, interleaved);
         if partial {
             if pass {

@@ -54,6 +54,7 @@ impl Case {
             num_kv_heads: hkv,
             head_dim: d,
             pool_size: p,
+            ..
         } = geometry;
         let mut values = |n: usize| -> Vec<f32> {
             (0..n)
@@ -181,13 +182,7 @@ fn every_tuning_variant_matches_the_default_bit_for_bit() {
         },
     ];
     for (i, (t, hq, hkv, d, p)) in shapes.into_iter().enumerate() {
-        let geometry = RopePoolGeometry {
-            num_tokens: t,
-            num_qo_heads: hq,
-            num_kv_heads: hkv,
-            head_dim: d,
-            pool_size: p,
-        };
+        let geometry = RopePoolGeometry::of(&[t, hq, d], &[t, hkv, d], &[p, hkv, d]);
         let case = Case::random(geometry, 11 + i as u64);
         let expected = case.run(&client, &defaults);
         // Every output row was written or kept: no NaN left from the poisoned outputs.

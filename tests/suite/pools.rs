@@ -1,9 +1,9 @@
 //! Pool semantics: in-place update without disturbing other holders, skipped and out-of-pool
-//! slots, and the plain (unfused) CubeCL backend called directly.
+//! slots; q, k and v given as views of one fused QKV projection.
 
 use crate::common::{Case, assert_close, devices, host};
-use burn::tensor::DType;
-use burn_rope_pool::RopePoolConfig;
+use burn::tensor::{DType, Tensor};
+use burn_rope_pool::{RopePoolConfig, rope_pool_fused};
 
 #[test]
 fn an_earlier_clone_of_the_pool_is_unchanged() {
@@ -87,5 +87,66 @@ fn unfused_baseline_matches_the_fused_op() {
             1e-4,
             name,
         );
+    }
+}
+
+/// q, k and v as views of one fused QKV projection `[T, Hq + 2·Hkv, D]` (token stride wider than
+/// a row; the CubeCL kernel reads them in place): the same results as dense copies, on every
+/// device, including a lone token and a tail of odd widths.
+#[test]
+fn views_of_a_fused_qkv_projection() {
+    for (name, device) in devices() {
+        for (hq, hkv, d, tokens) in [(8, 2, 32, 9), (4, 4, 16, 1), (6, 3, 8, 5)] {
+            let config = RopePoolConfig::new(d, hq, hkv).with_rope_base(10_000.0);
+            let case = Case::random(config.clone(), tokens, 16, 5000, 61).rounded(DType::F32);
+            let width = hq + 2 * hkv;
+            let mut rng = crate::common::Rng::new(62);
+            let values: Vec<f32> = rng
+                .values(tokens * width * d)
+                .into_iter()
+                .map(|x| x as f32)
+                .collect();
+            let qkv = Tensor::<3>::from_data(
+                burn::tensor::TensorData::new(values, [tokens, width, d]),
+                &device,
+            );
+            let q = qkv.clone().slice([0..tokens, 0..hq]);
+            let k = qkv.clone().slice([0..tokens, hq..hq + hkv]);
+            let v = qkv.clone().slice([0..tokens, hq + hkv..width]);
+            let t = case.tensors(&device, DType::F32);
+            let run = |q: Tensor<3>, k: Tensor<3>, v: Tensor<3>| {
+                let out = rope_pool_fused(
+                    q,
+                    k,
+                    v,
+                    t.positions.clone(),
+                    t.slots.clone(),
+                    t.k_pool.clone(),
+                    t.v_pool.clone(),
+                    &config,
+                )
+                .unwrap();
+                crate::common::to_host(out)
+            };
+            let dense = |x: Tensor<3>| Tensor::<3>::from_data(x.into_data(), &device);
+            let from_views = run(q.clone(), k.clone(), v.clone());
+            let from_copies = run(dense(q), dense(k), dense(v));
+            assert_eq!(
+                from_views.q_rot, from_copies.q_rot,
+                "{name} {hq}/{hkv}/{d}: q_rot"
+            );
+            assert_eq!(
+                from_views.k_rot, from_copies.k_rot,
+                "{name} {hq}/{hkv}/{d}: k_rot"
+            );
+            assert_eq!(
+                from_views.k_pool, from_copies.k_pool,
+                "{name} {hq}/{hkv}/{d}: k_pool"
+            );
+            assert_eq!(
+                from_views.v_pool, from_copies.v_pool,
+                "{name} {hq}/{hkv}/{d}: v_pool"
+            );
+        }
     }
 }

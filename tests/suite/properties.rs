@@ -102,13 +102,7 @@ fn large_batches_walk_strided_head_groups() {
     // (tokens, q heads, kv heads, head_dim, pool, heads per unit)
     let shapes = [(5000, 32, 8, 32, 6000, 2), (20_000, 7, 3, 32, 16_384, 4)];
     for (i, (t, hq, hkv, d, p, group)) in shapes.into_iter().enumerate() {
-        let geometry = RopePoolGeometry {
-            num_tokens: t,
-            num_qo_heads: hq,
-            num_kv_heads: hkv,
-            head_dim: d,
-            pool_size: p,
-        };
+        let geometry = RopePoolGeometry::of(&[t, hq, d], &[t, hkv, d], &[p, hkv, d]);
         // With 4-wide f32 vectors (what wgpu picks).
         assert_eq!(heads_per_unit(geometry, d / 2 / 4, 4), group);
         let config = RopePoolConfig::new(d, hq, hkv).with_rope_base(500_000.0);
