@@ -51,7 +51,8 @@ fn dims(tensor: &DispatchTensor) -> Dims {
 pub struct RopePoolOutput {
     /// Rotated queries, `[num_tokens, num_qo_heads, head_dim]`.
     pub q_rot: Tensor<3>,
-    /// Rotated keys, `[num_tokens, num_kv_heads, head_dim]`.
+    /// Rotated keys, `[num_tokens, num_kv_heads, head_dim]` (`[0, num_kv_heads, head_dim]` when
+    /// the config's `k_rot` is off).
     pub k_rot: Tensor<3>,
     /// The key pool, row `slots[t]` replaced by `k_rot[t]` for every valid slot.
     pub k_pool: Tensor<3>,
@@ -182,7 +183,7 @@ impl Args {
     }
 
     /// The op on arguments [`Args::check`] has accepted, with the frequencies it returned.
-    fn run_checked(self, rope: Arc<RopeFrequencies>) -> RopePoolOutput {
+    fn run_checked(self, rope: Arc<RopeFrequencies>, config: &RopePoolConfig) -> RopePoolOutput {
         // The kernel reads positions and slots with one integer type.
         let int_dtype = kernel_int_dtype(
             self.positions.tensor.dtype(),
@@ -210,7 +211,7 @@ impl Args {
             k_pool: self.k_pool.tensor,
             v_pool: self.v_pool.tensor,
         };
-        let out = <Dispatch as RopePoolBackend>::rope_pool_fused(inputs, rope);
+        let out = <Dispatch as RopePoolBackend>::rope_pool_fused(inputs, rope, config.k_rot);
         RopePoolOutput {
             q_rot: Tensor::from_dispatch(out.q_rot),
             k_rot: Tensor::from_dispatch(out.k_rot),
@@ -257,7 +258,7 @@ pub(crate) fn rope_pool_in_pools(
         v_pool: v_pool.take().expect(present).into(),
         ..args
     }
-    .run_checked(rope);
+    .run_checked(rope, config);
     *k_pool = Some(out.k_pool);
     *v_pool = Some(out.v_pool);
     Ok((out.q_rot, out.k_rot))
@@ -326,5 +327,5 @@ pub fn rope_pool_fused(
         v_pool: v_pool.into(),
     };
     let rope = args.check(config)?;
-    Ok(args.run_checked(rope))
+    Ok(args.run_checked(rope, config))
 }

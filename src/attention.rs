@@ -48,10 +48,12 @@ impl LlamaAttentionConfig {
         }
     }
 
-    /// The op's parameters for this layer.
+    /// The op's parameters for this layer (its pool's config): rotated keys go to the pool
+    /// only, since attention reads keys from the pool.
     pub fn rope(&self) -> RopePoolConfig {
         RopePoolConfig::new(self.head_dim, self.num_heads, self.num_kv_heads)
             .with_rope_base(self.rope_base)
+            .with_k_rot(false)
     }
 
     /// A layer with random weights (burn's default Linear initialisation).

@@ -18,7 +18,7 @@ use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::Checkpoi
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary, unary};
 use burn::backend::tensor::{FloatTensor, IntTensor};
-use burn::backend::{Autodiff, TensorMetadata, get_or_init_device_settings};
+use burn::backend::{Autodiff, AutodiffBackend, TensorMetadata, get_or_init_device_settings};
 use burn::tensor::{DType, IndexingUpdateOp, Shape, Slice, TensorData};
 use std::sync::Arc;
 
@@ -26,6 +26,7 @@ impl<B: RopePoolBackend, C: CheckpointStrategy> RopePoolBackend for Autodiff<B, 
     fn rope_pool_fused(
         inputs: RopePoolInputs<Self>,
         rope: Arc<RopeFrequencies>,
+        k_rot: bool,
     ) -> RopePoolOutputs<Self> {
         let RopePoolInputs {
             q,
@@ -54,6 +55,7 @@ impl<B: RopePoolBackend, C: CheckpointStrategy> RopePoolBackend for Autodiff<B, 
                 v_pool,
             },
             rope.clone(),
+            k_rot,
         );
 
         let turn = Turn {
@@ -67,7 +69,13 @@ impl<B: RopePoolBackend, C: CheckpointStrategy> RopePoolBackend for Autodiff<B, 
                 OpsKind::UnTracked(prep) => prep.finish(output),
             };
         let q_rot = rotated(q_node, out.q_rot);
-        let k_rot = rotated(k_node, out.k_rot);
+        // An empty k_rot (not returned) has nothing to give back.
+        let k_rot = if k_rot {
+            rotated(k_node, out.k_rot)
+        } else {
+            drop(k_node);
+            <Self as AutodiffBackend>::from_inner(out.k_rot)
+        };
         let pool = |nodes, output, turn: Option<Turn<B>>| match PoolBack
             .prepare::<C>(nodes)
             .compute_bound()
@@ -134,6 +142,7 @@ impl<B: RopePoolBackend> Turn<B> {
                 v_pool: B::float_zeros(pool_shape, &device, dtype.into()),
             },
             self.rope.clone(),
+            false,
         );
         B::float_mul(out.q_rot, signs)
     }

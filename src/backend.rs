@@ -38,7 +38,7 @@ pub struct RopePoolInputs<B: Backend> {
 pub struct RopePoolOutputs<B: Backend> {
     /// Rotated queries, `[T, Hq, D]`.
     pub q_rot: FloatTensor<B>,
-    /// Rotated keys, `[T, Hkv, D]`.
+    /// Rotated keys, `[T, Hkv, D]` (`[0, Hkv, D]` when the call does not return them).
     pub k_rot: FloatTensor<B>,
     /// The key pool with the rows of valid slots replaced by `k_rot`.
     pub k_pool: FloatTensor<B>,
@@ -61,10 +61,13 @@ pub trait RopePoolBackend: Backend {
     /// made from the config the shapes follow): the crate reaches this only through
     /// [`rope_pool_fused`](crate::rope_pool_fused)'s checks or with inputs it built itself (the
     /// autodiff backward).
+    /// With `k_rot` false the rotated keys go to the pool rows only and the `k_rot` output is
+    /// empty.
     #[fusion(meta = rope_pool_meta)]
     fn rope_pool_fused(
         #[extension_type] inputs: RopePoolInputs<Self>,
         rope: Arc<RopeFrequencies>,
+        k_rot: bool,
     ) -> RopePoolOutputs<Self>;
 }
 
@@ -74,11 +77,25 @@ pub trait RopePoolBackend: Backend {
 fn rope_pool_meta(
     inputs: &RopePoolInputsMetadata,
     _rope: &Arc<RopeFrequencies>,
+    k_rot: &bool,
 ) -> RopePoolOutputsMetadata {
+    let mut k_rot_meta = inputs.k.clone();
+    if !*k_rot {
+        k_rot_meta.shape = no_rows(&k_rot_meta.shape);
+    }
     RopePoolOutputsMetadata {
         q_rot: inputs.q.clone(),
-        k_rot: inputs.k.clone(),
+        k_rot: k_rot_meta,
         k_pool: inputs.k_pool.clone(),
         v_pool: inputs.v_pool.clone(),
     }
+}
+
+/// `shape` with no rows: `[0, H, D]` (the `k_rot` output of a call that does not return it).
+pub(crate) fn no_rows(shape: &burn::tensor::Shape) -> burn::tensor::Shape {
+    let mut dims = shape.to_vec();
+    if let Some(rows) = dims.first_mut() {
+        *rows = 0;
+    }
+    burn::tensor::Shape::from(dims)
 }

@@ -59,6 +59,12 @@ pub struct RopePoolConfig {
     /// position; every i32 position, negative ones included, rotates exactly).
     #[new(value = "false")]
     pub check_slots: bool,
+    /// Whether the call returns the rotated keys. On (the default) `k_rot` is `[T, Hkv, D]`;
+    /// off, the kernel writes the rotated keys only into the pool rows and `k_rot` comes back
+    /// empty (`[0, Hkv, D]`): one output less to allocate and write, for callers that read keys
+    /// from the pool only (the attention layer, the decoder).
+    #[new(value = "true")]
+    pub k_rot: bool,
 }
 
 impl RopePoolConfig {
@@ -95,6 +101,12 @@ impl RopePoolConfig {
     /// Rounds the inverse frequencies to `dtype` (see [`RopePoolConfig::inv_freq_dtype`]).
     pub fn with_inv_freq_dtype(mut self, dtype: DType) -> Self {
         self.inv_freq_dtype = Some(dtype);
+        self
+    }
+
+    /// Returns the rotated keys or not (see [`RopePoolConfig::k_rot`]).
+    pub fn with_k_rot(mut self, k_rot: bool) -> Self {
+        self.k_rot = k_rot;
         self
     }
 

@@ -2,7 +2,7 @@
 //! `rope-pool-kernels`. Covers every CubeCL runtime (wgpu/Vulkan/Metal/WebGPU, CUDA, ROCm, CPU);
 //! the fusion-wrapped backend reaches it through the lazy path the extension macro generates.
 
-use crate::backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs};
+use crate::backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs, no_rows};
 use crate::rope::RopeFrequencies;
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
@@ -104,6 +104,7 @@ impl RopePoolBackend for CubeBackend {
     fn rope_pool_fused(
         inputs: RopePoolInputs<Self>,
         rope: Arc<RopeFrequencies>,
+        k_rot: bool,
     ) -> RopePoolOutputs<Self> {
         let RopePoolInputs {
             q,
@@ -119,7 +120,21 @@ impl RopePoolBackend for CubeBackend {
         let slots = into_contiguous(slots);
         let (k_pool, v_pool) = (owned_contiguous(k_pool), owned_contiguous(v_pool));
         let q_rot = empty_like(&q);
-        let k_rot = empty_like(&k);
+        // Without k_rot the kernel never writes `k_out`: an empty `[0, Hkv, D]` output whose
+        // buffer of one head row stands in for it (a binding may not be empty, and holds at
+        // least one vector).
+        let write_k_rot = k_rot;
+        let k_rot = if write_k_rot {
+            empty_like(&k)
+        } else {
+            CubeTensor::new_contiguous(
+                k.client.clone(),
+                k.device.clone(),
+                no_rows(&k.shape()),
+                k.client.empty(k.shape()[2].max(1) * k.dtype.size()),
+                k.dtype,
+            )
+        };
 
         let geometry = RopePoolGeometry {
             token_strides: [token_stride(&q), token_stride(&k), token_stride(&v)],
@@ -148,6 +163,7 @@ impl RopePoolBackend for CubeBackend {
                     k_out: k_rot.clone().into_tensor_arg(),
                     k_pool: k_pool.clone().into_tensor_arg(),
                     v_pool: v_pool.clone().into_tensor_arg(),
+                    write_k_out: write_k_rot,
                 },
                 &tuning(),
             );

@@ -90,7 +90,8 @@ impl DecoderConfig {
             o_bias: model_type != "qwen2" && attention_bias,
             qk_norm: model_type == "qwen3",
             rope: {
-                let rope = RopePoolConfig::from_hf_config_value(config)?;
+                // Attention reads keys from the pool: the op need not return them.
+                let rope = RopePoolConfig::from_hf_config_value(config)?.with_k_rot(false);
                 // transformers materialises a bf16/f16 checkpoint's rotary `inv_freq` buffer in
                 // that dtype, and its generations (even in float64) use the rounded values.
                 match config["dtype"].as_str().or(config["torch_dtype"].as_str()) {
@@ -117,7 +118,9 @@ impl DecoderConfig {
             qkv_bias: false,
             o_bias: false,
             qk_norm: false,
-            rope: RopePoolConfig::new(128, 32, 8).with_rope_base(500_000.0),
+            rope: RopePoolConfig::new(128, 32, 8)
+                .with_rope_base(500_000.0)
+                .with_k_rot(false),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The Flex (pure-Rust CPU) implementation: dense host buffers handed to [`crate::cpu`].
 
-use crate::backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs};
+use crate::backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs, no_rows};
 use crate::cpu::{self, Storage};
 use crate::rope::RopeFrequencies;
 use burn::backend::TensorMetadata;
@@ -31,6 +31,7 @@ fn indices(tensor: FlexTensor) -> Vec<i64> {
 fn run<E: Storage + Element + bytemuck::Pod>(
     inputs: RopePoolInputs<Flex>,
     rope: &RopeFrequencies,
+    k_rot: bool,
 ) -> RopePoolOutputs<Flex> {
     let RopePoolInputs {
         q,
@@ -68,9 +69,20 @@ fn run<E: Storage + Element + bytemuck::Pod>(
             like.dtype(),
         )
     };
+    // The host loop forms the rotated keys anyway (the pool rows copy them); without k_rot the
+    // output is the empty `[0, Hkv, D]`.
+    let k_rot = if k_rot {
+        output(k_out, &k)
+    } else {
+        FlexTensor::new(
+            burn::tensor::Bytes::from_elems(Vec::<E>::new()),
+            Layout::contiguous(no_rows(&k.shape())),
+            k.dtype(),
+        )
+    };
     RopePoolOutputs {
         q_rot: output(q_out, &q),
-        k_rot: output(k_out, &k),
+        k_rot,
         k_pool,
         v_pool,
     }
@@ -80,11 +92,12 @@ impl RopePoolBackend for Flex {
     fn rope_pool_fused(
         inputs: RopePoolInputs<Self>,
         rope: Arc<RopeFrequencies>,
+        k_rot: bool,
     ) -> RopePoolOutputs<Self> {
         match inputs.q.dtype() {
-            DType::F32 => run::<f32>(inputs, &rope),
-            DType::F16 => run::<f16>(inputs, &rope),
-            DType::BF16 => run::<bf16>(inputs, &rope),
+            DType::F32 => run::<f32>(inputs, &rope, k_rot),
+            DType::F16 => run::<f16>(inputs, &rope, k_rot),
+            DType::BF16 => run::<bf16>(inputs, &rope, k_rot),
             dtype => panic!("rope_pool_fused: unsupported dtype {dtype:?} (validated upstream)"),
         }
     }

@@ -147,8 +147,8 @@ impl KvPool {
     }
 
     /// Rotates `q`/`k` at `positions` and stores rotated `k` and `v` at `slots` (host values,
-    /// one per token; negative: not stored). Returns `(q_rot, k_rot)`. A refused call leaves the
-    /// pool as it was.
+    /// one per token; negative: not stored). Returns `(q_rot, k_rot)` (`k_rot` empty when the
+    /// pool's config has `k_rot` off). A refused call leaves the pool as it was.
     pub fn write(
         &mut self,
         q: Tensor<3>,

@@ -143,12 +143,15 @@ pub struct RopePoolArgs {
     pub slots: TensorArg,
     /// `[T, Hq, D]`, float `F`, written.
     pub q_out: TensorArg,
-    /// `[T, Hkv, D]`, float `F`, written.
+    /// `[T, Hkv, D]`, float `F`, written when `write_k_out` (else any live buffer of `F`, never
+    /// touched).
     pub k_out: TensorArg,
     /// `[P, Hkv, D]`, float `F`, rows of valid slots written.
     pub k_pool: TensorArg,
     /// `[P, Hkv, D]`, float `F`, rows of valid slots written.
     pub v_pool: TensorArg,
+    /// Whether the rotated keys go to `k_out` too (else to the pool rows only).
+    pub write_k_out: bool,
 }
 
 /// Enqueues the fused kernel of `rope`'s variant on `client`. `float` and `int` are the element
@@ -225,6 +228,7 @@ pub unsafe fn launch_rope_pool(
                 partial: rotary_dim < head_dim,
                 ..rope.variant
             },
+            args.write_k_out,
             [float, int],
         );
     }

@@ -153,7 +153,7 @@ pub fn lane_positions<N: Size>(
 /// `q [T, Hq, D]`, `k, v [T, Hkv, D]`, `slots [T]`, `positions [T]` (`[3, T]` for M-RoPE, plus
 /// one trailing element, the call's largest position, for LongRoPE), `table` (f32,
 /// [`crate::RopeTable`]), `k_pool, v_pool [P, Hkv, D]` (updated in place), `q_out [T, Hq, D]`,
-/// `k_out [T, Hkv, D]`. `rotary_vectors = rotary_dim / N`; `N` divides `rotary_dim / 2` and
+/// `k_out [T, Hkv, D]` (written only when `write_k_out`). `rotary_vectors = rotary_dim / N`; `N` divides `rotary_dim / 2` and
 /// `D`.
 ///
 /// A token's `Hq + Hkv` heads are split into groups of `heads_per_unit`; one unit handles one
@@ -179,6 +179,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     attention_factor: f32,
     long_from: i32,
     #[comptime] variant: RopeVariant,
+    #[comptime] write_k_out: bool,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
     let RopeVariant {
@@ -308,8 +309,10 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
                 b = k2;
             }
         }
-        k_out[row + lo] = a;
-        k_out[row + hi] = b;
+        if write_k_out {
+            k_out[row + lo] = a;
+            k_out[row + hi] = b;
+        }
         if write {
             let dst = pool_base + h * row_vectors;
             k_pool[dst + lo] = a;

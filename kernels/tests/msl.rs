@@ -41,7 +41,7 @@ fn msl(float: FloatKind, variant: RopeVariant) -> Option<String> {
         tensor([1, 2, 8]),
         vector(1),
         vector(1),
-        vector(12),
+        vector(16),
         tensor([1, 4, 8]),
         tensor([1, 2, 8]),
         tensor([4, 2, 8]),
@@ -51,6 +51,7 @@ fn msl(float: FloatKind, variant: RopeVariant) -> Option<String> {
         1.0,
         i32::MAX,
         variant,
+        true,
         [ElemType::Float(float), ElemType::Int(IntKind::I32)],
     );
     let source = MslCompiler::default()

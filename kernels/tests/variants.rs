@@ -132,6 +132,7 @@ impl Case {
                     k_out,
                     k_pool,
                     v_pool,
+                    write_k_out: true,
                 },
                 tuning,
             );
