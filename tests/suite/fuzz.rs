@@ -266,7 +266,6 @@ impl Call {
         let ints: Vec<DType> = [DType::I32, DType::I32, DType::I64, DType::I64, DType::I8]
             .into_iter()
             .chain([DType::U8, DType::I16, DType::U16, DType::U32, DType::U64])
-            .into_iter()
             .filter(|&d| device.supports_dtype(d))
             .collect();
         let int_dtypes = [pick(rng, &ints), pick(rng, &ints)];
