@@ -107,8 +107,8 @@ fn copy_bandwidth(device: &Device, elements: usize, windows: usize) -> f64 {
 
 /// The variants of the `--variants` rows: plain NeoX first, then each variant on its own, as a
 /// model's `config.json` would set it (head_dim 128, θ = 500000).
-const VARIANTS: [&str; 7] = [
-    "neox", "gptj", "partial", "llama3", "yarn", "longrope", "mrope",
+const VARIANTS: [&str; 9] = [
+    "neox", "gptj", "partial", "llama3", "yarn", "longrope", "mrope", "views", "no-k-rot",
 ];
 
 fn variant_config(variant: &str, hq: usize, hkv: usize) -> RopePoolConfig {
@@ -145,6 +145,9 @@ fn variant_config(variant: &str, hq: usize, hkv: usize) -> RopePoolConfig {
             section: [16, 24, 24],
             interleaved: false,
         }),
+        // Keys to the pool rows only (what the attention layer and the decoder use).
+        "no-k-rot" => config.with_k_rot(false),
+        // "views": plain NeoX on q, k, v sliced from one fused QKV projection (see `inputs`).
         _ => config,
     }
 }
@@ -169,6 +172,7 @@ fn inputs(
     pool: usize,
     seed: u64,
     sequential_slots: bool,
+    views: bool,
 ) -> Inputs {
     let dist = Distribution::Normal(0.0, 1.0);
     let mut state = seed | 1;
@@ -193,11 +197,26 @@ fn inputs(
     let rows: Vec<i32> = (0..3)
         .flat_map(|r| positions.iter().map(move |p| p / (r + 1)))
         .collect();
+    // With `views`, q, k and v are head slices of one `[T, Hq + 2·Hkv, D]` projection output.
+    let (q, k, v) = if views {
+        let qkv = Tensor::<3>::random([tokens, hq + 2 * hkv, HEAD_DIM], dist, (device, dtype));
+        (
+            qkv.clone().slice([0..tokens, 0..hq]),
+            qkv.clone().slice([0..tokens, hq..hq + hkv]),
+            qkv.slice([0..tokens, hq + hkv..hq + 2 * hkv]),
+        )
+    } else {
+        (
+            Tensor::random([tokens, hq, HEAD_DIM], dist, (device, dtype)),
+            Tensor::random([tokens, hkv, HEAD_DIM], dist, (device, dtype)),
+            Tensor::random([tokens, hkv, HEAD_DIM], dist, (device, dtype)),
+        )
+    };
     Inputs {
         mrope_positions: Tensor::from_data(TensorData::new(rows, [3, tokens]), device),
-        q: Tensor::random([tokens, hq, HEAD_DIM], dist, (device, dtype)),
-        k: Tensor::random([tokens, hkv, HEAD_DIM], dist, (device, dtype)),
-        v: Tensor::random([tokens, hkv, HEAD_DIM], dist, (device, dtype)),
+        q,
+        k,
+        v,
         positions: Tensor::from_data(TensorData::new(positions, [tokens]), device),
         slots: Tensor::from_data(TensorData::new(slots, [tokens]), device),
     }
@@ -283,6 +302,7 @@ fn bench_row(
         pool,
         tokens as u64 * 7919 + hq as u64,
         sequential_slots,
+        variant == "views",
     );
     let windows = if tokens >= 4096 { windows } else { 3 * windows };
     let mut run = |fused: bool| {
@@ -314,7 +334,10 @@ fn bench_row(
     };
     let fused = time_per_call(device, windows, || run(true));
     let unfused = with_unfused.then(|| time_per_call(device, windows.min(9), || run(false)));
-    let bytes = min_bytes(tokens, hq, hkv, dtype.size());
+    let mut bytes = min_bytes(tokens, hq, hkv, dtype.size());
+    if !config.k_rot {
+        bytes -= tokens * hkv * HEAD_DIM * dtype.size();
+    }
     Row {
         device: name.to_string(),
         dtype,
@@ -347,13 +370,49 @@ fn wall_per_call(calls: usize, mut f: impl FnMut(bool)) -> f64 {
     start.elapsed().as_secs_f64() / calls as f64
 }
 
-/// The `--host-cost` table on `device`.
+/// Host-inclusive cost per call of `calls` back-to-back fused calls on `x`, pools passed through
+/// (in place), outputs kept alive until the sync.
+fn fused_per_call(
+    device: &Device,
+    dtype: DType,
+    x: &Inputs,
+    config: &RopePoolConfig,
+    pool: usize,
+    calls: usize,
+) -> f64 {
+    let (mut k_pool, mut v_pool) = random_pools(device, dtype, pool, config.num_kv_heads);
+    let mut kept = Vec::with_capacity(calls + 50);
+    wall_per_call(calls, |sync| {
+        let (kp, vp) = (k_pool.take().unwrap(), v_pool.take().unwrap());
+        let out = rope_pool_fused(
+            x.q.clone(),
+            x.k.clone(),
+            x.v.clone(),
+            x.positions.clone(),
+            x.slots.clone(),
+            kp,
+            vp,
+            config,
+        )
+        .expect("valid call");
+        if sync {
+            let _ = out.q_rot.clone().slice(0..1).into_data();
+        }
+        k_pool = Some(out.k_pool);
+        v_pool = Some(out.v_pool);
+        kept.push((out.q_rot, out.k_rot));
+    })
+}
+
+/// The `--host-cost` table on `device`: the op as `rope_pool_fused` returns everything, with
+/// `k_rot` off, and with `k_rot` off on q/k/v views of one fused QKV projection (what the
+/// decoder's layers could pass), beside Burn's `q + 1`.
 fn host_cost(device: &Device, name: &str, quick: bool) {
     println!("\n### {name}: host-inclusive cost per call ({device:?})\n");
     println!(
-        "| dtype | model | tokens | calls | fused µs/call | `q + 1` µs/call | difference µs |"
+        "| dtype | model | tokens | calls | fused µs/call | no k_rot | no k_rot, QKV views | `q + 1` µs/call | fused − `q + 1` |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for dtype in [DType::F16, DType::F32] {
         if !device.supports_dtype(dtype) {
             continue;
@@ -363,31 +422,12 @@ fn host_cost(device: &Device, name: &str, quick: bool) {
                 let calls = if tokens >= 512 { 200 } else { 2000 };
                 let pool = if quick { 16_384 } else { 131_072 };
                 let config = variant_config("neox", hq, hkv);
-                let x = inputs(device, dtype, tokens, hq, hkv, pool, 7, false);
-                let (mut k_pool, mut v_pool) = random_pools(device, dtype, pool, hkv);
-                // Outputs kept alive until the sync, pools passed through (in place).
-                let mut kept = Vec::with_capacity(calls + 50);
-                let fused = wall_per_call(calls, |sync| {
-                    let (kp, vp) = (k_pool.take().unwrap(), v_pool.take().unwrap());
-                    let out = rope_pool_fused(
-                        x.q.clone(),
-                        x.k.clone(),
-                        x.v.clone(),
-                        x.positions.clone(),
-                        x.slots.clone(),
-                        kp,
-                        vp,
-                        &config,
-                    )
-                    .expect("valid call");
-                    if sync {
-                        let _ = out.q_rot.clone().slice(0..1).into_data();
-                    }
-                    k_pool = Some(out.k_pool);
-                    v_pool = Some(out.v_pool);
-                    kept.push((out.q_rot, out.k_rot));
-                });
-                drop(kept);
+                let x = inputs(device, dtype, tokens, hq, hkv, pool, 7, false, false);
+                let views = inputs(device, dtype, tokens, hq, hkv, pool, 7, false, true);
+                let fused = fused_per_call(device, dtype, &x, &config, pool, calls);
+                let no_k_rot = config.clone().with_k_rot(false);
+                let lean = fused_per_call(device, dtype, &x, &no_k_rot, pool, calls);
+                let lean_views = fused_per_call(device, dtype, &views, &no_k_rot, pool, calls);
                 let mut kept = Vec::with_capacity(calls + 50);
                 let add = wall_per_call(calls, |sync| {
                     let y = x.q.clone() + 1.0;
@@ -398,8 +438,10 @@ fn host_cost(device: &Device, name: &str, quick: bool) {
                 });
                 drop(kept);
                 println!(
-                    "| {dtype:?} | {model} | {tokens} | {calls} | {:.1} | {:.1} | {:+.1} |",
+                    "| {dtype:?} | {model} | {tokens} | {calls} | {:.1} | {:.1} | {:.1} | {:.1} | {:+.1} |",
                     fused * 1e6,
+                    lean * 1e6,
+                    lean_views * 1e6,
                     add * 1e6,
                     (fused - add) * 1e6
                 );
