@@ -8,7 +8,8 @@
 use burn::tensor::{DType, Device, Distribution, Int, Tensor, TensorData};
 use burn_rope_pool::unfused::rope_pool_unfused;
 use burn_rope_pool::{
-    MRope, RopePoolConfig, RopePoolOutput, RopeScaling, RopeStyle, rope_pool_fused,
+    MRope, RopePoolConfig, RopePoolOutput, RopeScaling, RopeStyle, check_rope_pool_fused,
+    rope_pool_fused,
 };
 use clap::Parser;
 use std::fmt::Write as _;
@@ -55,6 +56,63 @@ struct Args {
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+/// The process's heap allocations, counted (host-cost mode reports them per call).
+struct CountingAllocator;
+
+static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+// Safety: forwards every call to the system allocator unchanged; only counts.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Heap allocations (all threads) so far.
+fn allocations() -> u64 {
+    ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// CPU time (user + system, seconds) each thread of this process has used, summed by thread
+/// name (CubeCL's device and stream threads, the main thread): a thread-level host profile.
+fn thread_cpu() -> std::collections::BTreeMap<String, f64> {
+    let mut by_name = std::collections::BTreeMap::new();
+    let tick = 100.0; // USER_HZ on Linux
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return by_name;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let (Ok(stat), Ok(comm)) = (
+            std::fs::read_to_string(path.join("stat")),
+            std::fs::read_to_string(path.join("comm")),
+        ) else {
+            continue;
+        };
+        // Fields after the parenthesised name: state is field 3; utime, stime are 14 and 15.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        // Thread names differ by an index (DSD-4-0); group by their prefix.
+        let name = comm.trim().split('-').next().unwrap_or("").to_string();
+        *by_name.entry(name).or_insert(0.0) += (ticks(11) + ticks(12)) / tick;
+    }
+    by_name
 }
 
 /// (name, q heads, kv heads), head_dim 128.
@@ -358,16 +416,17 @@ fn bench_row(
 
 /// Wall time per call of `calls` back-to-back `f(false)` with one sync at the end — `f(true)`,
 /// which reads a result of that call back (what makes every queued call complete) — after 50
-/// warm-up calls.
-fn wall_per_call(calls: usize, mut f: impl FnMut(bool)) -> f64 {
+/// warm-up calls; and heap allocations per call (every thread's, the device's included).
+fn wall_per_call(calls: usize, mut f: impl FnMut(bool)) -> (f64, f64) {
     for i in 0..50 {
         f(i == 49);
     }
-    let start = std::time::Instant::now();
+    let (start, allocated) = (std::time::Instant::now(), allocations());
     for i in 0..calls {
         f(i + 1 == calls);
     }
-    start.elapsed().as_secs_f64() / calls as f64
+    let per_call = start.elapsed().as_secs_f64() / calls as f64;
+    (per_call, (allocations() - allocated) as f64 / calls as f64)
 }
 
 /// Host-inclusive cost per call of `calls` back-to-back fused calls on `x`, pools passed through
@@ -379,7 +438,7 @@ fn fused_per_call(
     config: &RopePoolConfig,
     pool: usize,
     calls: usize,
-) -> f64 {
+) -> (f64, f64) {
     let (mut k_pool, mut v_pool) = random_pools(device, dtype, pool, config.num_kv_heads);
     let mut kept = Vec::with_capacity(calls + 50);
     wall_per_call(calls, |sync| {
@@ -410,9 +469,10 @@ fn fused_per_call(
 fn host_cost(device: &Device, name: &str, quick: bool) {
     println!("\n### {name}: host-inclusive cost per call ({device:?})\n");
     println!(
-        "| dtype | model | tokens | calls | fused µs/call | no k_rot | no k_rot, QKV views | `q + 1` µs/call | fused − `q + 1` |"
+        "| dtype | model | tokens | calls | fused µs/call | no k_rot | no k_rot, QKV views | `q + 1` µs/call | fused − `q + 1` | allocations/call fused, `q + 1` | checks only µs/call (allocations) |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let mut threads = Vec::new();
     for dtype in [DType::F16, DType::F32] {
         if !device.supports_dtype(dtype) {
             continue;
@@ -424,7 +484,24 @@ fn host_cost(device: &Device, name: &str, quick: bool) {
                 let config = variant_config("neox", hq, hkv);
                 let x = inputs(device, dtype, tokens, hq, hkv, pool, 7, false, false);
                 let views = inputs(device, dtype, tokens, hq, hkv, pool, 7, false, true);
+                let before = thread_cpu();
                 let fused = fused_per_call(device, dtype, &x, &config, pool, calls);
+                let after = thread_cpu();
+                let busy: Vec<String> = after
+                    .iter()
+                    .map(|(name, t)| (name, t - before.get(name).copied().unwrap_or(0.0)))
+                    .filter(|(_, t)| *t > 0.0)
+                    .map(|(name, t)| format!("{name} {:.1}", t * 1e6 / (calls + 50) as f64))
+                    .collect();
+                threads.push(format!("{dtype:?} {model} {tokens}: {}", busy.join(", ")));
+                let (kp, vp) = random_pools(device, dtype, pool, hkv);
+                let (kp, vp) = (kp.unwrap(), vp.unwrap());
+                let checked = wall_per_call(calls, |_| {
+                    check_rope_pool_fused(
+                        &x.q, &x.k, &x.v, &x.positions, &x.slots, &kp, &vp, &config,
+                    )
+                    .expect("valid call");
+                });
                 let no_k_rot = config.clone().with_k_rot(false);
                 let lean = fused_per_call(device, dtype, &x, &no_k_rot, pool, calls);
                 let lean_views = fused_per_call(device, dtype, &views, &no_k_rot, pool, calls);
@@ -437,16 +514,24 @@ fn host_cost(device: &Device, name: &str, quick: bool) {
                     kept.push(y);
                 });
                 drop(kept);
+                let ((fused, fused_allocs), (lean, _), (lean_views, _)) = (fused, lean, lean_views);
+                let (add, add_allocs) = add;
                 println!(
-                    "| {dtype:?} | {model} | {tokens} | {calls} | {:.1} | {:.1} | {:.1} | {:.1} | {:+.1} |",
+                    "| {dtype:?} | {model} | {tokens} | {calls} | {:.1} | {:.1} | {:.1} | {:.1} | {:+.1} | {fused_allocs:.0}, {add_allocs:.0} | {:.2} ({:.0}) |",
                     fused * 1e6,
                     lean * 1e6,
                     lean_views * 1e6,
                     add * 1e6,
-                    (fused - add) * 1e6
+                    (fused - add) * 1e6,
+                    checked.0 * 1e6,
+                    checked.1,
                 );
             }
         }
+    }
+    println!("\nCPU µs per fused call by thread (main = the caller; CubeCL's DSU/DSD threads):\n");
+    for line in threads {
+        println!("- {line}");
     }
 }
 
