@@ -107,7 +107,12 @@ fn thread_cpu() -> std::collections::BTreeMap<String, f64> {
             continue;
         };
         let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
         // Thread names differ by an index (DSD-4-0); group by their prefix.
         let name = comm.trim().split('-').next().unwrap_or("").to_string();
         *by_name.entry(name).or_insert(0.0) += (ticks(11) + ticks(12)) / tick;
@@ -498,7 +503,14 @@ fn host_cost(device: &Device, name: &str, quick: bool) {
                 let (kp, vp) = (kp.unwrap(), vp.unwrap());
                 let checked = wall_per_call(calls, |_| {
                     check_rope_pool_fused(
-                        &x.q, &x.k, &x.v, &x.positions, &x.slots, &kp, &vp, &config,
+                        &x.q,
+                        &x.k,
+                        &x.v,
+                        &x.positions,
+                        &x.slots,
+                        &kp,
+                        &vp,
+                        &config,
                     )
                     .expect("valid call");
                 });

@@ -5,16 +5,19 @@
 //! and ~0.03 rad at 10^6. Here the angle is formed in *turns* (`position * inv_freq / 2π`) from
 //! products that are exact in f32, each reduced modulo one turn exactly:
 //!
-//! - host, in f64: `f = inv_freq / 2π` split into `f1 + f2 + f3 + f4`, where `f1`, `f2` and `f3`
-//!   carry 12 significant bits each and `f4` the rest (rounded to f32);
+//! - host, in f64: `f = inv_freq / 2π` split into `f1 + f2 + f3`, where `f1` and `f2` carry 12
+//!   significant bits each and `f3` the rest (rounded to f32); for large positions also
+//!   `f1 + f2 + g3 + g4`, `g3` the next 12 bits and `g4` the rest;
 //! - device: the position's two's-complement bits split into `p_lo = p & 0xfff`,
 //!   `p_mid = p & 0xfff000` and `p_top = p & !0xffffff` (each exact in f32 with at most 12
 //!   significant bits; `p_top` is 0 below 2^24), so `p_mid*f1`, `p_lo*f1`, `p_mid*f2`, `p_lo*f2`
-//!   are exact; each loses its whole turns exactly (`x - round(x)`); `(p_mid + p_lo) * (f3 + f4)`
-//!   is at most a few turns, so its rounding is at f32's level; the sum of the fractions is
-//!   reduced once more and scaled by 2π into `[-π, π]`, where f32 sin/cos are accurate;
-//! - only when `p_top ≠ 0` (|p| ≥ 2^24, or p < 0): `p_top*f1`, `p_top*f2` and `p_top*f3` are
-//!   exact too and reduced the same way, and `p_top*f4` is below a quarter of a turn.
+//!   are exact; each loses its whole turns exactly (`x - round(x)`); `(p_mid + p_lo) * f3` is at
+//!   most two turns, so its rounding is at f32's level; the sum of the fractions is reduced once
+//!   more and scaled by 2π into `[-π, π]`, where f32 sin/cos are accurate;
+//! - only when `p_top ≠ 0` (|p| ≥ 2^24, or p < 0), on a branch that reads `g3` and `g4` (the
+//!   common path reads three parts, as below 2^24 it always did): `p_top*f1`, `p_top*f2` and
+//!   `p_top*g3` are exact too and reduced the same way, and `p_top*g4` is below a quarter of a
+//!   turn.
 //!
 //! The result is within a few f32 roundings of the true angle modulo 2π for every i32 position
 //! (tested over the whole range: `kernels/tests/angle.rs`). [`host_angle`] is the same algorithm
@@ -35,11 +38,12 @@ fn leading_bits(x: f64) -> f64 {
     (x * scale).trunc() / scale
 }
 
-/// Segments of the per-frequency constants: `[f1 | f2 | f3 | f4]`.
-pub const TURN_PARTS: usize = 4;
+/// Segments of the per-frequency constants: `[f1 | f2 | f3 | g3 | g4]`.
+pub const TURN_PARTS: usize = 5;
 
-/// The per-frequency constants of the kernel: `[f1 | f2 | f3 | f4]`, each `inv_freq.len()` long,
-/// with `f1 + f2 + f3 + f4 = inv_freq[i] / 2π` to ~2^-60 relative.
+/// The per-frequency constants of the kernel: `[f1 | f2 | f3 | g3 | g4]`, each `inv_freq.len()`
+/// long, with `f1 + f2 + f3 = inv_freq[i] / 2π` to ~2^-48 relative and `f1 + f2 + g3 + g4` to
+/// ~2^-60.
 pub fn split_turns(inv_freq: &[f64]) -> Vec<f32> {
     let half = inv_freq.len();
     let mut table = vec![0f32; TURN_PARTS * half];
@@ -47,11 +51,12 @@ pub fn split_turns(inv_freq: &[f64]) -> Vec<f32> {
         let f = inv_freq / std::f64::consts::TAU;
         let f1 = leading_bits(f);
         let f2 = leading_bits(f - f1);
-        let f3 = leading_bits(f - f1 - f2);
+        let g3 = leading_bits(f - f1 - f2);
         table[i] = f1 as f32;
         table[half + i] = f2 as f32;
-        table[2 * half + i] = f3 as f32;
-        table[3 * half + i] = (f - f1 - f2 - f3) as f32;
+        table[2 * half + i] = (f - f1 - f2) as f32;
+        table[3 * half + i] = g3 as f32;
+        table[4 * half + i] = (f - f1 - f2 - g3) as f32;
     }
     table
 }
@@ -64,16 +69,16 @@ fn frac(x: f32) -> f32 {
 /// The angle (radians, in `[-π, π]`) of `position` for the frequency with parts `f` of
 /// [`split_turns`]; the host twin of the kernel's `rope_angle`.
 pub fn host_angle(position: i32, f: [f32; TURN_PARTS]) -> f32 {
-    let [f1, f2, f3, f4] = f;
+    let [f1, f2, f3, g3, g4] = f;
     let p_low = (position & 0xff_ffff) as f32;
     let p_lo = (position & 0xfff) as f32;
     let p_mid = (position & 0xff_f000) as f32;
-    let small = p_low * (f3 + f4) + frac(p_lo * f2);
+    let small = p_low * f3 + frac(p_lo * f2);
     let mut turns = ((small + frac(p_mid * f2)) + frac(p_lo * f1)) + frac(p_mid * f1);
     let top = position & !0xff_ffff;
     if top != 0 {
         let p_top = top as f32;
-        turns += ((p_top * f4 + frac(p_top * f3)) + frac(p_top * f2)) + frac(p_top * f1);
+        turns += ((p_top * g4 + frac(p_top * g3)) + frac(p_top * f2)) + frac(p_top * f1);
     }
     frac(turns) * std::f32::consts::TAU
 }
@@ -128,21 +133,23 @@ pub fn is_big(position: i32) -> bool {
 }
 
 /// The angles (radians, in `[-π, π]`) of `N` frequencies at the positions whose parts are
-/// `parts`; see the module docs.
+/// `parts`, with the frequency parts at `table[at + j * step]` (`j` the part of
+/// [`split_turns`]); see the module docs.
 #[cube]
 pub fn rope_angle<N: Size>(
     parts: PositionParts<N>,
-    f1: Vector<f32, N>,
-    f2: Vector<f32, N>,
-    f3: Vector<f32, N>,
-    f4: Vector<f32, N>,
+    table: &Tensor<Vector<f32, N>>,
+    at: usize,
+    step: usize,
 ) -> Vector<f32, N> {
     let (low, mid, lo, top, big) = parts;
-    let small = low * (f3 + f4) + frac_vector::<N>(lo * f2);
+    let (f1, f2, f3) = (table[at], table[at + step], table[at + 2 * step]);
+    let small = low * f3 + frac_vector::<N>(lo * f2);
     let mut turns = ((small + frac_vector::<N>(mid * f2)) + frac_vector::<N>(lo * f1))
         + frac_vector::<N>(mid * f1);
     if big {
-        turns += ((top * f4 + frac_vector::<N>(top * f3)) + frac_vector::<N>(top * f2))
+        let (g3, g4) = (table[at + 3 * step], table[at + 4 * step]);
+        turns += ((top * g4 + frac_vector::<N>(top * g3)) + frac_vector::<N>(top * f2))
             + frac_vector::<N>(top * f1);
     }
     frac_vector::<N>(turns) * Vector::new(core::f32::consts::TAU)

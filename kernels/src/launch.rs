@@ -101,7 +101,7 @@ pub fn heads_per_unit(geometry: RopePoolGeometry, half_vectors: usize, elem_size
 }
 
 /// The device copy of `table` on `client`'s device: uploaded on first use and kept for the life
-/// of the process (`4 * rotary_dim / 2` f32 for plain RoPE, 1 KiB at head_dim 128), so a
+/// of the process (`5 * rotary_dim / 2` f32 for plain RoPE, 1.25 KiB at head_dim 128), so a
 /// call uploads nothing. At most [`MAX_CACHED_TABLES`] are kept; past that the cache starts
 /// afresh.
 fn table_on_device(client: &Client, table: &RopeTable) -> Handle {

@@ -254,13 +254,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
         );
         parts = lane_position_parts::<N>(position, big);
     }
-    let angle = rope_angle::<N>(
-        parts,
-        table[set + f],
-        table[set + half_vectors + f],
-        table[set + 2 * half_vectors + f],
-        table[set + 3 * half_vectors + f],
-    );
+    let angle = rope_angle::<N>(parts, table, set + f, half_vectors);
     let cos = angle.cos() * Vector::new(attention_factor);
     let sin = angle.sin() * Vector::new(attention_factor);
     let angles = lane_angles::<N>(cos, sin, interleaved);

@@ -22,8 +22,8 @@ pub struct RopeVariant {
 
 /// The frequency table of a call and the scalars that go with it.
 ///
-/// `values` is laid out in segments of `rotary_dim / 2` f32: `[f1 | f2 | f3 | f4]` (the turns
-/// of [`split_turns`]), then for LongRoPE the long set's `[f1 | f2 | f3 | f4]`, then for M-RoPE the
+/// `values` is laid out in segments of `rotary_dim / 2` f32: `[f1 | f2 | f3 | g3 | g4]` (the turns
+/// of [`split_turns`]), then for LongRoPE the long set's five parts, then for M-RoPE the
 /// row masks `[m0 | m1 | m2]` (1.0 where frequency `i` takes its position from that row).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeTable {

@@ -41,7 +41,7 @@ fn msl(float: FloatKind, variant: RopeVariant) -> Option<String> {
         tensor([1, 2, 8]),
         vector(1),
         vector(1),
-        vector(16),
+        vector(20),
         tensor([1, 4, 8]),
         tensor([1, 2, 8]),
         tensor([4, 2, 8]),

@@ -88,13 +88,14 @@ fn zero_pools(device: &Device) -> (Tensor<3>, Tensor<3>) {
     (Tensor::zeros(dims, device), Tensor::zeros(dims, device))
 }
 
-/// Bytes in use and reserved on a CubeCL device (None elsewhere).
+/// Bytes in use and reserved by this thread's stream on a CubeCL device (None elsewhere): the
+/// other tests, on their own threads and streams, do not count.
 fn memory(device: &Device) -> Option<(u64, u64)> {
     match device.as_dispatch().clone().inner() {
         DispatchDevice::Cube(cube) => {
             let usage = cube
                 .client()
-                .memory_report(cubecl::MemoryScope::Device)
+                .memory_report(cubecl::MemoryScope::CurrentStream)
                 .usage();
             Some((usage.bytes_in_use, usage.bytes_reserved))
         }
