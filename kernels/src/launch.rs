@@ -46,6 +46,16 @@ impl RopePoolGeometry {
         }
     }
 
+    /// Whether q, k or v has a token stride other than its dense one (the kernel then reads
+    /// the strides; dense calls compile without).
+    pub fn strided(&self) -> bool {
+        let (q_row, kv_row) = (
+            self.num_qo_heads * self.head_dim,
+            self.num_kv_heads * self.head_dim,
+        );
+        self.token_strides != [q_row, kv_row, kv_row]
+    }
+
     /// Largest element count any tensor of the call spans, for the kernel's address width.
     pub fn max_len(&self) -> usize {
         let rows = self.num_tokens.max(self.pool_size);
@@ -229,6 +239,7 @@ pub unsafe fn launch_rope_pool(
                 ..rope.variant
             },
             args.write_k_out,
+            geometry.strided(),
             [float, int],
         );
     }

@@ -148,8 +148,9 @@ pub fn lane_positions<N: Size>(
         + Vector::<i32, N>::cast_from(m2) * Vector::new(p2)
 }
 
-/// The fused op. Shapes are those of the contract; every tensor is contiguous except that q, k
-/// and v may have any token stride (a multiple of `N`) with their heads contiguous:
+/// The fused op. Shapes are those of the contract; every tensor is contiguous except that, when
+/// `strided`, q, k and v may have any token stride (a multiple of `N`) with their heads
+/// contiguous:
 /// `q [T, Hq, D]`, `k, v [T, Hkv, D]`, `slots [T]`, `positions [T]` (`[3, T]` for M-RoPE, plus
 /// one trailing element, the call's largest position, for LongRoPE), `table` (f32,
 /// [`crate::RopeTable`]), `k_pool, v_pool [P, Hkv, D]` (updated in place), `q_out [T, Hq, D]`,
@@ -180,6 +181,7 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     long_from: i32,
     #[comptime] variant: RopeVariant,
     #[comptime] write_k_out: bool,
+    #[comptime] strided: bool,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
     let RopeVariant {
@@ -261,9 +263,13 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
 
     // Outputs are dense; q, k and v may have any token stride (views of one fused QKV
     // projection): their heads are contiguous within a token.
+    // (`strided` is comptime: dense calls index q, k and v as the outputs, with no stride read.)
     let vector = q.vector_size();
     let q_base = token * num_qo_heads * row_vectors;
-    let q_in = token * (q.stride(0) / vector);
+    let mut q_in = q_base;
+    if strided {
+        q_in = token * (q.stride(0) / vector);
+    }
     let mut head = group;
     while head < num_qo_heads {
         let row = q_base + head * row_vectors;
@@ -283,8 +289,12 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
 
     let write = pool < pool_size;
     let kv_base = token * num_kv_heads * row_vectors;
-    let k_in = token * (k.stride(0) / vector);
-    let v_in = token * (v.stride(0) / vector);
+    let mut k_in = kv_base;
+    let mut v_in = kv_base;
+    if strided {
+        k_in = token * (k.stride(0) / vector);
+        v_in = token * (v.stride(0) / vector);
+    }
     let pool_base = pool * num_kv_heads * row_vectors;
     while head < num_heads {
         let h = head - num_qo_heads;

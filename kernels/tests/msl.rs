@@ -52,6 +52,7 @@ fn msl(float: FloatKind, variant: RopeVariant) -> Option<String> {
         i32::MAX,
         variant,
         true,
+        false,
         [ElemType::Float(float), ElemType::Int(IntKind::I32)],
     );
     let source = MslCompiler::default()
