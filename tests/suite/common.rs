@@ -315,3 +315,11 @@ pub fn dtypes(device: &Device) -> Vec<DType> {
         .filter(|d| device.supports_dtype(*d))
         .collect()
 }
+
+/// A count from the environment variable `name` (a longer run than CI's), or `default`.
+pub fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}

@@ -482,10 +482,7 @@ fn check(call: &Call, device: &Device, what: &str) -> Option<String> {
 
 #[test]
 fn fuzzed_calls_give_documented_errors_or_exact_results() {
-    let cases: u64 = std::env::var("ROPE_POOL_FUZZ_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1000);
+    let cases = crate::common::env_count("ROPE_POOL_FUZZ_CASES", 1000) as u64;
     for (device_name, device) in devices() {
         let (mut refused, mut ran) = (0, 0);
         for seed in 0..cases {

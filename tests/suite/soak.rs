@@ -105,10 +105,7 @@ fn memory(device: &Device) -> Option<(u64, u64)> {
 
 #[test]
 fn back_to_back_calls_keep_memory_flat_and_pools_exact() {
-    let calls: usize = std::env::var("ROPE_POOL_SOAK_CALLS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(2000);
+    let calls = crate::common::env_count("ROPE_POOL_SOAK_CALLS", 2000);
     let c = config();
     for (name, device) in devices() {
         let mut rng = Rng::new(77);
