@@ -183,8 +183,13 @@ struct Written<B: RopePoolBackend> {
 
 impl<B: RopePoolBackend> Written<B> {
     /// The slots clamped into the pool (a skipped token reads row 0, masked out after) and, as
-    /// integers 0/1 of the slots' dtype, whether each token wrote.
-    fn rows(&self) -> (IntTensor<B>, IntTensor<B>) {
+    /// integers 0/1 of the slots' dtype, whether each token wrote; `None` when the call had no
+    /// token or the pool no row (nothing was written). Formed once per backward, for both
+    /// parents' gradients.
+    fn rows(&self) -> Option<(IntTensor<B>, IntTensor<B>)> {
+        if self.pool_rows == 0 || self.slots.shape()[0] == 0 {
+            return None;
+        }
         let last = self.pool_rows.saturating_sub(1) as i64;
         let dtype = self.slots.dtype();
         let bools = bool_dtype::<B>(&self.slots.device());
@@ -193,22 +198,25 @@ impl<B: RopePoolBackend> Written<B> {
             B::int_lower_elem(self.slots.clone(), (self.pool_rows as i64).into(), bools),
         );
         let rows = B::int_clamp(self.slots.clone(), 0i64.into(), last.into());
-        (rows, B::bool_into_int(valid, dtype.into()))
+        Some((rows, B::bool_into_int(valid, dtype.into())))
     }
 
     /// Each token's share of the pool gradient `grad` (`[P, H, D]`): row `slots[t]` for a token
-    /// that wrote, zeros for one that did not; `[T, H, D]`.
-    fn gather(&self, grad: FloatTensor<B>) -> FloatTensor<B> {
+    /// that wrote, zeros for one that did not; `[T, H, D]`. `rows` is [`Written::rows`].
+    fn gather(
+        &self,
+        grad: FloatTensor<B>,
+        rows: Option<(IntTensor<B>, IntTensor<B>)>,
+    ) -> FloatTensor<B> {
         let shape = grad.shape();
         let tokens = self.slots.shape()[0];
-        if self.pool_rows == 0 || tokens == 0 {
+        let Some((rows, wrote)) = rows else {
             return B::float_zeros(
                 Shape::new([tokens, shape[1], shape[2]]),
                 &grad.device(),
                 grad.dtype().into(),
             );
-        }
-        let (rows, wrote) = self.rows();
+        };
         let rows_grad = B::float_select(grad, 0, rows);
         let bools = bool_dtype::<B>(&self.slots.device());
         let skipped = B::int_equal_elem(wrote, 0i64.into(), bools);
@@ -219,13 +227,16 @@ impl<B: RopePoolBackend> Written<B> {
         B::float_mask_fill(rows_grad, skipped, 0.0f64.into())
     }
 
-    /// The pool gradient `grad` with the rows the call overwrote set to zero.
-    fn clear(&self, grad: FloatTensor<B>) -> FloatTensor<B> {
-        let tokens = self.slots.shape()[0];
-        if self.pool_rows == 0 || tokens == 0 {
+    /// The pool gradient `grad` with the rows the call overwrote set to zero. `rows` is
+    /// [`Written::rows`].
+    fn clear(
+        &self,
+        grad: FloatTensor<B>,
+        rows: Option<(IntTensor<B>, IntTensor<B>)>,
+    ) -> FloatTensor<B> {
+        let Some((rows, wrote)) = rows else {
             return grad;
-        }
-        let (rows, wrote) = self.rows();
+        };
         let device = grad.device();
         let counts = B::int_select_assign(
             B::int_zeros(Shape::new([self.pool_rows]), &device, wrote.dtype().into()),
@@ -272,19 +283,20 @@ impl<B: RopePoolBackend> Backward<B, 2> for PoolBack {
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let (written, turn) = ops.state;
-        let written_rows = written.clone();
+        let rows = written.rows();
+        let rows_for_pool = rows.clone();
         binary::<B, _, _>(
             ops.parents,
             ops.node,
             grads,
             |grad| {
-                let rows = written_rows.gather(grad);
+                let rows = written.gather(grad, rows);
                 match &turn {
                     Some(turn) => turn.back(rows),
                     None => rows,
                 }
             },
-            |grad| written.clear(grad),
+            |grad| written.clear(grad, rows_for_pool),
         );
     }
 }
