@@ -15,6 +15,9 @@ use clap::Parser;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+#[cfg(feature = "profile")]
+mod host_profile;
+
 #[derive(Parser)]
 struct Args {
     /// Devices to run on (default: every one this build enables, wgpu only when it has an adapter).
@@ -53,6 +56,17 @@ struct Args {
     /// Burn's `x + 1` of q in the same loop (f16 and f32; llama3-8b and 70b-tp8 shapes).
     #[arg(long)]
     host_cost: bool,
+    /// Instead of timing: where the host cost of a call goes, from an in-process sampling profile
+    /// of the `--host-cost` loop (f16 llama3-8b, 1 and 32 tokens; the op, the op with `k_rot` off,
+    /// Burn's `q + 1`). Needs a build with the `profile` feature.
+    #[arg(long)]
+    profile: bool,
+    /// With `--profile`: seconds of calls per loop.
+    #[arg(long, default_value_t = 2.0)]
+    profile_seconds: f64,
+    /// With `--profile`: also write each loop's samples here as collapsed stacks.
+    #[arg(long)]
+    profile_out: Option<std::path::PathBuf>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -434,19 +448,18 @@ fn wall_per_call(calls: usize, mut f: impl FnMut(bool)) -> (f64, f64) {
     (per_call, (allocations() - allocated) as f64 / calls as f64)
 }
 
-/// Host-inclusive cost per call of `calls` back-to-back fused calls on `x`, pools passed through
-/// (in place), outputs kept alive until the sync.
-fn fused_per_call(
+/// One call of the op per `f(sync)` on `x`, pools passed through (in place), outputs kept alive
+/// until the sync (`f(true)`, which reads q_rot back).
+fn fused_loop<'a>(
     device: &Device,
     dtype: DType,
-    x: &Inputs,
-    config: &RopePoolConfig,
+    x: &'a Inputs,
+    config: &'a RopePoolConfig,
     pool: usize,
-    calls: usize,
-) -> (f64, f64) {
+) -> impl FnMut(bool) + 'a {
     let (mut k_pool, mut v_pool) = random_pools(device, dtype, pool, config.num_kv_heads);
-    let mut kept = Vec::with_capacity(calls + 50);
-    wall_per_call(calls, |sync| {
+    let mut kept = Vec::new();
+    move |sync| {
         let (kp, vp) = (k_pool.take().unwrap(), v_pool.take().unwrap());
         let out = rope_pool_fused(
             x.q.clone(),
@@ -459,13 +472,38 @@ fn fused_per_call(
             config,
         )
         .expect("valid call");
-        if sync {
-            let _ = out.q_rot.clone().slice(0..1).into_data();
-        }
         k_pool = Some(out.k_pool);
         v_pool = Some(out.v_pool);
         kept.push((out.q_rot, out.k_rot));
-    })
+        if sync {
+            let _ = kept[kept.len() - 1].0.clone().slice(0..1).into_data();
+            kept.clear();
+        }
+    }
+}
+
+/// Burn's `q + 1` per `f(sync)`, outputs kept alive until the sync (which reads one back).
+fn add_loop(q: &Tensor<3>) -> impl FnMut(bool) + '_ {
+    let mut kept = Vec::new();
+    move |sync| {
+        kept.push(q.clone() + 1.0);
+        if sync {
+            let _ = kept[kept.len() - 1].clone().slice(0..1).into_data();
+            kept.clear();
+        }
+    }
+}
+
+/// Host-inclusive cost per call of `calls` back-to-back fused calls ([`fused_loop`]).
+fn fused_per_call(
+    device: &Device,
+    dtype: DType,
+    x: &Inputs,
+    config: &RopePoolConfig,
+    pool: usize,
+    calls: usize,
+) -> (f64, f64) {
+    wall_per_call(calls, fused_loop(device, dtype, x, config, pool))
 }
 
 /// The `--host-cost` table on `device`: the op as `rope_pool_fused` returns everything, with
@@ -517,15 +555,7 @@ fn host_cost(device: &Device, name: &str, quick: bool) {
                 let no_k_rot = config.clone().with_k_rot(false);
                 let lean = fused_per_call(device, dtype, &x, &no_k_rot, pool, calls);
                 let lean_views = fused_per_call(device, dtype, &views, &no_k_rot, pool, calls);
-                let mut kept = Vec::with_capacity(calls + 50);
-                let add = wall_per_call(calls, |sync| {
-                    let y = x.q.clone() + 1.0;
-                    if sync {
-                        let _ = y.clone().slice(0..1).into_data();
-                    }
-                    kept.push(y);
-                });
-                drop(kept);
+                let add = wall_per_call(calls, add_loop(&x.q));
                 let ((fused, fused_allocs), (lean, _), (lean_views, _)) = (fused, lean, lean_views);
                 let (add, add_allocs) = add;
                 println!(
@@ -547,6 +577,39 @@ fn host_cost(device: &Device, name: &str, quick: bool) {
     }
 }
 
+/// The `--profile` tables on `device` (see [`host_profile`]).
+#[cfg(feature = "profile")]
+fn profile(device: &Device, name: &str, quick: bool, seconds: f64, out: Option<&std::path::Path>) {
+    let (model, hq, hkv) = MODELS[0];
+    let pool = if quick { 16_384 } else { 131_072 };
+    let dtype = DType::F16;
+    println!("\n### {name}: where a call's host time goes ({device:?}, {dtype:?} {model})");
+    let config = variant_config("neox", hq, hkv);
+    let no_k_rot = config.clone().with_k_rot(false);
+    for tokens in [1usize, 32] {
+        let x = inputs(device, dtype, tokens, hq, hkv, pool, 7, false, false);
+        let title = |what: &str| format!("{what}, {tokens} tokens");
+        let file = |what: &str| format!("{name}-{what}-{tokens}");
+        let loops: [(&str, &str, Box<dyn FnMut(bool) + '_>); 3] = [
+            (
+                "rope_pool_fused",
+                "fused",
+                Box::new(fused_loop(device, dtype, &x, &config, pool)),
+            ),
+            (
+                "rope_pool_fused, k_rot off",
+                "no-k-rot",
+                Box::new(fused_loop(device, dtype, &x, &no_k_rot, pool)),
+            ),
+            ("Burn's q + 1", "add", Box::new(add_loop(&x.q))),
+        ];
+        for (what, short, f) in loops {
+            let text = host_profile::profile(&title(what), &file(short), seconds, out, f);
+            println!("{text}");
+        }
+    }
+}
+
 fn main() {
     let args = Args::parse();
     let names = if args.device.is_empty() {
@@ -562,6 +625,22 @@ fn main() {
     } else {
         args.device.clone()
     };
+    if args.profile {
+        #[cfg(feature = "profile")]
+        for name in &names {
+            let device = burn_rope_pool::devices::device_by_name(name).expect("device");
+            profile(
+                &device,
+                name,
+                args.quick,
+                args.profile_seconds,
+                args.profile_out.as_deref(),
+            );
+        }
+        #[cfg(not(feature = "profile"))]
+        eprintln!("--profile needs a build with the `profile` feature");
+        return;
+    }
     if args.host_cost {
         for name in &names {
             let device = burn_rope_pool::devices::device_by_name(name).expect("device");

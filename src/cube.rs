@@ -8,6 +8,7 @@ use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::Shape;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
+use cubecl::server::MemoryLayoutDescriptor;
 use rope_pool_kernels::{
     LaunchTuning, RopePoolArgs, RopePoolGeometry, launch_append_max, launch_rope_pool,
 };
@@ -48,18 +49,28 @@ fn token_stride(x: &CubeTensor) -> usize {
     }
 }
 
-/// A fresh dense output of `like`'s shape and dtype.
-fn empty_like(like: &CubeTensor) -> CubeTensor {
-    let shape = like.shape();
-    let bytes = shape.num_elements() * like.dtype.size();
-    let handle = like.client.empty(bytes);
-    CubeTensor::new_contiguous(
-        like.client.clone(),
-        like.device.clone(),
-        shape,
-        handle,
-        like.dtype,
-    )
+/// Fresh dense tensors of `shapes` in `like`'s dtype, each with a buffer of its `bytes`
+/// elements, all in one allocation: one memory reservation and one device task however many.
+fn empty_outputs<const N: usize>(
+    like: &CubeTensor,
+    outputs: [(Shape, usize); N],
+) -> [CubeTensor; N] {
+    let elem = like.dtype.size();
+    let descriptors = outputs
+        .iter()
+        .map(|(_, elements)| MemoryLayoutDescriptor::contiguous([*elements].into(), elem))
+        .collect();
+    let mut layouts = like.client.empty_tensors(descriptors).into_iter();
+    outputs.map(|(shape, _)| {
+        let handle = layouts.next().expect("one layout per descriptor").memory;
+        CubeTensor::new_contiguous(
+            like.client.clone(),
+            like.device.clone(),
+            shape,
+            handle,
+            like.dtype,
+        )
+    })
 }
 
 /// The positions as the kernel reads them: flat, and for LongRoPE followed by their maximum (the
@@ -119,22 +130,16 @@ impl RopePoolBackend for CubeBackend {
         let positions = kernel_positions(positions, rope.table.variant.long_short);
         let slots = into_contiguous(slots);
         let (k_pool, v_pool) = (owned_contiguous(k_pool), owned_contiguous(v_pool));
-        let q_rot = empty_like(&q);
         // Without k_rot the kernel never writes `k_out`: an empty `[0, Hkv, D]` output whose
         // buffer of one head row stands in for it (a binding may not be empty, and holds at
         // least one vector).
         let write_k_rot = k_rot;
         let k_rot = if write_k_rot {
-            empty_like(&k)
+            (k.shape(), k.shape().num_elements())
         } else {
-            CubeTensor::new_contiguous(
-                k.client.clone(),
-                k.device.clone(),
-                no_rows(&k.shape()),
-                k.client.empty(k.shape()[2].max(1) * k.dtype.size()),
-                k.dtype,
-            )
+            (no_rows(&k.shape()), k.shape()[2].max(1))
         };
+        let [q_rot, k_rot] = empty_outputs(&q, [(q.shape(), q.shape().num_elements()), k_rot]);
 
         let geometry = RopePoolGeometry {
             token_strides: [token_stride(&q), token_stride(&k), token_stride(&v)],
