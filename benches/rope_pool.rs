@@ -56,6 +56,9 @@ struct Args {
     /// Burn's `x + 1` of q in the same loop (f16 and f32; llama3-8b and 70b-tp8 shapes).
     #[arg(long)]
     host_cost: bool,
+    /// With `--host-cost`: runs of each loop (taking turns); the table gives their median.
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
     /// Instead of timing: where the host cost of a call goes, from an in-process sampling profile
     /// of the `--host-cost` loop (f16 llama3-8b, 1 and 32 tokens; the op, the op with `k_rot` off,
     /// Burn's `q + 1`). Needs a build with the `profile` feature.
@@ -506,13 +509,19 @@ fn fused_per_call(
     wall_per_call(calls, fused_loop(device, dtype, x, config, pool))
 }
 
+/// The median of `runs` (sorts them).
+fn median(runs: &mut [f64]) -> f64 {
+    runs.sort_by(f64::total_cmp);
+    runs[runs.len() / 2]
+}
+
 /// The `--host-cost` table on `device`: the op as `rope_pool_fused` returns everything, with
 /// `k_rot` off, and with `k_rot` off on q/k/v views of one fused QKV projection (what the
 /// decoder's layers could pass), beside Burn's `q + 1`.
-fn host_cost(device: &Device, name: &str, quick: bool) {
-    println!("\n### {name}: host-inclusive cost per call ({device:?})\n");
+fn host_cost(device: &Device, name: &str, quick: bool, repeats: usize) {
+    println!("\n### {name}: host-inclusive cost per call ({device:?}), median of {repeats} runs\n");
     println!(
-        "| dtype | model | tokens | calls | fused µs/call | no k_rot | no k_rot, QKV views | `q + 1` µs/call | fused − `q + 1` | allocations/call fused, `q + 1` | checks only µs/call (allocations) |"
+        "| dtype | model | tokens | calls | fused µs/call (range) | no k_rot | no k_rot, QKV views | `q + 1` µs/call (range) | fused − `q + 1` | allocations/call fused, `q + 1` | checks only µs/call (allocations) |"
     );
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let mut threads = Vec::new();
@@ -553,18 +562,38 @@ fn host_cost(device: &Device, name: &str, quick: bool) {
                     .expect("valid call");
                 });
                 let no_k_rot = config.clone().with_k_rot(false);
-                let lean = fused_per_call(device, dtype, &x, &no_k_rot, pool, calls);
-                let lean_views = fused_per_call(device, dtype, &views, &no_k_rot, pool, calls);
-                let add = wall_per_call(calls, add_loop(&x.q));
-                let ((fused, fused_allocs), (lean, _), (lean_views, _)) = (fused, lean, lean_views);
-                let (add, add_allocs) = add;
+                // The loops take turns, `repeats` times; each column is the median of its runs
+                // (the fused and `q + 1` columns with their range).
+                let (mut fused_runs, mut lean, mut lean_views, mut add) =
+                    (vec![fused.0], Vec::new(), Vec::new(), Vec::new());
+                let mut add_allocs = 0.0;
+                for repeat in 0..repeats.max(1) {
+                    if repeat > 0 {
+                        fused_runs.push(fused_per_call(device, dtype, &x, &config, pool, calls).0);
+                    }
+                    lean.push(fused_per_call(device, dtype, &x, &no_k_rot, pool, calls).0);
+                    lean_views
+                        .push(fused_per_call(device, dtype, &views, &no_k_rot, pool, calls).0);
+                    let (wall, allocs) = wall_per_call(calls, add_loop(&x.q));
+                    add.push(wall);
+                    add_allocs = allocs;
+                }
+                let us = |runs: &mut Vec<f64>| median(runs) * 1e6;
+                let range = |runs: &[f64]| {
+                    let (lo, hi) = runs
+                        .iter()
+                        .fold((f64::MAX, 0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+                    format!("{:.0}–{:.0}", lo * 1e6, hi * 1e6)
+                };
+                let (fused_us, add_us) = (us(&mut fused_runs), us(&mut add));
                 println!(
-                    "| {dtype:?} | {model} | {tokens} | {calls} | {:.1} | {:.1} | {:.1} | {:.1} | {:+.1} | {fused_allocs:.0}, {add_allocs:.0} | {:.2} ({:.0}) |",
-                    fused * 1e6,
-                    lean * 1e6,
-                    lean_views * 1e6,
-                    add * 1e6,
-                    (fused - add) * 1e6,
+                    "| {dtype:?} | {model} | {tokens} | {calls} | {fused_us:.1} ({}) | {:.1} | {:.1} | {add_us:.1} ({}) | {:+.1} | {:.0}, {add_allocs:.0} | {:.2} ({:.0}) |",
+                    range(&fused_runs),
+                    us(&mut lean),
+                    us(&mut lean_views),
+                    range(&add),
+                    fused_us - add_us,
+                    fused.1,
                     checked.0 * 1e6,
                     checked.1,
                 );
@@ -644,7 +673,7 @@ fn main() {
     if args.host_cost {
         for name in &names {
             let device = burn_rope_pool::devices::device_by_name(name).expect("device");
-            host_cost(&device, name, args.quick);
+            host_cost(&device, name, args.quick, args.repeats);
         }
         return;
     }
