@@ -53,7 +53,8 @@ struct Args {
     variants: Vec<usize>,
     /// Instead of device time: the host-inclusive cost per call of N back-to-back calls with one
     /// sync at the end (what a decode step of N layers pays), for 1, 8, 32 and 512 tokens, beside
-    /// Burn's `x + 1` of q in the same loop (f16 and f32; llama3-8b and 70b-tp8 shapes).
+    /// Burn's `x + 1` and `x.sum_dim(2)` of q in the same loop (f16 and f32; llama3-8b and
+    /// 70b-tp8 shapes), with heap allocations and kernel launches per call.
     #[arg(long)]
     host_cost: bool,
     /// With `--host-cost`: runs of each loop (taking turns); the table gives their median.
@@ -101,6 +102,28 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 /// Heap allocations (all threads) so far.
 fn allocations() -> u64 {
     ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Kernel launches of every CubeCL client, counted while a [`LaunchCounter`] observes.
+static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts CubeCL's kernel launches (host-cost mode reports them per call).
+#[cfg(feature = "cube")]
+struct LaunchCounter;
+
+#[cfg(feature = "cube")]
+impl cubecl::logging::LaunchObserver for LaunchCounter {
+    fn launched(&self, _kernel: &'static str) {
+        LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Heap allocations and kernel launches so far.
+fn counts() -> [u64; 2] {
+    [
+        allocations(),
+        LAUNCHES.load(std::sync::atomic::Ordering::Relaxed),
+    ]
 }
 
 /// CPU time (user + system, seconds) each thread of this process has used, summed by thread
@@ -439,16 +462,32 @@ fn bench_row(
 /// Wall time per call of `calls` back-to-back `f(false)` with one sync at the end — `f(true)`,
 /// which reads a result of that call back (what makes every queued call complete) — after 50
 /// warm-up calls; and heap allocations per call (every thread's, the device's included).
-fn wall_per_call(calls: usize, mut f: impl FnMut(bool)) -> (f64, f64) {
+fn wall_per_call(calls: usize, mut f: impl FnMut(bool)) -> PerCall {
     for i in 0..50 {
         f(i == 49);
     }
-    let (start, allocated) = (std::time::Instant::now(), allocations());
+    let (start, before) = (std::time::Instant::now(), counts());
     for i in 0..calls {
         f(i + 1 == calls);
     }
-    let per_call = start.elapsed().as_secs_f64() / calls as f64;
-    (per_call, (allocations() - allocated) as f64 / calls as f64)
+    let wall = start.elapsed().as_secs_f64() / calls as f64;
+    let after = counts();
+    let per_call = |i: usize| (after[i] - before[i]) as f64 / calls as f64;
+    PerCall {
+        wall,
+        allocations: per_call(0),
+        launches: per_call(1),
+    }
+}
+
+/// What one call of a loop costs ([`wall_per_call`]).
+struct PerCall {
+    /// Seconds of wall time.
+    wall: f64,
+    /// Heap allocations, every thread's.
+    allocations: f64,
+    /// Kernel launches (while a [`LaunchCounter`] observes; else 0).
+    launches: f64,
 }
 
 /// One call of the op per `f(sync)` on `x`, pools passed through (in place), outputs kept alive
@@ -485,11 +524,24 @@ fn fused_loop<'a>(
     }
 }
 
-/// Burn's `q + 1` per `f(sync)`, outputs kept alive until the sync (which reads one back).
-fn add_loop(q: &Tensor<3>) -> impl FnMut(bool) + '_ {
+/// Burn's `q + 1`: the fusion stream merges ~32 of them into one kernel (0.03 launches per
+/// call), so it is a floor for any op that launches a kernel of its own.
+fn add_one(q: Tensor<3>) -> Tensor<3> {
+    q + 1.0
+}
+
+/// Burn's `q.sum_dim(2)`: a reduction, which the fusion stream launches once per call (the
+/// cost of one Burn kernel per call, what a custom op like ours cannot go below).
+fn sum_last(q: Tensor<3>) -> Tensor<3> {
+    q.sum_dim(2)
+}
+
+/// A Burn op of `q` ([`add_one`], [`sum_last`]) per `f(sync)`, outputs kept alive until the
+/// sync (which reads one back).
+fn burn_loop(q: &Tensor<3>, op: fn(Tensor<3>) -> Tensor<3>) -> impl FnMut(bool) + '_ {
     let mut kept = Vec::new();
     move |sync| {
-        kept.push(q.clone() + 1.0);
+        kept.push(op(q.clone()));
         if sync {
             let _ = kept[kept.len() - 1].clone().slice(0..1).into_data();
             kept.clear();
@@ -505,7 +557,7 @@ fn fused_per_call(
     config: &RopePoolConfig,
     pool: usize,
     calls: usize,
-) -> (f64, f64) {
+) -> PerCall {
     wall_per_call(calls, fused_loop(device, dtype, x, config, pool))
 }
 
@@ -517,13 +569,18 @@ fn median(runs: &mut [f64]) -> f64 {
 
 /// The `--host-cost` table on `device`: the op as `rope_pool_fused` returns everything, with
 /// `k_rot` off, and with `k_rot` off on q/k/v views of one fused QKV projection (what the
-/// decoder's layers could pass), beside Burn's `q + 1`.
+/// decoder's layers could pass), beside Burn's `q + 1` and `q.sum_dim(2)`.
 fn host_cost(device: &Device, name: &str, quick: bool, repeats: usize) {
     println!("\n### {name}: host-inclusive cost per call ({device:?}), median of {repeats} runs\n");
     println!(
-        "| dtype | model | tokens | calls | fused µs/call (range) | no k_rot | no k_rot, QKV views | `q + 1` µs/call (range) | fused − `q + 1` | allocations/call fused, `q + 1` | checks only µs/call (allocations) |"
+        "| dtype | model | tokens | calls | fused µs/call (range) | no k_rot | no k_rot, QKV views | `q + 1` µs/call (range) | `q.sum_dim(2)` µs/call | fused − `q + 1` | allocations/call fused, `q + 1` | kernel launches/call fused, `q + 1` | checks only µs/call (allocations) |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    // Counts launches for the whole table (a relaxed load and a lock per launch).
+    #[cfg(feature = "cube")]
+    let _launches = cubecl::logging::LaunchObservation::new(std::sync::Arc::new(LaunchCounter));
     let mut threads = Vec::new();
     for dtype in [DType::F16, DType::F32] {
         if !device.supports_dtype(dtype) {
@@ -564,19 +621,26 @@ fn host_cost(device: &Device, name: &str, quick: bool, repeats: usize) {
                 let no_k_rot = config.clone().with_k_rot(false);
                 // The loops take turns, `repeats` times; each column is the median of its runs
                 // (the fused and `q + 1` columns with their range).
-                let (mut fused_runs, mut lean, mut lean_views, mut add) =
-                    (vec![fused.0], Vec::new(), Vec::new(), Vec::new());
-                let mut add_allocs = 0.0;
+                let (mut fused_runs, mut lean, mut lean_views, mut add, mut sum) = (
+                    vec![fused.wall],
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                );
+                let mut add_counts = (0.0, 0.0);
                 for repeat in 0..repeats.max(1) {
                     if repeat > 0 {
-                        fused_runs.push(fused_per_call(device, dtype, &x, &config, pool, calls).0);
+                        fused_runs
+                            .push(fused_per_call(device, dtype, &x, &config, pool, calls).wall);
                     }
-                    lean.push(fused_per_call(device, dtype, &x, &no_k_rot, pool, calls).0);
+                    lean.push(fused_per_call(device, dtype, &x, &no_k_rot, pool, calls).wall);
                     lean_views
-                        .push(fused_per_call(device, dtype, &views, &no_k_rot, pool, calls).0);
-                    let (wall, allocs) = wall_per_call(calls, add_loop(&x.q));
-                    add.push(wall);
-                    add_allocs = allocs;
+                        .push(fused_per_call(device, dtype, &views, &no_k_rot, pool, calls).wall);
+                    let per_call = wall_per_call(calls, burn_loop(&x.q, add_one));
+                    add.push(per_call.wall);
+                    add_counts = (per_call.allocations, per_call.launches);
+                    sum.push(wall_per_call(calls, burn_loop(&x.q, sum_last)).wall);
                 }
                 let us = |runs: &mut Vec<f64>| median(runs) * 1e6;
                 let range = |runs: &[f64]| {
@@ -587,15 +651,19 @@ fn host_cost(device: &Device, name: &str, quick: bool, repeats: usize) {
                 };
                 let (fused_us, add_us) = (us(&mut fused_runs), us(&mut add));
                 println!(
-                    "| {dtype:?} | {model} | {tokens} | {calls} | {fused_us:.1} ({}) | {:.1} | {:.1} | {add_us:.1} ({}) | {:+.1} | {:.0}, {add_allocs:.0} | {:.2} ({:.0}) |",
+                    "| {dtype:?} | {model} | {tokens} | {calls} | {fused_us:.1} ({}) | {:.1} | {:.1} | {add_us:.1} ({}) | {:.1} | {:+.1} | {:.0}, {:.0} | {:.2}, {:.2} | {:.2} ({:.0}) |",
                     range(&fused_runs),
                     us(&mut lean),
                     us(&mut lean_views),
                     range(&add),
+                    us(&mut sum),
                     fused_us - add_us,
-                    fused.1,
-                    checked.0 * 1e6,
-                    checked.1,
+                    fused.allocations,
+                    add_counts.0,
+                    fused.launches,
+                    add_counts.1,
+                    checked.wall * 1e6,
+                    checked.allocations,
                 );
             }
         }
@@ -619,7 +687,7 @@ fn profile(device: &Device, name: &str, quick: bool, seconds: f64, out: Option<&
         let x = inputs(device, dtype, tokens, hq, hkv, pool, 7, false, false);
         let title = |what: &str| format!("{what}, {tokens} tokens");
         let file = |what: &str| format!("{name}-{what}-{tokens}");
-        let loops: [(&str, &str, Box<dyn FnMut(bool) + '_>); 3] = [
+        let loops: [(&str, &str, Box<dyn FnMut(bool) + '_>); 4] = [
             (
                 "rope_pool_fused",
                 "fused",
@@ -630,7 +698,12 @@ fn profile(device: &Device, name: &str, quick: bool, seconds: f64, out: Option<&
                 "no-k-rot",
                 Box::new(fused_loop(device, dtype, &x, &no_k_rot, pool)),
             ),
-            ("Burn's q + 1", "add", Box::new(add_loop(&x.q))),
+            ("Burn's q + 1", "add", Box::new(burn_loop(&x.q, add_one))),
+            (
+                "Burn's q.sum_dim(2)",
+                "sum",
+                Box::new(burn_loop(&x.q, sum_last)),
+            ),
         ];
         for (what, short, f) in loops {
             let text = host_profile::profile(&title(what), &file(short), seconds, out, f);
