@@ -706,7 +706,8 @@ fn profile(device: &Device, name: &str, quick: bool, seconds: f64, out: Option<&
             ),
         ];
         for (what, short, f) in loops {
-            let text = host_profile::profile(&title(what), &file(short), seconds, out, f);
+            let text =
+                host_profile::profile(thread_cpu, &title(what), &file(short), seconds, out, f);
             println!("{text}");
         }
     }

@@ -1,12 +1,14 @@
 //! `--profile` (feature `profile`): where the host cost of a decode call goes. A loop of
 //! back-to-back calls runs for a while under pprof-rs, an in-process sampling profiler (SIGPROF
-//! at a fixed rate of the process's CPU time, so every busy thread is sampled in proportion to
-//! its CPU use); no `perf` or kernel support is needed, so it runs as well on the GPU machine.
+//! on the process's CPU time: the running thread is sampled); no `perf` or kernel support is
+//! needed, so it runs as well on the GPU machine. The kernel delivers at most one such signal
+//! per scheduler tick (250 a second on the H200 machine), so the samples give each thread's
+//! *shares*; the thread's CPU time itself comes from `/proc` over the same window.
 //!
 //! Per thread (the caller, CubeCL's stream and device threads) it prints the CPU time per call,
 //! split into waiting (spinning, yielding or parked in CubeCL's channels) and work; the work by
 //! the crate whose code caused it; and the functions with the most work, inclusive, each with
-//! its hottest source line. With `--profile-out DIR` the samples are also written as collapsed
+//! its hottest source line (when the build has line tables). With `--profile-out DIR` the samples are also written as collapsed
 //! stacks (one file per loop; `inferno-flamegraph` or speedscope draw them).
 
 use pprof::{Frames, ProfilerGuardBuilder};
@@ -15,7 +17,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
-/// Samples per second of process CPU time.
+/// Samples asked for per second of process CPU time (the kernel caps the rate at its tick).
 const FREQUENCY: i32 = 1999;
 
 /// Calls between syncs (the host-cost table's loops sync once per 2000 calls too).
@@ -105,6 +107,7 @@ struct ThreadStats {
 /// under `title`; `f(true)` must sync and may then drop what it kept. With `out`, writes the
 /// collapsed stacks to `out/<file>.folded`.
 pub fn profile(
+    cpu: fn() -> BTreeMap<String, f64>,
     title: &str,
     file: &str,
     seconds: f64,
@@ -127,12 +130,12 @@ pub fn profile(
         .blocklist(&["libc", "libgcc", "pthread", "vdso"])
         .build()
         .expect("profiler starts");
-    let start = Instant::now();
+    let (start, cpu_before) = (Instant::now(), cpu());
     for i in 0..calls {
         // A sync each `SYNC_EVERY` calls, as a decoder reads its logits once per step of layers.
         f((i + 1) % SYNC_EVERY == 0 || i + 1 == calls);
     }
-    let wall = start.elapsed();
+    let (wall, cpu_after) = (start.elapsed(), cpu());
     let report = guard.report().build().expect("profile report");
     drop(guard);
 
@@ -210,39 +213,53 @@ pub fn profile(
         let _ = std::fs::write(dir.join(format!("{file}.folded")), &folded);
     }
 
-    let us_per_sample = 1e6 / FREQUENCY as f64 / calls as f64;
+    // µs per call of one sample of each thread: its CPU time over the window, per call, shared
+    // out over its samples.
+    let scale: BTreeMap<&String, f64> = threads
+        .iter()
+        .map(|(name, stats)| {
+            let seconds = cpu_after.get(name).copied().unwrap_or(0.0)
+                - cpu_before.get(name).copied().unwrap_or(0.0);
+            (
+                name,
+                seconds * 1e6 / calls as f64 / stats.samples.max(1) as f64,
+            )
+        })
+        .collect();
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "\n#### {title}\n\n{calls} calls, {:.1} µs/call wall ({} ms); {FREQUENCY} samples/s of CPU time.\n",
+        "\n#### {title}\n\n{calls} calls, {:.1} µs/call wall ({} ms).\n",
         wall.as_secs_f64() * 1e6 / calls as f64,
         wall.as_millis(),
     );
     let _ = writeln!(
         text,
-        "| thread | CPU µs/call | waiting | work | work by crate (µs/call) |"
+        "| thread | samples | CPU µs/call | waiting | work | work by crate (µs/call) |"
     );
-    let _ = writeln!(text, "| --- | ---: | ---: | ---: | --- |");
+    let _ = writeln!(text, "| --- | ---: | ---: | ---: | ---: | --- |");
     for (name, stats) in &threads {
+        let us = |n: u64| n as f64 * scale[name];
         let mut crates: Vec<_> = stats.by_crate.iter().collect();
         crates.sort_by(|a, b| b.1.cmp(a.1));
         let crates: Vec<String> = crates
             .iter()
-            .filter(|(_, n)| **n as f64 * us_per_sample >= 0.05)
-            .map(|(c, n)| format!("{c} {:.1}", **n as f64 * us_per_sample))
+            .filter(|(_, n)| us(**n) >= 0.05)
+            .map(|(c, n)| format!("{c} {:.1}", us(**n)))
             .collect();
         let _ = writeln!(
             text,
-            "| {name} | {:.1} | {:.1} | {:.1} | {} |",
-            stats.samples as f64 * us_per_sample,
-            stats.waiting as f64 * us_per_sample,
-            (stats.samples - stats.waiting) as f64 * us_per_sample,
+            "| {name} | {} | {:.1} | {:.1} | {:.1} | {} |",
+            stats.samples,
+            us(stats.samples),
+            us(stats.waiting),
+            us(stats.samples - stats.waiting),
             crates.join(", ")
         );
     }
     for (name, stats) in &threads {
         let work = stats.samples - stats.waiting;
-        if work as f64 * us_per_sample < 0.5 {
+        if (work as f64) < 20.0 {
             continue;
         }
         let _ = writeln!(
@@ -257,11 +274,7 @@ pub fn profile(
                 .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
                 .map(|(l, _)| l.as_str())
                 .unwrap_or("");
-            let _ = writeln!(
-                text,
-                "- {:.2} `{function}` {line}",
-                *n as f64 * us_per_sample
-            );
+            let _ = writeln!(text, "- {:.2} `{function}` {line}", *n as f64 * scale[name]);
         }
     }
     text
