@@ -3,7 +3,9 @@
 //! wgpu), medians of repeated windows, random inputs; bytes, GB/s and the fraction of the
 //! memory-bandwidth floor, with the copy bandwidth measured in the same run on the same device.
 //!
-//! `cargo bench --bench rope_pool -- [--device wgpu] [--quick] [--json OUT.json]`
+//! `cargo bench --bench rope_pool -- [--device wgpu] [--quick] [--json OUT.json]`; the host cost
+//! per call of back-to-back calls with `--host-cost`, and where it goes with
+//! `cargo bench --features profile --bench rope_pool -- --profile [--profile-out DIR]`.
 
 use burn::tensor::{DType, Device, Distribution, Int, Tensor, TensorData};
 use burn_rope_pool::unfused::rope_pool_unfused;
