@@ -8,8 +8,9 @@
 //! Per thread (the caller, CubeCL's stream and device threads) it prints the CPU time per call,
 //! split into waiting (spinning, yielding or parked in CubeCL's channels) and work; the work by
 //! the crate whose code caused it; and the functions with the most work, inclusive, each with
-//! its hottest source line (when the build has line tables). With `--profile-out DIR` the samples are also written as collapsed
-//! stacks (one file per loop; `inferno-flamegraph` or speedscope draw them).
+//! its hottest source line (when the build has line tables). With `--profile-out DIR` the samples
+//! are also written as collapsed stacks (one file per loop; `inferno-flamegraph` or speedscope
+//! draw them, `benches/profile_attribution.py` splits them by cause).
 
 use pprof::{Frames, ProfilerGuardBuilder};
 use std::collections::{BTreeMap, HashMap, HashSet};
