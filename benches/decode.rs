@@ -7,9 +7,8 @@
 //!  [--steps 64] [--layers 32] [--json OUT]`
 
 use burn::tensor::DType;
-use burn_rope_pool::decoder::{Decoder, DecoderConfig};
-use burn_rope_pool::devices::device_by_name;
-use burn_rope_pool::generate::{GenerateOptions, Request, Stats, generate};
+use burn_rope_pool::model::{Decoder, DecoderConfig, GenerateOptions, Request, Stats, generate};
+use burn_rope_pool::testing::{Rng, device_by_name, llama3_8b, random_decoder};
 use clap::Parser;
 
 #[derive(Parser)]
@@ -44,16 +43,11 @@ struct Args {
 }
 
 fn requests(batch: usize, prompt: usize, steps: usize, vocab: usize) -> Vec<Request> {
-    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut rng = Rng::from_state(0x2545_f491_4f6c_dd1d);
     (0..batch)
         .map(|_| Request {
             prompt: (0..prompt)
-                .map(|_| {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    (state % vocab as u64) as u32
-                })
+                .map(|_| rng.below(vocab as u64) as u32)
                 .collect(),
             // The first token comes from the prefill step, the rest from `steps` decode steps.
             max_new_tokens: steps + 1,
@@ -92,7 +86,7 @@ fn main() {
     };
     let config = DecoderConfig {
         num_layers: args.layers,
-        ..DecoderConfig::llama3_8b()
+        ..llama3_8b()
     };
     println!(
         "Llama-3-8B shape, {} layers, {dtype:?} on {device:?}; prompts of {} tokens, {} decode steps\n",
@@ -132,7 +126,7 @@ fn main() {
     }
     println!("| path | batch | prefill tok/s | decode tok/s | decode ms/step |");
     println!("| --- | ---: | ---: | ---: | ---: |");
-    let mut model = Decoder::random(config, &device, dtype).expect("random weights");
+    let mut model = random_decoder(config, &device, dtype).expect("random weights");
     let mut rows = Vec::new();
     for fused in [true, false] {
         if !fused && args.fused_only {

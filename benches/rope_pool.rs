@@ -8,9 +8,10 @@
 //! `cargo bench --features profile --bench rope_pool -- --profile [--profile-out DIR]`.
 
 use burn::tensor::{DType, Device, Distribution, Int, Tensor, TensorData};
-use burn_rope_pool::unfused::rope_pool_unfused;
+use burn_rope_pool::op::unfused::rope_pool_unfused;
+use burn_rope_pool::testing::Rng;
 use burn_rope_pool::{
-    MRope, RopePoolConfig, RopePoolOutput, RopeScaling, RopeStyle, check_rope_pool_fused,
+    MRope, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, check_rope_pool_fused,
     rope_pool_fused,
 };
 use clap::Parser;
@@ -220,24 +221,14 @@ fn variant_config(variant: &str, hq: usize, hkv: usize) -> RopePoolConfig {
     let config = RopePoolConfig::new(HEAD_DIM, hq, hkv).with_rope_base(500_000.0);
     match variant {
         "gptj" => config.with_style(RopeStyle::Gptj),
-        "partial" => config.with_rotary_dim(HEAD_DIM / 4),
+        "partial" => config.with_rotary_dim(Some(HEAD_DIM / 4)),
         "llama3" => config.with_scaling(RopeScaling::Llama3 {
             factor: 8.0,
             low_freq_factor: 1.0,
             high_freq_factor: 4.0,
             original_max_position_embeddings: 8192.0,
         }),
-        "yarn" => config.with_scaling(RopeScaling::Yarn {
-            factor: 4.0,
-            original_max_position_embeddings: Some(32768.0),
-            max_position_embeddings: Some(131072.0),
-            attention_factor: None,
-            beta_fast: None,
-            beta_slow: None,
-            mscale: None,
-            mscale_all_dim: None,
-            truncate: None,
-        }),
+        "yarn" => config.with_scaling(RopeScaling::yarn(4.0, Some(32768.0), Some(131072.0))),
         "longrope" => config.with_scaling(RopeScaling::LongRope {
             short_factor: (0..HEAD_DIM / 2).map(|i| 1.0 + i as f64 / 64.0).collect(),
             long_factor: (0..HEAD_DIM / 2).map(|i| 1.0 + i as f64).collect(),
@@ -246,10 +237,10 @@ fn variant_config(variant: &str, hq: usize, hkv: usize) -> RopePoolConfig {
             attention_factor: None,
             factor: None,
         }),
-        "mrope" => config.with_mrope(MRope {
+        "mrope" => config.with_mrope(Some(MRope {
             section: [16, 24, 24],
             interleaved: false,
-        }),
+        })),
         // Keys to the pool rows only (what the attention layer and the decoder use).
         "no-k-rot" => config.with_k_rot(false),
         // "views": plain NeoX on q, k, v sliced from one fused QKV projection (see `inputs`).
@@ -280,13 +271,8 @@ fn inputs(
     views: bool,
 ) -> Inputs {
     let dist = Distribution::Normal(0.0, 1.0);
-    let mut state = seed | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = Rng::from_state(seed | 1);
+    let mut next = move || rng.next_u64();
     // Distinct valid slots (a partial Fisher–Yates over the pool, or rows 0, 1, 2, ... in
     // order), positions below 131072. The shuffle's draws are made in both orders, so the
     // positions, drawn after them, are the same either way and an A/B differs only in the slots.
@@ -412,27 +398,17 @@ fn bench_row(
     let windows = if tokens >= 4096 { windows } else { 3 * windows };
     let mut run = |fused: bool| {
         let (kp, vp) = (k_pool.take().unwrap(), v_pool.take().unwrap());
-        let args = (
-            x.q.clone(),
-            x.k.clone(),
-            x.v.clone(),
-            x.positions.clone(),
-            x.slots.clone(),
-        );
-        let rows = x.mrope_positions.clone();
-        let out: RopePoolOutput = match (fused, mrope) {
-            (true, false) => {
-                rope_pool_fused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config)
-                    .expect("valid call")
-            }
-            (true, true) => rope_pool_fused(args.0, args.1, args.2, rows, args.4, kp, vp, &config)
-                .expect("valid call"),
-            (false, false) => {
-                rope_pool_unfused(args.0, args.1, args.2, args.3, args.4, kp, vp, &config)
-            }
-            (false, true) => {
-                rope_pool_unfused(args.0, args.1, args.2, rows, args.4, kp, vp, &config)
-            }
+        let (q, k, v, slots) = (x.q.clone(), x.k.clone(), x.v.clone(), x.slots.clone());
+        let inputs = if mrope {
+            let rows = x.mrope_positions.clone();
+            RopePoolInputs::new(q, k, v, rows, slots, kp, vp)
+        } else {
+            RopePoolInputs::new(q, k, v, x.positions.clone(), slots, kp, vp)
+        };
+        let out = if fused {
+            rope_pool_fused(inputs, &config).expect("valid call")
+        } else {
+            rope_pool_unfused(inputs, &config)
         };
         k_pool = Some(out.k_pool);
         v_pool = Some(out.v_pool);
@@ -505,7 +481,7 @@ fn fused_loop<'a>(
     let mut kept = Vec::new();
     move |sync| {
         let (kp, vp) = (k_pool.take().unwrap(), v_pool.take().unwrap());
-        let out = rope_pool_fused(
+        let inputs = RopePoolInputs::new(
             x.q.clone(),
             x.k.clone(),
             x.v.clone(),
@@ -513,9 +489,8 @@ fn fused_loop<'a>(
             x.slots.clone(),
             kp,
             vp,
-            config,
-        )
-        .expect("valid call");
+        );
+        let out = rope_pool_fused(inputs, config).expect("valid call");
         k_pool = Some(out.k_pool);
         v_pool = Some(out.v_pool);
         kept.push((out.q_rot, out.k_rot));
@@ -608,17 +583,16 @@ fn host_cost(device: &Device, name: &str, quick: bool, repeats: usize) {
                 let (kp, vp) = random_pools(device, dtype, pool, hkv);
                 let (kp, vp) = (kp.unwrap(), vp.unwrap());
                 let checked = wall_per_call(calls, |_| {
-                    check_rope_pool_fused(
-                        &x.q,
-                        &x.k,
-                        &x.v,
-                        &x.positions,
-                        &x.slots,
-                        &kp,
-                        &vp,
-                        &config,
-                    )
-                    .expect("valid call");
+                    let inputs = RopePoolInputs::new(
+                        x.q.clone(),
+                        x.k.clone(),
+                        x.v.clone(),
+                        x.positions.clone(),
+                        x.slots.clone(),
+                        kp.clone(),
+                        vp.clone(),
+                    );
+                    check_rope_pool_fused(&inputs, &config).expect("valid call");
                 });
                 let no_k_rot = config.clone().with_k_rot(false);
                 // The loops take turns, `repeats` times; each column is the median of its runs
@@ -722,8 +696,8 @@ fn main() {
         ["flex", "wgpu", "cuda"]
             .into_iter()
             .filter(|name| {
-                burn_rope_pool::devices::device_by_name(name)
-                    .is_ok_and(|d| *name == "flex" || burn_rope_pool::devices::device_works(&d))
+                burn_rope_pool::testing::device_by_name(name)
+                    .is_ok_and(|d| *name == "flex" || burn_rope_pool::testing::device_works(&d))
             })
             .map(String::from)
             .collect()
@@ -733,7 +707,7 @@ fn main() {
     if args.profile {
         #[cfg(feature = "profile")]
         for name in &names {
-            let device = burn_rope_pool::devices::device_by_name(name).expect("device");
+            let device = burn_rope_pool::testing::device_by_name(name).expect("device");
             profile(
                 &device,
                 name,
@@ -748,7 +722,7 @@ fn main() {
     }
     if args.host_cost {
         for name in &names {
-            let device = burn_rope_pool::devices::device_by_name(name).expect("device");
+            let device = burn_rope_pool::testing::device_by_name(name).expect("device");
             host_cost(&device, name, args.quick, args.repeats);
         }
         return;
@@ -756,7 +730,7 @@ fn main() {
     let mut rows = Vec::new();
     let mut table = String::new();
     for name in &names {
-        let device = burn_rope_pool::devices::device_by_name(name).expect("device");
+        let device = burn_rope_pool::testing::device_by_name(name).expect("device");
         let cpu = name == "flex";
         let quick = args.quick || cpu;
         let measured = copy_bandwidth(&device, if quick { 1 << 24 } else { 1 << 28 }, args.windows);

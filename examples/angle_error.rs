@@ -5,7 +5,7 @@
 //! `cargo run --release --example angle_error`
 
 use burn_rope_pool::RopePoolConfig;
-use rope_pool_kernels::host_angle;
+use rope_pool_kernels::{RopeTable, host_angle};
 use std::f64::consts::{PI, TAU};
 
 /// `|a - b|` modulo 2π, in `[0, π]`.
@@ -30,7 +30,9 @@ fn main() {
         let (mut naive, mut exact) = (0f64, 0f64);
         for base in [10_000.0, 500_000.0] {
             let config = RopePoolConfig::new(head_dim, 1, 1).with_rope_base(base);
-            let table = &config.frequencies().expect("a valid config").table.values;
+            let inv_freq = &config.frequencies().expect("a valid config").inv_freq;
+            let table = RopeTable::new(inv_freq, None, None, false, 1.0);
+            let table = table.values();
             let half = head_dim / 2;
             for i in 0..half {
                 let inv_freq = f64::powf(base, -2.0 * i as f64 / head_dim as f64);

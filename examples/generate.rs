@@ -9,10 +9,10 @@
 //! request order, `logits[i]` the logits `generated[i]` was chosen from.
 
 use burn::tensor::DType;
-use burn_rope_pool::checkpoint::Checkpoint;
-use burn_rope_pool::decoder::Decoder;
-use burn_rope_pool::devices::{device_by_name, dtype_by_name};
-use burn_rope_pool::generate::{GenerateOptions, Generated, Request, generate};
+use burn_rope_pool::model::Checkpoint;
+use burn_rope_pool::model::Decoder;
+use burn_rope_pool::model::{GenerateOptions, Generated, Request, generate};
+use burn_rope_pool::testing::{device_by_name, dtype_by_name};
 use clap::Parser;
 use std::process::ExitCode;
 

@@ -15,10 +15,11 @@
 #![allow(clippy::single_range_in_vec_init)] // `slice([a..b])` slices the first axis
 
 use burn::tensor::{DType, Distribution, Tensor};
-use burn_rope_pool::attention::{LlamaAttention, LlamaAttentionConfig, TokenInfo};
-use burn_rope_pool::checkpoint::Checkpoint;
-use burn_rope_pool::devices::device_by_name;
-use burn_rope_pool::kv_pool::KvPool;
+use burn_rope_pool::model::Checkpoint;
+use burn_rope_pool::model::{LlamaAttention, LlamaAttentionConfig};
+use burn_rope_pool::pool::KvPool;
+use burn_rope_pool::pool::SeqToken;
+use burn_rope_pool::testing::device_by_name;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::process::ExitCode;
@@ -58,7 +59,7 @@ fn load_weights(
     use burn::module::Param;
     let file = Checkpoint::from_file(path).map_err(|e| e.to_string())?;
     let (q, kv) = (
-        cfg.num_heads * cfg.head_dim,
+        cfg.num_qo_heads * cfg.head_dim,
         cfg.num_kv_heads * cfg.head_dim,
     );
     let load = |proj: &str, out: usize, inp: usize| -> Result<Param<Tensor<2>>, String> {
@@ -104,7 +105,7 @@ impl Dump {
             .unwrap_or_default();
         self.push(name, dims, values);
     }
-    fn tokens(&mut self, phase: &str, tokens: &[TokenInfo]) {
+    fn tokens(&mut self, phase: &str, tokens: &[SeqToken]) {
         let n = tokens.len();
         self.push(
             format!("{phase}.positions"),
@@ -159,7 +160,7 @@ impl Sequence {
 }
 
 /// Largest |fused − unfused| over the batch's output rows.
-fn check(layer: &LlamaAttention, seqs: &[Sequence], tokens: &[TokenInfo], out: &Tensor<2>) -> f32 {
+fn check(layer: &LlamaAttention, seqs: &[Sequence], tokens: &[SeqToken], out: &Tensor<2>) -> f32 {
     let mut worst = 0f32;
     for (row, token) in tokens.iter().enumerate() {
         let seq = seqs
@@ -192,7 +193,7 @@ fn main() -> ExitCode {
     let cfg = if args.small {
         LlamaAttentionConfig {
             hidden: 256,
-            num_heads: 8,
+            num_qo_heads: 8,
             num_kv_heads: 2,
             head_dim: 32,
             rope_base: 500_000.0,
@@ -203,7 +204,7 @@ fn main() -> ExitCode {
     println!(
         "layer: hidden {}, {} q heads, {} kv heads, head_dim {}, θ = {} ({})",
         cfg.hidden,
-        cfg.num_heads,
+        cfg.num_qo_heads,
         cfg.num_kv_heads,
         cfg.head_dim,
         cfg.rope_base,
@@ -245,7 +246,7 @@ fn main() -> ExitCode {
     let mut batch = Vec::new();
     for (id, len, remaining) in prompts {
         let x = random(len);
-        tokens.extend((0..len).map(|position| TokenInfo { seq: id, position }));
+        tokens.extend((0..len).map(|position| SeqToken { seq: id, position }));
         batch.push(x.clone());
         seqs.push(Sequence {
             id,
@@ -292,7 +293,7 @@ fn main() -> ExitCode {
         let mut batch = Vec::new();
         for seq in seqs.iter_mut() {
             let x = random(1);
-            tokens.push(TokenInfo {
+            tokens.push(SeqToken {
                 seq: seq.id,
                 position: seq.len(),
             });
@@ -343,8 +344,8 @@ fn main() -> ExitCode {
                 // A new request takes the freed rows: its prompt is prefilled with the next step's
                 // batch (its 3 prompt tokens go in as one prefill now).
                 let x = random(3);
-                let tokens: Vec<TokenInfo> = (0..3)
-                    .map(|position| TokenInfo {
+                let tokens: Vec<SeqToken> = (0..3)
+                    .map(|position| SeqToken {
                         seq: next_id,
                         position,
                     })

@@ -5,8 +5,8 @@
 //!  [--dtype f32|f16|bf16] [--output OUT.safetensors]`
 
 use burn::tensor::DType;
-use burn_rope_pool::devices::{device_by_name, dtype_by_name};
-use burn_rope_pool::golden::{GoldenCase, Score, tolerance};
+use burn_rope_pool::testing::{GoldenCase, Score, tolerance};
+use burn_rope_pool::testing::{device_by_name, dtype_by_name};
 use clap::Parser;
 use std::process::ExitCode;
 
@@ -29,7 +29,7 @@ struct Args {
 fn write_output(
     path: &std::path::Path,
     case: &GoldenCase,
-    out: &burn_rope_pool::reference::ReferenceOutput,
+    out: &burn_rope_pool::op::reference::ReferenceOutput,
 ) -> Result<(), String> {
     let shape = |name: &str| case.inputs[name].dims.clone();
     let tensors: Vec<(&str, Vec<usize>, Vec<u8>)> = [

@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! use burn::tensor::{Device, Distribution, Int, Tensor};
-//! use burn_rope_pool::{RopePoolConfig, rope_pool_fused};
+//! use burn_rope_pool::{RopePoolConfig, RopePoolInputs, rope_pool_fused};
 //!
 //! let device = Device::default();
 //! let config = RopePoolConfig::new(128, 32, 8).with_rope_base(500_000.0);
@@ -18,47 +18,36 @@
 //! let slots = Tensor::<1, Int>::from_ints([10, 11, -1, 12], &device); // -1: not cached
 //! let k_pool = Tensor::<3>::zeros([1024, 8, 128], &device);
 //! let v_pool = Tensor::<3>::zeros([1024, 8, 128], &device);
-//! let out = rope_pool_fused(q, k, v, positions, slots, k_pool, v_pool, &config)?;
+//! let inputs = RopePoolInputs::new(q, k, v, positions, slots, k_pool, v_pool);
+//! let out = rope_pool_fused(inputs, &config)?; // out.q_rot, out.k_rot, out.k_pool, out.v_pool
+//! assert_eq!(out.q_rot.dims(), [4, 32, 128]);
 //! # Ok::<(), burn_rope_pool::RopePoolError>(())
 //! ```
 //!
+//! The crate is three layers, each built on the one before: [`op`] (the Burn extension above,
+//! its config, checks, errors and backends), [`pool`] (the rows the op writes: slot allocator,
+//! KV pool, attention over it) and [`model`] (checkpoint, decoder, generation). The contract —
+//! inputs, math, outputs, every error message in order — is `docs/CONTRACT.md`.
+//!
 //! Backends: the CubeCL backend (feature `wgpu`, `vulkan`, `metal` or `cuda`; fusion-wrapped by
 //! default) runs the kernel of the `rope-pool-kernels` crate; `flex` runs a host loop; Burn's
-//! `Autodiff` around either (feature `autodiff`, default) gives the op a backward (see the
-//! `autodiff` section of the README). The math, the layouts and every error message follow the
-//! project's SPEC.
+//! `Autodiff` around either (feature `autodiff`, default) gives the op a backward.
+
+#![warn(missing_docs)]
 
 #[cfg(not(any(feature = "cube", feature = "flex")))]
 compile_error!(
     "burn-rope-pool needs at least one backend feature: wgpu, vulkan, metal, cuda or flex"
 );
 
-mod api;
-pub mod attention;
-#[cfg(feature = "autodiff")]
-mod autodiff;
-mod backend;
-pub mod checkpoint;
-mod config;
-#[cfg(feature = "flex")]
-mod cpu;
-#[cfg(feature = "cube")]
-mod cube;
-pub mod decoder;
-pub mod devices;
-mod error;
-#[cfg(feature = "flex")]
-mod flex;
-pub mod generate;
-pub mod golden;
-mod hf_config;
-pub mod kv_pool;
-pub mod reference;
-pub mod rope;
-pub mod unfused;
-mod validate;
+pub mod model;
+pub mod op;
+pub mod pool;
+#[cfg(feature = "testing")]
+pub mod testing;
 
-pub use api::{FloatArg, IntArg, RopePoolOutput, check_rope_pool_fused, rope_pool_fused};
-pub use config::RopePoolConfig;
-pub use error::{Dims, RopePoolError};
-pub use rope::{MRope, RopeFrequencies, RopeScaling, RopeStyle};
+pub use op::{
+    Dims, MRope, RefusedCall, RopeFrequencies, RopePoolConfig, RopePoolError, RopePoolInputs,
+    RopePoolOutputs, RopeScaling, RopeStyle, check_rope_pool_fused, rope_pool_fused,
+    try_rope_pool_fused,
+};

@@ -28,17 +28,17 @@ pub struct RopeVariant {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RopeTable {
     /// The compiled variant.
-    pub variant: RopeVariant,
+    pub(crate) variant: RopeVariant,
     /// Rotated elements per head (even; `head_dim` unless partial).
-    pub rotary_dim: usize,
+    pub(crate) rotary_dim: usize,
     /// Scale applied to cos and sin (YaRN, LongRoPE; 1 otherwise).
-    pub attention_factor: f32,
+    pub(crate) attention_factor: f32,
     /// LongRoPE: the smallest largest-position that selects the long set.
-    pub long_from: i32,
+    pub(crate) long_from: i32,
     /// The table, see above.
-    pub values: Vec<f32>,
+    pub(crate) values: Vec<f32>,
     /// A content hash of the table: the key of its device copy.
-    pub id: u64,
+    pub(crate) id: u64,
 }
 
 impl RopeTable {
@@ -99,28 +99,35 @@ impl RopeTable {
         self.variant.long_short && max_position >= self.long_from as i64
     }
 
+    /// The compiled variant (its `partial` flag is set by the launch).
+    pub fn variant(&self) -> RopeVariant {
+        self.variant
+    }
+
+    /// The table's values, laid out as the type's doc says.
+    pub fn values(&self) -> &[f32] {
+        &self.values
+    }
+
     /// The host twin of the kernel's angle: cos and sin (times the attention factor) of every
-    /// frequency for a token whose position rows are `rows` (`[p, p, p]` without M-RoPE), in the
-    /// long set when `long`. Used by the Flex backend.
-    pub fn cos_sin(&self, rows: [i32; 3], long: bool, cos: &mut [f32], sin: &mut [f32]) {
+    /// frequency `i` for a token at `position(i)` (its M-RoPE row's position, else the token's
+    /// one), in the long set when `long`. Used by the Flex backend.
+    pub fn cos_sin(
+        &self,
+        position: impl Fn(usize) -> i32,
+        long: bool,
+        cos: &mut [f32],
+        sin: &mut [f32],
+    ) {
         let half = self.half();
         let set = if long && self.variant.long_short {
             TURN_PARTS * half
         } else {
             0
         };
-        let masks = if self.variant.long_short { 2 } else { 1 } * TURN_PARTS * half;
+        let t = &self.values[set..];
         for i in 0..half {
-            let position = if self.variant.mrope {
-                let row = (0..3)
-                    .find(|&r| self.values[masks + r * half + i] == 1.0)
-                    .unwrap_or(0);
-                rows[row]
-            } else {
-                rows[0]
-            };
-            let t = &self.values[set..];
-            let angle = host_angle(position, std::array::from_fn(|j| t[j * half + i]));
+            let angle = host_angle(position(i), std::array::from_fn(|j| t[j * half + i]));
             let (s, c) = angle.sin_cos();
             cos[i] = c * self.attention_factor;
             sin[i] = s * self.attention_factor;

@@ -2,6 +2,9 @@
 //! position range (negative positions included) and head sizes 2..=256: within a few f32
 //! roundings of the true angle mod 2π.
 
+#[path = "../../src/testing/rng.rs"]
+mod rng;
+use rng::Rng;
 use rope_pool_kernels::{host_angle, split_turns};
 use std::f64::consts::TAU;
 
@@ -12,13 +15,8 @@ fn distance(a: f64, b: f64) -> f64 {
 
 #[test]
 fn exact_angle_error_is_at_f32_rounding_level() {
-    let mut state = 0x1234_5678_9abc_def0u64;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = Rng::from_state(0x1234_5678_9abc_def0);
+    let mut next = || rng.next_u64();
     let mut worst = 0f64;
     for head_dim in (2..=256).step_by(2) {
         for base in [10_000f64, 500_000.0, 1e6] {

@@ -3,11 +3,14 @@
 //! same. Runs the real kernel on wgpu (Mesa's software Vulkan in CI); the default launch itself
 //! is checked against the float64 reference by the root crate's tests.
 
+#[path = "../../src/testing/rng.rs"]
+mod rng;
 use cubecl::Device;
 use cubecl::client::Client;
 use cubecl::ir::{ElemType, FloatKind, IntKind};
 use cubecl::prelude::*;
 use cubecl::wgpu::WgpuDevice;
+use rng::Rng;
 use rope_pool_kernels::{
     LaunchTuning, RopePoolArgs, RopePoolGeometry, RopeTable, launch_rope_pool,
 };
@@ -41,13 +44,8 @@ struct Case {
 
 impl Case {
     fn random(geometry: RopePoolGeometry, seed: u64) -> Self {
-        let mut state = seed | 1;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = Rng::from_state(seed | 1);
+        let mut next = move || rng.next_u64();
         let RopePoolGeometry {
             num_tokens: t,
             num_qo_heads: hq,

@@ -3,13 +3,14 @@
 //! pool exhaustion.
 
 use burn::tensor::{DType, Device, Distribution, Tensor};
-use burn_rope_pool::attention::{LlamaAttentionConfig, TokenInfo};
-use burn_rope_pool::kv_pool::{KvPool, KvPoolError};
+use burn_rope_pool::model::LlamaAttentionConfig;
+use burn_rope_pool::pool::SeqToken;
+use burn_rope_pool::pool::{KvPool, KvPoolError};
 
 fn config() -> LlamaAttentionConfig {
     LlamaAttentionConfig {
         hidden: 64,
-        num_heads: 4,
+        num_qo_heads: 4,
         num_kv_heads: 2,
         head_dim: 16,
         rope_base: 10_000.0,
@@ -36,13 +37,13 @@ fn check_device(device: &Device) {
 
     // Ragged prefill: sequence 1 (7 tokens) and sequence 2 (4 tokens) in one batch.
     let x = Tensor::cat(vec![xa.clone().slice([0..a_len]), xb.clone()], 0);
-    let mut tokens: Vec<TokenInfo> = (0..a_len)
-        .map(|p| TokenInfo {
+    let mut tokens: Vec<SeqToken> = (0..a_len)
+        .map(|p| SeqToken {
             seq: 1,
             position: p,
         })
         .collect();
-    tokens.extend((0..b_len).map(|p| TokenInfo {
+    tokens.extend((0..b_len).map(|p| SeqToken {
         seq: 2,
         position: p,
     }));
@@ -70,11 +71,11 @@ fn check_device(device: &Device) {
             0,
         );
         let tokens = [
-            TokenInfo {
+            SeqToken {
                 seq: 1,
                 position: prefix,
             },
-            TokenInfo {
+            SeqToken {
                 seq: 3 + step as u64,
                 position: 0,
             },
@@ -97,8 +98,8 @@ fn check_device(device: &Device) {
     // Exhaustion is an error, and allocates nothing.
     let free = pool.slots.available();
     let x = Tensor::<2>::random([free + 1, cfg.hidden], Distribution::Default, device);
-    let tokens: Vec<TokenInfo> = (0..free + 1)
-        .map(|p| TokenInfo {
+    let tokens: Vec<SeqToken> = (0..free + 1)
+        .map(|p| SeqToken {
             seq: 9,
             position: p,
         })
@@ -116,7 +117,7 @@ fn check_device(device: &Device) {
     // A call the op refuses (a pool of another geometry) gives back the rows it took, and keeps
     // the rows the sequences held before.
     let mut wrong = KvPool::new(
-        burn_rope_pool::RopePoolConfig::new(cfg.head_dim, cfg.num_heads, cfg.num_kv_heads + 1),
+        burn_rope_pool::RopePoolConfig::new(cfg.head_dim, cfg.num_qo_heads, cfg.num_kv_heads + 1),
         8,
         device,
         DType::F32,
@@ -124,11 +125,11 @@ fn check_device(device: &Device) {
     wrong.slots.allocate(3, 2).unwrap();
     let x = Tensor::<2>::random([2, cfg.hidden], Distribution::Default, device);
     let tokens = [
-        TokenInfo {
+        SeqToken {
             seq: 3,
             position: 2,
         },
-        TokenInfo {
+        SeqToken {
             seq: 4,
             position: 0,
         },

@@ -4,8 +4,10 @@
 
 use crate::common::{Case, Rng, devices};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
-use burn_rope_pool::unfused::rope_pool_unfused;
-use burn_rope_pool::{MRope, RopePoolConfig, RopeScaling, RopeStyle, rope_pool_fused};
+use burn_rope_pool::op::unfused::rope_pool_unfused;
+use burn_rope_pool::{
+    MRope, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,
+};
 
 /// The variants the gradients are checked on.
 fn configs() -> Vec<(&'static str, RopePoolConfig)> {
@@ -13,24 +15,14 @@ fn configs() -> Vec<(&'static str, RopePoolConfig)> {
     vec![
         ("neox", base()),
         ("gptj", base().with_style(RopeStyle::Gptj)),
-        ("partial", base().with_rotary_dim(8)),
+        ("partial", base().with_rotary_dim(Some(8))),
         (
             "gptj partial",
-            base().with_style(RopeStyle::Gptj).with_rotary_dim(8),
+            base().with_style(RopeStyle::Gptj).with_rotary_dim(Some(8)),
         ),
         (
             "yarn",
-            base().with_scaling(RopeScaling::Yarn {
-                factor: 4.0,
-                original_max_position_embeddings: Some(64.0),
-                max_position_embeddings: Some(256.0),
-                attention_factor: None,
-                beta_fast: None,
-                beta_slow: None,
-                mscale: None,
-                mscale_all_dim: None,
-                truncate: None,
-            }),
+            base().with_scaling(RopeScaling::yarn(4.0, Some(64.0), Some(256.0))),
         ),
         (
             "longrope",
@@ -45,10 +37,10 @@ fn configs() -> Vec<(&'static str, RopePoolConfig)> {
         ),
         (
             "mrope",
-            base().with_mrope(MRope {
+            base().with_mrope(Some(MRope {
                 section: [2, 3, 3],
                 interleaved: false,
-            }),
+            })),
         ),
     ]
 }
@@ -88,22 +80,21 @@ fn grads(case: &Case, device: &Device, fused: bool, seed: u64) -> Vec<Vec<f32>> 
     let pool = case.pool_size;
     let out = if fused {
         let positions = positions(case, &device);
-        let positions: burn_rope_pool::IntArg = if case.config.mrope.is_some() {
-            positions.into()
+        let positions = if case.config.mrope.is_some() {
+            positions.into_dispatch()
         } else {
-            positions.reshape([case.num_tokens]).into()
+            positions.reshape([case.num_tokens]).into_dispatch()
         };
-        rope_pool_fused(
-            q.clone(),
-            k.clone(),
-            v.clone(),
+        let inputs = RopePoolInputs {
+            q: q.clone().into_dispatch(),
+            k: k.clone().into_dispatch(),
+            v: v.clone().into_dispatch(),
             positions,
-            t.slots,
-            k_pool.clone(),
-            v_pool.clone(),
-            &case.config,
-        )
-        .unwrap()
+            slots: t.slots.into_dispatch(),
+            k_pool: k_pool.clone().into_dispatch(),
+            v_pool: v_pool.clone().into_dispatch(),
+        };
+        rope_pool_fused(inputs, &case.config).unwrap()
     } else {
         let scratch = pool as i64;
         let slots: Vec<i64> = case
@@ -124,24 +115,28 @@ fn grads(case: &Case, device: &Device, fused: bool, seed: u64) -> Vec<Vec<f32>> 
         let positions = positions(case, &device);
         let mut out = if case.config.mrope.is_some() {
             rope_pool_unfused(
-                q.clone(),
-                k.clone(),
-                v.clone(),
-                positions,
-                slots,
-                extra(&k_pool),
-                extra(&v_pool),
+                RopePoolInputs::new(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    positions,
+                    slots,
+                    extra(&k_pool),
+                    extra(&v_pool),
+                ),
                 &case.config,
             )
         } else {
             rope_pool_unfused(
-                q.clone(),
-                k.clone(),
-                v.clone(),
-                positions.reshape([case.num_tokens]),
-                slots,
-                extra(&k_pool),
-                extra(&v_pool),
+                RopePoolInputs::new(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    positions.reshape([case.num_tokens]),
+                    slots,
+                    extra(&k_pool),
+                    extra(&v_pool),
+                ),
                 &case.config,
             )
         };
@@ -210,13 +205,7 @@ fn skipped_tokens_and_untouched_rows() {
         let positions = Tensor::<1, Int>::from_ints([0, 1, 2], &device);
         let slots = Tensor::<1, Int>::from_ints([2, -1, 7], &device);
         let out = rope_pool_fused(
-            q,
-            k,
-            v.clone(),
-            positions,
-            slots,
-            k_pool,
-            v_pool.clone(),
+            RopePoolInputs::new(q, k, v.clone(), positions, slots, k_pool, v_pool.clone()),
             &config,
         )
         .unwrap();
@@ -271,13 +260,15 @@ fn training_through_the_op_lowers_the_loss() {
         };
         let pool = || Tensor::<3>::zeros([tokens, heads, head_dim], &device);
         let out = rope_pool_fused(
-            split(&w[0]),
-            split(&w[1]),
-            split(&w[2]),
-            positions.clone(),
-            slots.clone(),
-            pool(),
-            pool(),
+            RopePoolInputs::new(
+                split(&w[0]),
+                split(&w[1]),
+                split(&w[2]),
+                positions.clone(),
+                slots.clone(),
+                pool(),
+                pool(),
+            ),
             &config,
         )
         .unwrap();
@@ -323,22 +314,21 @@ fn gradients_at_large_positions_invert_the_rotation() {
                 TensorData::new(case.positions.clone(), [rows, case.num_tokens]),
                 &ad,
             );
-            let positions: burn_rope_pool::IntArg = if rows == 3 {
-                positions.into()
+            let positions = if rows == 3 {
+                positions.into_dispatch()
             } else {
-                positions.reshape([case.num_tokens]).into()
+                positions.reshape([case.num_tokens]).into_dispatch()
             };
-            let out = rope_pool_fused(
-                q.clone(),
-                t.k,
-                t.v,
+            let inputs = RopePoolInputs {
+                q: q.clone().into_dispatch(),
+                k: t.k.into_dispatch(),
+                v: t.v.into_dispatch(),
                 positions,
-                t.slots,
-                t.k_pool,
-                t.v_pool,
-                &config,
-            )
-            .unwrap();
+                slots: t.slots.into_dispatch(),
+                k_pool: t.k_pool.into_dispatch(),
+                v_pool: t.v_pool.into_dispatch(),
+            };
+            let out = rope_pool_fused(inputs, &config).unwrap();
             let grads = (out.q_rot * w_tensor).sum().backward();
             let dq: Vec<f64> = q
                 .grad(&grads)

@@ -2,14 +2,16 @@
 //! reference.
 
 use burn::tensor::{DType, Device, DeviceKind, Int, Tensor, TensorData};
-use burn_rope_pool::reference::{ReferenceOutput, rope_pool_reference};
-use burn_rope_pool::{RopePoolConfig, RopePoolError, RopePoolOutput, rope_pool_fused};
+use burn_rope_pool::op::reference::{ReferenceOutput, rope_pool_reference};
+use burn_rope_pool::{
+    RopePoolConfig, RopePoolError, RopePoolInputs, RopePoolOutputs, rope_pool_fused,
+};
 
 /// Whether wgpu opens an adapter here. With `CI=true` a missing adapter fails the test run
 /// (CI installs Mesa's software Vulkan so that the real kernel runs).
 pub fn wgpu_device() -> Option<Device> {
     let device = Device::wgpu(DeviceKind::DefaultDevice);
-    if burn_rope_pool::devices::device_works(&device) {
+    if burn_rope_pool::testing::device_works(&device) {
         return Some(device);
     }
     if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -28,32 +30,7 @@ pub fn devices() -> Vec<(&'static str, Device)> {
     devices
 }
 
-/// A small xorshift generator: cases are reproducible from their seed.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// Uniform in `[-2, 2)`, never exactly zero.
-    pub fn value(&mut self) -> f64 {
-        let u = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        let x = 4.0 * u - 2.0;
-        if x == 0.0 { 0.5 } else { x }
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-    pub fn values(&mut self, n: usize) -> Vec<f64> {
-        (0..n).map(|_| self.value()).collect()
-    }
-}
+pub use burn_rope_pool::testing::Rng;
 
 /// `x` rounded to `dtype` and back.
 pub fn round_to(x: f64, dtype: DType) -> f64 {
@@ -133,13 +110,10 @@ impl Case {
     pub fn reference(&self) -> ReferenceOutput {
         rope_pool_reference(
             &self.config,
-            &self.q,
-            &self.k,
-            &self.v,
+            [&self.q, &self.k, &self.v],
             &self.positions,
             &self.slots,
-            &self.k_pool,
-            &self.v_pool,
+            [&self.k_pool, &self.v_pool],
         )
     }
 
@@ -215,24 +189,32 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    pub fn call(self, config: &RopePoolConfig) -> Result<RopePoolOutput, RopePoolError> {
-        let positions: burn_rope_pool::IntArg = match config.mrope {
+    /// The op's inputs (M-RoPE positions, stored as three rows one after the other, as
+    /// `[3, T]`).
+    pub fn into_inputs(self, config: &RopePoolConfig) -> RopePoolInputs {
+        let positions = match config.mrope {
             Some(_) => {
                 let len = self.positions.dims()[0];
-                self.positions.reshape([3, len / 3]).into()
+                self.positions.reshape([3, len / 3]).into_dispatch()
             }
-            None => self.positions.into(),
+            None => self.positions.into_dispatch(),
         };
-        rope_pool_fused(
-            self.q,
-            self.k,
-            self.v,
+        RopePoolInputs {
             positions,
-            self.slots,
-            self.k_pool,
-            self.v_pool,
-            config,
-        )
+            ..RopePoolInputs::new(
+                self.q,
+                self.k,
+                self.v,
+                Tensor::<1, Int>::empty([0], &self.slots.device()),
+                self.slots,
+                self.k_pool,
+                self.v_pool,
+            )
+        }
+    }
+
+    pub fn call(self, config: &RopePoolConfig) -> Result<RopePoolOutputs, RopePoolError> {
+        rope_pool_fused(self.into_inputs(config), config)
     }
 }
 
@@ -248,7 +230,7 @@ pub fn host(t: Tensor<3>) -> Vec<f64> {
     t.into_data().convert::<f64>().try_to_vec::<f64>().unwrap()
 }
 
-pub fn to_host(out: RopePoolOutput) -> ReferenceOutput {
+pub fn to_host(out: RopePoolOutputs) -> ReferenceOutput {
     ReferenceOutput {
         q_rot: host(out.q_rot),
         k_rot: host(out.k_rot),
@@ -291,7 +273,7 @@ pub fn assert_close(
     ];
     for (name, a, e) in pairs {
         assert_eq!(a.len(), e.len(), "{what}: {name} length");
-        let err = burn_rope_pool::reference::norm_relative_error(a, e);
+        let err = burn_rope_pool::testing::norm_relative_error(a, e);
         assert!(
             err <= rel,
             "{what}: {name} norm-rel error {err:e} > {rel:e}"

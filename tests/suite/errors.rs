@@ -3,7 +3,7 @@
 
 use crate::common::{Case, Inputs, devices, host};
 use burn::tensor::{DType, Device, Int, Tensor};
-use burn_rope_pool::{RopePoolConfig, RopePoolError, rope_pool_fused};
+use burn_rope_pool::{RopePoolConfig, RopePoolError, RopePoolInputs, rope_pool_fused};
 
 fn base_case() -> Case {
     let config = RopePoolConfig::new(8, 4, 2);
@@ -43,21 +43,32 @@ fn documented_errors_in_order() {
     for (_, device) in devices() {
         let d = &device;
         expect(d, "rope_pool_fused expects q/k/v to be 3-D", |t| {
-            let q: Tensor<2> = t.q.reshape([3, 32]);
-            rope_pool_fused(q, t.k, t.v, t.positions, t.slots, t.k_pool, t.v_pool, &cfg).map(|_| ())
+            let q: Tensor<2> = t.q.clone().reshape([3, 32]);
+            let inputs = RopePoolInputs {
+                q: q.into_dispatch(),
+                ..t.into_inputs(&cfg)
+            };
+            rope_pool_fused(inputs, &cfg).map(|_| ())
         });
         expect(
             d,
             "rope_pool_fused expects positions/slots to be 1-D",
             |t| {
                 let positions: Tensor<2, Int> = t.positions.reshape([3, 1]);
-                rope_pool_fused(t.q, t.k, t.v, positions, t.slots, t.k_pool, t.v_pool, &cfg)
-                    .map(|_| ())
+                rope_pool_fused(
+                    RopePoolInputs::new(t.q, t.k, t.v, positions, t.slots, t.k_pool, t.v_pool),
+                    &cfg,
+                )
+                .map(|_| ())
             },
         );
         expect(d, "rope_pool_fused expects pool tensors to be 3-D", |t| {
-            let v_pool: Tensor<4> = t.v_pool.reshape([6, 2, 2, 4]);
-            rope_pool_fused(t.q, t.k, t.v, t.positions, t.slots, t.k_pool, v_pool, &cfg).map(|_| ())
+            let v_pool: Tensor<4> = t.v_pool.clone().reshape([6, 2, 2, 4]);
+            let inputs = RopePoolInputs {
+                v_pool: v_pool.into_dispatch(),
+                ..t.into_inputs(&cfg)
+            };
+            rope_pool_fused(inputs, &cfg).map(|_| ())
         });
         expect(
             d,
@@ -117,13 +128,7 @@ fn documented_errors_in_order() {
                 t.v_pool.slice([0..6, 0..2, 0..3]),
             );
             rope_pool_fused(
-                q,
-                k,
-                v,
-                t.positions,
-                t.slots,
-                kp,
-                vp,
+                RopePoolInputs::new(q, k, v, t.positions, t.slots, kp, vp),
                 &RopePoolConfig::new(3, 4, 2),
             )
             .map(|_| ())
@@ -166,7 +171,7 @@ fn documented_errors_in_order() {
 fn zero_heads_are_refused() {
     let device = Device::flex();
     let cfg = RopePoolConfig::new(4, 0, 0);
-    let err = rope_pool_fused(
+    let inputs = RopePoolInputs::new(
         Tensor::<3>::zeros([2, 0, 4], &device),
         Tensor::<3>::zeros([2, 0, 4], &device),
         Tensor::<3>::zeros([2, 0, 4], &device),
@@ -174,9 +179,8 @@ fn zero_heads_are_refused() {
         Tensor::<1, Int>::from_ints([0, 1], &device),
         Tensor::<3>::zeros([3, 0, 4], &device),
         Tensor::<3>::zeros([3, 0, 4], &device),
-        &cfg,
-    )
-    .unwrap_err();
+    );
+    let err = rope_pool_fused(inputs, &cfg).unwrap_err();
     assert_eq!(
         err.to_string(),
         "num_qo_heads and num_kv_heads must be > 0, got 0 and 0"
@@ -211,24 +215,27 @@ fn variant_errors() {
         expect(
             d,
             "rotary_dim must be even and in 2..=head_dim, got 7 for head_dim 8",
-            |t| run(t, &cfg.clone().with_rotary_dim(7)),
+            |t| run(t, &cfg.clone().with_rotary_dim(Some(7))),
         );
         expect(
             d,
             "rotary_dim must be even and in 2..=head_dim, got 10 for head_dim 8",
-            |t| run(t, &cfg.clone().with_rotary_dim(10)),
+            |t| run(t, &cfg.clone().with_rotary_dim(Some(10))),
         );
         expect(
             d,
             "mrope_section must sum to rotary_dim / 2, got 5 for rotary_dim 8",
             |t| {
-                let cfg = cfg.clone().with_mrope(MRope {
+                let cfg = cfg.clone().with_mrope(Some(MRope {
                     section: [1, 2, 2],
                     interleaved: true,
-                });
+                }));
                 let positions: Tensor<2, Int> = t.positions.repeat_dim(0, 3).reshape([3, 3]);
-                rope_pool_fused(t.q, t.k, t.v, positions, t.slots, t.k_pool, t.v_pool, &cfg)
-                    .map(|_| ())
+                rope_pool_fused(
+                    RopePoolInputs::new(t.q, t.k, t.v, positions, t.slots, t.k_pool, t.v_pool),
+                    &cfg,
+                )
+                .map(|_| ())
             },
         );
         // With M-RoPE, 1-D positions (or the wrong row count) get check 14's message.
@@ -236,15 +243,9 @@ fn variant_errors() {
             d,
             "positions must be [3, num_tokens] for mrope, got [3]",
             |t| {
-                let cfg = cfg.clone().with_mrope(mrope);
+                let cfg = cfg.clone().with_mrope(Some(mrope));
                 rope_pool_fused(
-                    t.q,
-                    t.k,
-                    t.v,
-                    t.positions,
-                    t.slots,
-                    t.k_pool,
-                    t.v_pool,
+                    RopePoolInputs::new(t.q, t.k, t.v, t.positions, t.slots, t.k_pool, t.v_pool),
                     &cfg,
                 )
                 .map(|_| ())

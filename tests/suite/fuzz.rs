@@ -10,10 +10,11 @@
 //! sets it higher.
 
 use crate::common::{Rng, devices, round_to};
-use burn::tensor::{DType, Device, Int, Tensor, TensorData};
-use burn_rope_pool::reference::{norm_relative_error, rope_pool_reference};
+use burn::tensor::{DType, Device, DispatchTensor, Int, Tensor, TensorData};
+use burn_rope_pool::op::reference::rope_pool_reference;
+use burn_rope_pool::testing::norm_relative_error;
 use burn_rope_pool::{
-    FloatArg, IntArg, MRope, RopePoolConfig, RopeScaling, RopeStyle, rope_pool_fused,
+    MRope, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,
 };
 
 /// The messages of the README's error table; `{}` stands for a value.
@@ -126,17 +127,10 @@ fn scaling(rng: &mut Rng, sane: bool, half: usize) -> RopeScaling {
             high_freq_factor: setting(rng, sane, 4.0),
             original_max_position_embeddings: setting(rng, sane, 8192.0),
         },
-        2 => RopeScaling::Yarn {
-            factor: setting(rng, sane, 4.0),
-            original_max_position_embeddings: Some(setting(rng, sane, 4096.0)),
-            max_position_embeddings: None,
-            attention_factor: None,
-            beta_fast: None,
-            beta_slow: None,
-            mscale: None,
-            mscale_all_dim: None,
-            truncate: None,
-        },
+        2 => {
+            let factor = setting(rng, sane, 4.0);
+            RopeScaling::yarn(factor, Some(setting(rng, sane, 4096.0)), None)
+        }
         3 => RopeScaling::LongRope {
             short_factor: (0..len).map(|i| 1.0 + i as f64 / 4.0).collect(),
             long_factor: (0..len)
@@ -241,7 +235,7 @@ impl Call {
                 true => pick(rng, &[head_dim + 2, 3, 0]),
                 false => 2 * (1 + rng.below(head_dim.max(2) as u64 / 2) as usize),
             };
-            config = config.with_rotary_dim(rotary_dim);
+            config = config.with_rotary_dim(Some(rotary_dim));
         }
         let half = rotary_dim / 2;
         if rng.below(3) == 0 {
@@ -251,10 +245,10 @@ impl Call {
             let t = rng.below(half as u64 + 1) as usize;
             let h = rng.below((half - t) as u64 + 1) as usize;
             let w = half - t - h + broken(rng) as usize;
-            config = config.with_mrope(MRope {
+            config = config.with_mrope(Some(MRope {
                 section: [t, h, w],
                 interleaved: rng.below(2) == 0,
-            });
+            }));
         }
         let rows = if config.mrope.is_some() { 3 } else { 1 };
 
@@ -312,18 +306,18 @@ impl Call {
     }
 }
 
-fn float_arg(values: &[f64], dims: &[usize], device: &Device, dtype: DType) -> FloatArg {
+fn float_arg(values: &[f64], dims: &[usize], device: &Device, dtype: DType) -> DispatchTensor {
     let values: Vec<f32> = values.iter().map(|&x| x as f32).collect();
     let data = TensorData::new(values, dims.to_vec());
     match dims.len() {
-        1 => Tensor::<1>::from_data(data, (device, dtype)).into(),
-        2 => Tensor::<2>::from_data(data, (device, dtype)).into(),
-        3 => Tensor::<3>::from_data(data, (device, dtype)).into(),
-        _ => Tensor::<4>::from_data(data, (device, dtype)).into(),
+        1 => Tensor::<1>::from_data(data, (device, dtype)).into_dispatch(),
+        2 => Tensor::<2>::from_data(data, (device, dtype)).into_dispatch(),
+        3 => Tensor::<3>::from_data(data, (device, dtype)).into_dispatch(),
+        _ => Tensor::<4>::from_data(data, (device, dtype)).into_dispatch(),
     }
 }
 
-fn int_arg(values: &[i64], dims: &[usize], device: &Device, dtype: DType) -> IntArg {
+fn int_arg(values: &[i64], dims: &[usize], device: &Device, dtype: DType) -> DispatchTensor {
     let data = match dtype {
         DType::I8 => TensorData::new(values.iter().map(|&v| v as i8).collect(), dims.to_vec()),
         DType::U8 => TensorData::new(values.iter().map(|&v| v as u8).collect(), dims.to_vec()),
@@ -336,22 +330,22 @@ fn int_arg(values: &[i64], dims: &[usize], device: &Device, dtype: DType) -> Int
     };
     let options = (device, dtype);
     match dims.len() {
-        1 => Tensor::<1, Int>::from_data(data, options).into(),
-        2 => Tensor::<2, Int>::from_data(data, options).into(),
-        3 => Tensor::<3, Int>::from_data(data, options).into(),
-        _ => Tensor::<4, Int>::from_data(data, options).into(),
+        1 => Tensor::<1, Int>::from_data(data, options).into_dispatch(),
+        2 => Tensor::<2, Int>::from_data(data, options).into_dispatch(),
+        3 => Tensor::<3, Int>::from_data(data, options).into_dispatch(),
+        _ => Tensor::<4, Int>::from_data(data, options).into_dispatch(),
     }
 }
 
 /// A pool of `dims` full of the sentinel, with any rank.
-fn pool(dims: &[usize], device: &Device, dtype: DType) -> (FloatArg, Option<Tensor<3>>) {
+fn pool(dims: &[usize], device: &Device, dtype: DType) -> (DispatchTensor, Option<Tensor<3>>) {
     let values = vec![SENTINEL; dims.iter().product()];
     if dims.len() == 3 {
         let t = Tensor::<3>::from_data(
             TensorData::new(values.iter().map(|&x| x as f32).collect(), dims.to_vec()),
             (device, dtype),
         );
-        (t.clone().into(), Some(t))
+        (t.clone().into_dispatch(), Some(t))
     } else {
         (float_arg(&values, dims, device, dtype), None)
     }
@@ -372,16 +366,16 @@ fn check(call: &Call, device: &Device, what: &str) -> Option<String> {
     } else {
         (None, None)
     };
-    let result = rope_pool_fused(
-        float_arg(&call.q, q_dims, device, dq),
-        float_arg(&call.k, k_dims, device, dk),
-        float_arg(&call.v, v_dims, device, dv),
-        int_arg(&call.positions, p_dims, device, call.int_dtypes[0]),
-        int_arg(&call.slots, s_dims, device, call.int_dtypes[1]),
+    let inputs = RopePoolInputs {
+        q: float_arg(&call.q, q_dims, device, dq),
+        k: float_arg(&call.k, k_dims, device, dk),
+        v: float_arg(&call.v, v_dims, device, dv),
+        positions: int_arg(&call.positions, p_dims, device, call.int_dtypes[0]),
+        slots: int_arg(&call.slots, s_dims, device, call.int_dtypes[1]),
         k_pool,
         v_pool,
-        &call.config,
-    );
+    };
+    let result = rope_pool_fused(inputs, &call.config);
     let out = match result {
         Err(e) => {
             let message = e.to_string();
@@ -414,15 +408,12 @@ fn check(call: &Call, device: &Device, what: &str) -> Option<String> {
     let sentinel_pool = vec![SENTINEL; kp_dims.iter().product()];
     let expected = rope_pool_reference(
         &call.config,
-        &q,
-        &k,
-        &v,
+        [&q, &k, &v],
         &positions,
         &call.slots,
-        &sentinel_pool,
-        &sentinel_pool,
+        [&sentinel_pool, &sentinel_pool],
     );
-    let tolerance = burn_rope_pool::golden::tolerance(dtype);
+    let tolerance = burn_rope_pool::testing::tolerance(dtype);
     let k_rot_dims = out.k_rot.dims();
     let (q_rot, mut k_rot) = (host(out.q_rot), host(out.k_rot));
     if !call.config.k_rot {

@@ -6,10 +6,10 @@
 //! of bad checkpoints.
 
 use burn::tensor::{DType, Device};
-use burn_rope_pool::checkpoint::{Checkpoint, CheckpointError};
-use burn_rope_pool::decoder::Decoder;
-use burn_rope_pool::generate::{GenerateError, GenerateOptions, Generated, Request, generate};
-use burn_rope_pool::reference::norm_relative_error;
+use burn_rope_pool::model::Decoder;
+use burn_rope_pool::model::{Checkpoint, CheckpointError};
+use burn_rope_pool::model::{GenerateError, GenerateOptions, Generated, Request, generate};
+use burn_rope_pool::testing::norm_relative_error;
 use serde_json::Value;
 
 fn model_dir(name: &str) -> std::path::PathBuf {

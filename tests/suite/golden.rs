@@ -5,7 +5,7 @@
 use crate::common::devices;
 use burn::tensor::DType;
 use burn_rope_pool::RopePoolError;
-use burn_rope_pool::golden::{GoldenCase, Score, tolerance};
+use burn_rope_pool::testing::{GoldenCase, Score, tolerance};
 
 /// The cases of `tests/golden/{sub}`, at least `min` of them.
 fn cases_in(sub: &str, min: usize) -> Vec<(String, GoldenCase)> {
@@ -84,7 +84,7 @@ fn run_cases(cases: Vec<(String, GoldenCase)>) {
 /// refused with a clear message or runs, never panics.
 #[test]
 fn malformed_golden_files_are_refused_not_panicked_on() {
-    use burn_rope_pool::golden::GoldenError;
+    use burn_rope_pool::testing::GoldenError;
     use safetensors::{Dtype, tensor::TensorView};
 
     type Entry = (&'static str, Dtype, Vec<usize>, Vec<u8>);

@@ -141,7 +141,7 @@ fn bad_scaling_settings_give_the_documented_errors() {
         assert_eq!(err.to_string(), message, "{scaling}");
     }
     let err = RopePoolConfig::new(8, 1, 1)
-        .with_rotary_dim(10)
+        .with_rotary_dim(Some(10))
         .frequencies()
         .unwrap_err();
     assert_eq!(

@@ -4,7 +4,7 @@
 use crate::common::{Case, devices, host};
 use burn::tensor::{DType, Tensor};
 use burn_rope_pool::RopePoolConfig;
-use burn_rope_pool::kv_pool::{KvPool, KvPoolError, SlotAllocator};
+use burn_rope_pool::pool::{KvPool, KvPoolError, SlotAllocator};
 
 #[test]
 fn allocator_hands_out_reuses_and_refuses() {
@@ -65,7 +65,7 @@ fn pool_writes_go_through_the_fused_op_and_refusals_change_nothing() {
             .unwrap();
         let expected = case.rounded(DType::F32).reference();
         let close = |a: Vec<f64>, e: &[f64], what: &str| {
-            let err = burn_rope_pool::reference::norm_relative_error(&a, e);
+            let err = burn_rope_pool::testing::norm_relative_error(&a, e);
             assert!(err <= 1e-5, "{name}: {what} error {err:e}");
         };
         close(host(q_rot), &expected.q_rot, "q_rot");

@@ -3,7 +3,7 @@
 
 use crate::common::{Case, assert_close, devices, host};
 use burn::tensor::{DType, Tensor};
-use burn_rope_pool::{RopePoolConfig, rope_pool_fused};
+use burn_rope_pool::{RopePoolConfig, RopePoolInputs, rope_pool_fused};
 
 #[test]
 fn an_earlier_clone_of_the_pool_is_unchanged() {
@@ -63,20 +63,14 @@ fn slots_past_the_pool_and_negative_slots_write_nothing() {
 /// compares against, so it must be right too.
 #[test]
 fn unfused_baseline_matches_the_fused_op() {
-    use burn_rope_pool::unfused::rope_pool_unfused;
+    use burn_rope_pool::op::unfused::rope_pool_unfused;
     for (name, device) in devices() {
         let config = RopePoolConfig::new(16, 4, 2).with_rope_base(10_000.0);
         let mut case = Case::random(config.clone(), 5, 8, 2000, 51);
         case.slots = vec![6, 0, 3, 7, 1];
         let t = case.tensors(&device, DType::F32);
         let out = rope_pool_unfused(
-            t.q,
-            t.k,
-            t.v,
-            t.positions,
-            t.slots,
-            t.k_pool,
-            t.v_pool,
+            RopePoolInputs::new(t.q, t.k, t.v, t.positions, t.slots, t.k_pool, t.v_pool),
             &config,
         );
         // The unfused path forms the angle naively in f32: 1e-4 covers positions below 2000.
@@ -116,13 +110,15 @@ fn views_of_a_fused_qkv_projection() {
             let t = case.tensors(&device, DType::F32);
             let run = |q: Tensor<3>, k: Tensor<3>, v: Tensor<3>| {
                 let out = rope_pool_fused(
-                    q,
-                    k,
-                    v,
-                    t.positions.clone(),
-                    t.slots.clone(),
-                    t.k_pool.clone(),
-                    t.v_pool.clone(),
+                    RopePoolInputs::new(
+                        q,
+                        k,
+                        v,
+                        t.positions.clone(),
+                        t.slots.clone(),
+                        t.k_pool.clone(),
+                        t.v_pool.clone(),
+                    ),
                     &config,
                 )
                 .unwrap();

@@ -36,7 +36,7 @@ fn check(case: &Case) {
 fn common_bound(dtype: DType) -> f64 {
     match dtype {
         DType::F32 => 1e-5,
-        other => burn_rope_pool::golden::tolerance(other),
+        other => burn_rope_pool::testing::tolerance(other),
     }
 }
 
@@ -127,7 +127,7 @@ fn variant(head_dim: usize, pick: [u64; 5]) -> RopePoolConfig {
         } else {
             1e6
         })
-        .with_rotary_dim(rotary_dim);
+        .with_rotary_dim(Some(rotary_dim));
     if pick[1].is_multiple_of(3) {
         config = config.with_style(RopeStyle::Gptj);
     }
@@ -140,17 +140,13 @@ fn variant(head_dim: usize, pick: [u64; 5]) -> RopePoolConfig {
             high_freq_factor: 4.0,
             original_max_position_embeddings: 512.0,
         },
-        3 => RopeScaling::Yarn {
-            factor: 4.0,
-            original_max_position_embeddings: Some(2048.0),
-            max_position_embeddings: Some(8192.0),
-            attention_factor: None,
-            beta_fast: None,
-            beta_slow: None,
-            mscale: None,
-            mscale_all_dim: None,
-            truncate: Some(pick[3].is_multiple_of(2)),
-        },
+        3 => {
+            let mut yarn = RopeScaling::yarn(4.0, Some(2048.0), Some(8192.0));
+            if let RopeScaling::Yarn { truncate, .. } = &mut yarn {
+                *truncate = Some(pick[3].is_multiple_of(2));
+            }
+            yarn
+        }
         _ => RopeScaling::LongRope {
             short_factor: (0..half).map(|i| 1.0 + i as f64 / 8.0).collect(),
             long_factor: (0..half).map(|i| 1.0 + i as f64).collect(),
@@ -168,10 +164,10 @@ fn variant(head_dim: usize, pick: [u64; 5]) -> RopePoolConfig {
     if pick[4].is_multiple_of(3) {
         let t = half / 3;
         let h = (half - t) / 2;
-        config = config.with_mrope(MRope {
+        config = config.with_mrope(Some(MRope {
             section: [t, h, half - t - h],
             interleaved: pick[4].is_multiple_of(2),
-        });
+        }));
     }
     config
 }

@@ -8,8 +8,9 @@
 use crate::common::{Rng, devices, host};
 use burn::backend::DispatchDevice;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use burn_rope_pool::reference::{norm_relative_error, rope_pool_reference};
-use burn_rope_pool::{RopePoolConfig, rope_pool_fused};
+use burn_rope_pool::op::reference::rope_pool_reference;
+use burn_rope_pool::testing::norm_relative_error;
+use burn_rope_pool::{RopePoolConfig, RopePoolInputs, rope_pool_fused};
 
 const POOL_ROWS: usize = 64;
 
@@ -67,13 +68,15 @@ impl Step {
             |v: &[i64]| Tensor::<1, Int>::from_data(TensorData::new(v.to_vec(), [v.len()]), device);
         let (k_pool, v_pool) = pools.clone();
         let out = rope_pool_fused(
-            Self::float(&self.q, q_dims, device),
-            Self::float(&self.k, kv_dims, device),
-            Self::float(&self.v, kv_dims, device),
-            int(&self.positions),
-            int(&self.slots),
-            k_pool,
-            v_pool,
+            RopePoolInputs::new(
+                Self::float(&self.q, q_dims, device),
+                Self::float(&self.k, kv_dims, device),
+                Self::float(&self.v, kv_dims, device),
+                int(&self.positions),
+                int(&self.slots),
+                k_pool,
+                v_pool,
+            ),
             &c,
         )
         .expect("a valid call");
@@ -123,13 +126,10 @@ fn back_to_back_calls_keep_memory_flat_and_pools_exact() {
             let q_rot = step.run(&device, &mut pools);
             let expected = rope_pool_reference(
                 &c,
-                &step.q,
-                &step.k,
-                &step.v,
+                [&step.q, &step.k, &step.v],
                 &step.positions,
                 &step.slots,
-                &mirror.0,
-                &mirror.1,
+                [&mirror.0, &mirror.1],
             );
             mirror = (expected.k_pool, expected.v_pool);
             if (i + 1) % checkpoint == 0 {

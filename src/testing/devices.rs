@@ -16,7 +16,8 @@ pub fn device_works(device: &Device) -> bool {
 }
 
 /// The device names this build can open: `flex`, `wgpu`, `vulkan`, `metal`, `cuda`, `default`.
-/// `default` is burn's default device, or Flex when that one has no usable adapter.
+/// `default` is burn's default device, or Flex when that one has no usable adapter (the caller
+/// sees which in the device's `Debug` form).
 pub fn device_by_name(name: &str) -> Result<Device, String> {
     #[cfg(feature = "wgpu")]
     use burn::tensor::DeviceKind;
@@ -25,7 +26,6 @@ pub fn device_by_name(name: &str) -> Result<Device, String> {
             let device = Device::default();
             #[cfg(feature = "flex")]
             if !device_works(&device) {
-                eprintln!("no usable GPU adapter for {device:?}: falling back to Flex (CPU)");
                 return Ok(Device::flex());
             }
             Ok(device)

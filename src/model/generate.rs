@@ -5,7 +5,7 @@
 //! waiting request takes them. A request that could never fit the pool is an error; one that
 //! does not fit yet waits (first come, first served).
 
-use crate::decoder::{Decoder, DecoderError, KvCache, StepToken};
+use crate::model::{Decoder, DecoderError, KvCache, StepToken};
 use burn::tensor::DType;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -1,92 +1,102 @@
 //! The argument checks of `rope_pool_fused`, in the order the contract lists them. Pure
 //! functions of shapes, dtypes and host values: nothing here touches a device.
 
-use crate::rope::RopeFrequencies;
-use crate::{Dims, RopePoolConfig, RopePoolError};
-use burn::tensor::DType;
+use crate::op::backend::RopePoolInputs;
+use crate::op::rope::RopeFrequencies;
+use crate::op::{Dims, RopePoolConfig, RopePoolError};
+use burn::backend::{Backend, TensorMetadata};
+use burn::tensor::{DType, Shape};
 use std::sync::Arc;
 
-/// What validation needs to know of one call's tensors.
-#[derive(Clone, Debug)]
-pub(crate) struct CallSignature {
-    pub q: Dims,
-    pub k: Dims,
-    pub v: Dims,
-    pub positions: Dims,
-    pub slots: Dims,
-    pub k_pool: Dims,
-    pub v_pool: Dims,
-    /// dtypes of q, k, v, k_pool, v_pool.
-    pub dtypes: [DType; 5],
+impl<B: Backend> RopePoolInputs<B> {
+    /// Checks shapes, dtypes and the config — checks 1 to 15 of the contract and the float
+    /// dtype, in the contract's order — returning the first failure, or the call's frequencies.
+    pub(crate) fn validate(
+        &self,
+        config: &RopePoolConfig,
+    ) -> Result<Arc<RopeFrequencies>, RopePoolError> {
+        let dims = |shape: Shape| Dims(shape.to_vec());
+        let [q, k, v, k_pool, v_pool] =
+            [&self.q, &self.k, &self.v, &self.k_pool, &self.v_pool].map(|t| dims(t.shape()));
+        let [positions, slots] = [&self.positions, &self.slots].map(|t| dims(t.shape()));
+        let dtypes = [&self.q, &self.k, &self.v, &self.k_pool, &self.v_pool].map(|t| t.dtype());
+        validate_signature(
+            [&q, &k, &v, &positions, &slots, &k_pool, &v_pool],
+            dtypes,
+            config,
+        )
+    }
 }
 
-/// Checks shapes, dtypes and the config, returning the first failure in contract order, or the
-/// call's frequencies.
-pub(crate) fn validate(
-    sig: &CallSignature,
+/// [`RopePoolInputs::validate`] on the shapes (in field order) and float dtypes (q, k, v,
+/// k_pool, v_pool) of a call.
+fn validate_signature(
+    shapes: [&Dims; 7],
+    dtypes: [DType; 5],
     config: &RopePoolConfig,
 ) -> Result<Arc<RopeFrequencies>, RopePoolError> {
-    let (q, k, v) = (&sig.q.0, &sig.k.0, &sig.v.0);
-    let (k_pool, v_pool) = (&sig.k_pool.0, &sig.v_pool.0);
+    let [sq, sk, sv, spositions, sslots, sk_pool, sv_pool] = shapes;
+    let (q, k, v) = (&sq.0, &sk.0, &sv.0);
+    let (k_pool, v_pool) = (&sk_pool.0, &sv_pool.0);
     if q.len() != 3 || k.len() != 3 || v.len() != 3 {
         return Err(RopePoolError::QkvRank {
-            q: sig.q.clone(),
-            k: sig.k.clone(),
-            v: sig.v.clone(),
+            q: sq.clone(),
+            k: sk.clone(),
+            v: sv.clone(),
         });
     }
     // With M-RoPE, check 14 replaces check 2 for positions; slots stay 1-D.
     let mrope = config.mrope.is_some();
-    if (!mrope && sig.positions.0.len() != 1) || sig.slots.0.len() != 1 {
+    if (!mrope && spositions.0.len() != 1) || sslots.0.len() != 1 {
         return Err(RopePoolError::IndexRank {
-            positions: sig.positions.clone(),
-            slots: sig.slots.clone(),
+            positions: spositions.clone(),
+            slots: sslots.clone(),
         });
     }
-    if mrope && sig.positions.0[..] != [3, q[0]] {
+    if mrope && spositions.0[..] != [3, q[0]] {
         return Err(RopePoolError::MropePositions {
-            positions: sig.positions.clone(),
+            positions: spositions.clone(),
         });
     }
     if k_pool.len() != 3 || v_pool.len() != 3 {
         return Err(RopePoolError::PoolRank {
-            k_pool: sig.k_pool.clone(),
-            v_pool: sig.v_pool.clone(),
+            k_pool: sk_pool.clone(),
+            v_pool: sv_pool.clone(),
         });
     }
     let num_tokens = q[0];
     if q[1] != config.num_qo_heads || q[2] != config.head_dim {
-        return Err(RopePoolError::QShape { q: sig.q.clone() });
+        return Err(RopePoolError::QShape { q: sq.clone() });
     }
     if k[..] != [num_tokens, config.num_kv_heads, config.head_dim] {
-        return Err(RopePoolError::KShape { k: sig.k.clone() });
+        return Err(RopePoolError::KShape { k: sk.clone() });
     }
     if v != k {
         return Err(RopePoolError::VShape {
-            v: sig.v.clone(),
-            k: sig.k.clone(),
+            v: sv.clone(),
+            k: sk.clone(),
         });
     }
-    let positions = *sig.positions.0.last().unwrap_or(&0);
-    if positions != num_tokens || sig.slots.0[0] != num_tokens {
+    let positions = *spositions.0.last().unwrap_or(&0);
+    if positions != num_tokens || sslots.0[0] != num_tokens {
         return Err(RopePoolError::IndexLen {
             num_tokens,
             positions,
-            slots: sig.slots.0[0],
+            slots: sslots.0[0],
         });
     }
     if k_pool[1] != config.num_kv_heads || k_pool[2] != config.head_dim {
         return Err(RopePoolError::KPoolShape {
-            k_pool: sig.k_pool.clone(),
+            k_pool: sk_pool.clone(),
         });
     }
     if v_pool != k_pool {
         return Err(RopePoolError::VPoolShape {
-            v_pool: sig.v_pool.clone(),
-            k_pool: sig.k_pool.clone(),
+            v_pool: sv_pool.clone(),
+            k_pool: sk_pool.clone(),
         });
     }
-    let [dq, dk, dv, dkp, dvp] = sig.dtypes;
+    let [dq, dk, dv, dkp, dvp] = dtypes;
     if dq != dk || dq != dv {
         return Err(RopePoolError::QkvDtype {
             q: dq,

@@ -3,8 +3,8 @@
 //! the angle, the pairs and the pass-through tail are formed here in f64, independently of the
 //! kernel's exact-angle table.
 
-use crate::RopePoolConfig;
-use crate::rope::{RopeFrequencies, RopeStyle};
+use crate::op::RopePoolConfig;
+use crate::op::rope::{RopeFrequencies, RopeStyle};
 
 /// The four outputs of [`rope_pool_reference`], dense row-major in f64.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,16 +60,12 @@ fn rotate(
 ///
 /// # Panics
 /// When `config` is invalid (see [`RopePoolConfig::frequencies`]).
-#[allow(clippy::too_many_arguments)]
 pub fn rope_pool_reference(
     config: &RopePoolConfig,
-    q: &[f64],
-    k: &[f64],
-    v: &[f64],
+    [q, k, v]: [&[f64]; 3],
     positions: &[i64],
     slots: &[i64],
-    k_pool: &[f64],
-    v_pool: &[f64],
+    [k_pool, v_pool]: [&[f64]; 2],
 ) -> ReferenceOutput {
     let rope = config.frequencies().expect("a valid config");
     let kv_row = config.num_kv_heads * config.head_dim;
@@ -91,34 +87,4 @@ pub fn rope_pool_reference(
         k_pool,
         v_pool,
     }
-}
-
-/// Norm-relative error `‖actual − expected‖ / ‖expected‖` (absolute norm when `expected` is 0).
-pub fn norm_relative_error(actual: &[f64], expected: &[f64]) -> f64 {
-    let diff: f64 = actual
-        .iter()
-        .zip(expected)
-        .map(|(a, e)| (a - e) * (a - e))
-        .sum();
-    let norm: f64 = expected.iter().map(|e| e * e).sum();
-    if norm == 0.0 {
-        diff.sqrt()
-    } else {
-        (diff / norm).sqrt()
-    }
-}
-
-/// Largest `|actual − expected|`; NaN anywhere makes it NaN.
-pub fn max_abs_error(actual: &[f64], expected: &[f64]) -> f64 {
-    actual
-        .iter()
-        .zip(expected)
-        .map(|(a, e)| (a - e).abs())
-        .fold(0.0, |m: f64, d| {
-            if d.is_nan() || m.is_nan() {
-                f64::NAN
-            } else {
-                m.max(d)
-            }
-        })
 }

@@ -12,8 +12,8 @@
 //!   from the pools. With duplicate slots (a caller error) each duplicate receives that row's
 //!   gradient. This is what Burn's autodiff of `select_assign` gives the unfused path.
 
-use crate::backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs};
-use crate::rope::{RopeFrequencies, RopeStyle};
+use crate::op::backend::{Outputs, RopePoolBackend, RopePoolInputs};
+use crate::op::rope::{RopeFrequencies, RopeStyle};
 use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::CheckpointStrategy};
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary, unary};
@@ -27,7 +27,7 @@ impl<B: RopePoolBackend, C: CheckpointStrategy> RopePoolBackend for Autodiff<B, 
         inputs: RopePoolInputs<Self>,
         rope: Arc<RopeFrequencies>,
         k_rot: bool,
-    ) -> RopePoolOutputs<Self> {
+    ) -> Outputs<Self> {
         let RopePoolInputs {
             q,
             k,
@@ -44,7 +44,7 @@ impl<B: RopePoolBackend, C: CheckpointStrategy> RopePoolBackend for Autodiff<B, 
         let (v, v_node) = v.into_parts();
         let (k_pool, k_pool_node) = k_pool.into_parts();
         let (v_pool, v_pool_node) = v_pool.into_parts();
-        let out = B::rope_pool_fused(
+        let (q_rot, k_rot_out, k_pool, v_pool) = B::rope_pool_fused(
             RopePoolInputs {
                 q,
                 k,
@@ -68,13 +68,13 @@ impl<B: RopePoolBackend, C: CheckpointStrategy> RopePoolBackend for Autodiff<B, 
                 OpsKind::Tracked(prep) => prep.finish(turn.clone(), output),
                 OpsKind::UnTracked(prep) => prep.finish(output),
             };
-        let q_rot = rotated(q_node, out.q_rot);
+        let q_rot = rotated(q_node, q_rot);
         // An empty k_rot (not returned) has nothing to give back.
         let k_rot = if k_rot {
-            rotated(k_node, out.k_rot)
+            rotated(k_node, k_rot_out)
         } else {
             drop(k_node);
-            <Self as AutodiffBackend>::from_inner(out.k_rot)
+            <Self as AutodiffBackend>::from_inner(k_rot_out)
         };
         let pool = |nodes, output, turn: Option<Turn<B>>| match PoolBack
             .prepare::<C>(nodes)
@@ -84,14 +84,9 @@ impl<B: RopePoolBackend, C: CheckpointStrategy> RopePoolBackend for Autodiff<B, 
             OpsKind::Tracked(prep) => prep.finish((written.clone(), turn), output),
             OpsKind::UnTracked(prep) => prep.finish(output),
         };
-        let k_pool = pool([k_node_pool, k_pool_node], out.k_pool, Some(turn.clone()));
-        let v_pool = pool([v_node, v_pool_node], out.v_pool, None);
-        RopePoolOutputs {
-            q_rot,
-            k_rot,
-            k_pool,
-            v_pool,
-        }
+        let k_pool = pool([k_node_pool, k_pool_node], k_pool, Some(turn.clone()));
+        let v_pool = pool([v_node, v_pool_node], v_pool, None);
+        (q_rot, k_rot, k_pool, v_pool)
     }
 }
 
@@ -144,7 +139,7 @@ impl<B: RopePoolBackend> Turn<B> {
             self.rope.clone(),
             false,
         );
-        B::float_mul(out.q_rot, signs)
+        B::float_mul(out.0, signs)
     }
 }
 

@@ -4,8 +4,9 @@
 //! pools. Several kernels and intermediate tensors instead of one pass: the baseline the
 //! benchmarks compare against, and an independent implementation for the model tests.
 
-use crate::rope::{RopeFrequencies, RopeStyle};
-use crate::{RopePoolConfig, RopePoolOutput};
+use crate::op::rope::{RopeFrequencies, RopeStyle};
+use crate::op::{RopePoolConfig, RopePoolInputs, RopePoolOutputs};
+use burn::backend::TensorMetadata;
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 
 /// `position * inv_freq` of every (token, frequency), `[T, half]`, f32, from positions
@@ -121,24 +122,29 @@ pub fn rotate_unfused<const P: usize>(
 /// no way to skip a token without reading the slots back), and inputs are not validated.
 ///
 /// # Panics
-/// When `config` is invalid (see [`RopePoolConfig::frequencies`]).
-#[allow(clippy::too_many_arguments)]
-pub fn rope_pool_unfused<const P: usize>(
-    q: Tensor<3>,
-    k: Tensor<3>,
-    v: Tensor<3>,
-    positions: Tensor<P, Int>,
-    slots: Tensor<1, Int>,
-    k_pool: Tensor<3>,
-    v_pool: Tensor<3>,
-    config: &RopePoolConfig,
-) -> RopePoolOutput {
-    let (cos, sin) = cos_sin(positions, &q, config);
+/// When `config` is invalid (see [`RopePoolConfig::frequencies`]), or a tensor's rank is not
+/// the contract's.
+pub fn rope_pool_unfused(inputs: RopePoolInputs, config: &RopePoolConfig) -> RopePoolOutputs {
+    let RopePoolInputs {
+        q,
+        k,
+        v,
+        positions,
+        slots,
+        k_pool,
+        v_pool,
+    } = inputs;
+    let [q, k, v, k_pool, v_pool] = [q, k, v, k_pool, v_pool].map(Tensor::<3>::from_dispatch);
+    let (cos, sin) = match positions.shape().len() {
+        1 => cos_sin(Tensor::<1, Int>::from_dispatch(positions), &q, config),
+        _ => cos_sin(Tensor::<2, Int>::from_dispatch(positions), &q, config),
+    };
+    let slots = Tensor::<1, Int>::from_dispatch(slots);
     let q_rot = rotate(q, &cos, &sin, config);
     let k_rot = rotate(k, &cos, &sin, config);
     let k_pool = k_pool.select_assign(0, slots.clone(), k_rot.clone(), IndexingUpdateOp::Assign);
     let v_pool = v_pool.select_assign(0, slots, v, IndexingUpdateOp::Assign);
-    RopePoolOutput {
+    RopePoolOutputs {
         q_rot,
         k_rot,
         k_pool,

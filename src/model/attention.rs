@@ -4,22 +4,12 @@
 //! id and position), calls `rope_pool_fused` once for the whole batch, then attends each new
 //! token causally over its sequence's rows of the pool.
 
-use crate::RopePoolConfig;
-use crate::kv_pool::{KvPool, KvPoolError, SeqId};
-use crate::unfused::rotate_unfused;
+use crate::op::RopePoolConfig;
+use crate::op::unfused::rotate_unfused;
+use crate::pool::{AttentionPlan, KvPool, KvPoolError, SeqId, SeqRows, SeqToken};
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
-use burn::tensor::activation::softmax;
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
-
-/// One token of a ragged batch: which sequence it belongs to and its position there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TokenInfo {
-    /// The sequence (request) the token belongs to.
-    pub seq: SeqId,
-    /// Its position in that sequence (0-based).
-    pub position: usize,
-}
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 /// The layer's geometry.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,8 +17,8 @@ pub struct LlamaAttentionConfig {
     /// Model width.
     pub hidden: usize,
     /// Query heads.
-    pub num_heads: usize,
-    /// Key/value heads (divides `num_heads`).
+    pub num_qo_heads: usize,
+    /// Key/value heads (divides `num_qo_heads`).
     pub num_kv_heads: usize,
     /// Elements per head.
     pub head_dim: usize,
@@ -41,7 +31,7 @@ impl LlamaAttentionConfig {
     pub fn llama3_8b() -> Self {
         Self {
             hidden: 4096,
-            num_heads: 32,
+            num_qo_heads: 32,
             num_kv_heads: 8,
             head_dim: 128,
             rope_base: 500_000.0,
@@ -51,7 +41,7 @@ impl LlamaAttentionConfig {
     /// The op's parameters for this layer (its pool's config): rotated keys go to the pool
     /// only, since attention reads keys from the pool.
     pub fn rope(&self) -> RopePoolConfig {
-        RopePoolConfig::new(self.head_dim, self.num_heads, self.num_kv_heads)
+        RopePoolConfig::new(self.head_dim, self.num_qo_heads, self.num_kv_heads)
             .with_rope_base(self.rope_base)
             .with_k_rot(false)
     }
@@ -60,7 +50,7 @@ impl LlamaAttentionConfig {
     pub fn init(&self, device: &Device) -> LlamaAttention {
         let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
         let (q, kv) = (
-            self.num_heads * self.head_dim,
+            self.num_qo_heads * self.head_dim,
             self.num_kv_heads * self.head_dim,
         );
         LlamaAttention {
@@ -68,7 +58,7 @@ impl LlamaAttentionConfig {
             k_proj: linear(self.hidden, kv),
             v_proj: linear(self.hidden, kv),
             o_proj: linear(q, self.hidden),
-            num_heads: self.num_heads,
+            num_qo_heads: self.num_qo_heads,
             num_kv_heads: self.num_kv_heads,
             head_dim: self.head_dim,
             rope_base: self.rope_base,
@@ -79,47 +69,18 @@ impl LlamaAttentionConfig {
 /// LLaMA attention (no bias, GQA, NeoX RoPE) over a [`KvPool`].
 #[derive(Module, Debug)]
 pub struct LlamaAttention {
-    /// `hidden → num_heads * head_dim`.
+    /// `hidden → num_qo_heads * head_dim`.
     pub q_proj: Linear,
     /// `hidden → num_kv_heads * head_dim`.
     pub k_proj: Linear,
     /// `hidden → num_kv_heads * head_dim`.
     pub v_proj: Linear,
-    /// `num_heads * head_dim → hidden`.
+    /// `num_qo_heads * head_dim → hidden`.
     pub o_proj: Linear,
-    num_heads: usize,
+    num_qo_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
     rope_base: f64,
-}
-
-/// Causal attention of `q: [n, Hq, D]` (positions `q_pos`) over `k, v: [L, Hkv, D]` (positions
-/// `0..L`), GQA by repeating each kv head `Hq / Hkv` times. Returns `[n, Hq * D]`.
-pub fn causal_attention(q: Tensor<3>, k: Tensor<3>, v: Tensor<3>, q_pos: &[usize]) -> Tensor<2> {
-    let [n, hq, d] = q.dims();
-    let [l, hkv, _] = k.dims();
-    let group = hq / hkv;
-    let device = q.device();
-    // [H, n, D] x [H, D, L] -> [H, n, L]
-    let repeat = |x: Tensor<3>| {
-        x.swap_dims(0, 1)
-            .reshape([hkv, 1, l, d])
-            .repeat_dim(1, group)
-            .reshape([hq, l, d])
-    };
-    let (k, v) = (repeat(k), repeat(v));
-    let q = q.swap_dims(0, 1);
-    let scores = q.matmul(k.swap_dims(1, 2)) / (d as f64).sqrt();
-    let mask: Vec<bool> = q_pos
-        .iter()
-        .flat_map(|&p| (0..l).map(move |j| j > p))
-        .collect();
-    let mask = Tensor::<2, Bool>::from_data(TensorData::new(mask, [n, l]), &device)
-        .reshape([1, n, l])
-        .expand([hq, n, l]);
-    let scores = scores.mask_fill(mask, f32::NEG_INFINITY);
-    let out = softmax(scores, 2).matmul(v); // [H, n, D]
-    out.swap_dims(0, 1).reshape([n, hq * d])
 }
 
 impl LlamaAttention {
@@ -129,7 +90,7 @@ impl LlamaAttention {
     pub fn forward_unfused(&self, x: Tensor<2>) -> Tensor<2> {
         let [n, _] = x.dims();
         let device = x.device();
-        let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let (hq, hkv, d) = (self.num_qo_heads, self.num_kv_heads, self.head_dim);
         let rope = RopePoolConfig::new(d, hq, hkv).with_rope_base(self.rope_base);
         let positions: Vec<i64> = (0..n as i64).collect();
         let positions = Tensor::<1, Int>::from_data(TensorData::new(positions, [n]), &device);
@@ -138,8 +99,14 @@ impl LlamaAttention {
         let v = self.v_proj.forward(x).reshape([n, hkv, d]);
         let q = rotate_unfused(q, positions.clone(), &rope);
         let k = rotate_unfused(k, positions, &rope);
-        let q_pos: Vec<usize> = (0..n).collect();
-        self.o_proj.forward(causal_attention(q, k, v, &q_pos))
+        // The whole sequence as one "pool" of rows 0..n.
+        let (batch_rows, pool_rows): (Vec<usize>, Vec<i32>) = (0..n).map(|i| (i, i as i32)).unzip();
+        let seq = SeqRows {
+            batch_rows: &batch_rows,
+            pool_rows: &pool_rows,
+        };
+        let plan = AttentionPlan::new(&[seq], n, &device);
+        self.o_proj.forward(plan.attend(q, &k, &v))
     }
 
     /// Forward over a ragged batch: `hidden: [T, hidden]`, `tokens[t]` the sequence and position
@@ -149,11 +116,11 @@ impl LlamaAttention {
     pub fn forward(
         &self,
         hidden: Tensor<2>,
-        tokens: &[TokenInfo],
+        tokens: &[SeqToken],
         pool: &mut KvPool,
     ) -> Result<Tensor<2>, KvPoolError> {
         let [t, _] = hidden.dims();
-        let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let (hq, hkv, d) = (self.num_qo_heads, self.num_kv_heads, self.head_dim);
         let q = self.q_proj.forward(hidden.clone()).reshape([t, hq, d]);
         let k = self.k_proj.forward(hidden.clone()).reshape([t, hkv, d]);
         let v = self.v_proj.forward(hidden).reshape([t, hkv, d]);
@@ -182,42 +149,23 @@ impl LlamaAttention {
             }
         };
 
-        // Attention, one sequence at a time, over its rows of the pool.
-        let device = q_rot.device();
-        let mut order: Vec<SeqId> = Vec::new();
-        for token in tokens {
-            if !order.contains(&token.seq) {
-                order.push(token.seq);
+        // Attention of each sequence's new tokens over its rows of the pool.
+        let mut order: Vec<(SeqId, Vec<usize>)> = Vec::new();
+        for (i, token) in tokens.iter().enumerate() {
+            match order.iter_mut().find(|(seq, _)| *seq == token.seq) {
+                Some((_, rows)) => rows.push(i),
+                None => order.push((token.seq, vec![i])),
             }
         }
-        let mut outputs: Vec<(Vec<usize>, Tensor<2>)> = Vec::new();
-        for seq in order {
-            let rows_idx: Vec<usize> = (0..t).filter(|&i| tokens[i].seq == seq).collect();
-            let q_pos: Vec<usize> = rows_idx.iter().map(|&i| tokens[i].position).collect();
-            let len = q_pos.iter().max().map_or(0, |p| p + 1);
-            let rows = pool.slots.rows(seq).expect("allocated above");
-            let rows: Vec<i64> = rows[..len].iter().map(|&r| r as i64).collect();
-            let rows = Tensor::<1, Int>::from_data(TensorData::new(rows, [len]), &device);
-            let k = pool.k().clone().select(0, rows.clone());
-            let v = pool.v().clone().select(0, rows);
-            let sel: Vec<i64> = rows_idx.iter().map(|&i| i as i64).collect();
-            let sel = Tensor::<1, Int>::from_data(TensorData::new(sel, [rows_idx.len()]), &device);
-            let q = q_rot.clone().select(0, sel);
-            outputs.push((rows_idx, causal_attention(q, k, v, &q_pos)));
-        }
-        // Back to batch order.
-        let mut index = vec![0i64; t];
-        let mut parts = Vec::new();
-        let mut at = 0;
-        for (rows_idx, out) in outputs {
-            for (j, &i) in rows_idx.iter().enumerate() {
-                index[i] = (at + j) as i64;
-            }
-            at += rows_idx.len();
-            parts.push(out);
-        }
-        let index = Tensor::<1, Int>::from_data(TensorData::new(index, [t]), &device);
-        let attended = Tensor::cat(parts, 0).select(0, index);
+        let seqs: Vec<SeqRows<'_>> = order
+            .iter()
+            .map(|(seq, batch_rows)| SeqRows {
+                batch_rows,
+                pool_rows: pool.slots.rows(*seq).unwrap_or(&[]),
+            })
+            .collect();
+        let plan = AttentionPlan::new(&seqs, t, &q_rot.device());
+        let attended = plan.attend(q_rot, pool.k(), pool.v());
         Ok(self.o_proj.forward(attended))
     }
 }

@@ -1,22 +1,19 @@
 //! The RoPE variants of the models people run, and their frequencies.
 //!
-//! A [`RopePoolConfig`] names a pair layout ([`RopeStyle`]), a rotary
+//! A [`RopePoolConfig`](crate::RopePoolConfig) names a pair layout ([`RopeStyle`]), a rotary
 //! dimension, a frequency [`RopeScaling`] and optionally M-RoPE sections ([`MRope`]).
 //! [`RopeFrequencies`] turns them into the inverse frequencies, in float64 with transformers'
 //! formulas (`modeling_rope_utils`), and into the kernel's exact-angle table. Every path of the
 //! op (kernel, Flex, the float64 reference, the unfused tensor ops) reads its frequencies from
 //! here.
 
-use crate::{RopePoolConfig, RopePoolError};
-use burn::tensor::DType;
+use crate::op::RopePoolError;
 use rope_pool_kernels::RopeTable;
-use std::cell::RefCell;
-use std::collections::HashMap;
+use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
-use std::sync::{Arc, Mutex, OnceLock};
 
 /// Which elements of a head form a rotation pair.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum RopeStyle {
     /// Halves: element `i` pairs with `i + rotary_dim / 2` (Llama, Qwen, Mistral, GPT-NeoX).
     #[default]
@@ -29,7 +26,7 @@ pub enum RopeStyle {
 ///
 /// Optional fields follow transformers' defaults when `None`. `max_position_embeddings` is the
 /// model's (the config's top-level field), which the formulas read where transformers does.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub enum RopeScaling {
     /// `inv_freq[i] = rope_base ^ (-2i / rotary_dim)`.
     #[default]
@@ -91,9 +88,31 @@ pub enum RopeScaling {
     },
 }
 
+impl RopeScaling {
+    /// YaRN with `factor` and the pre-training and model contexts, every other field at
+    /// transformers' default.
+    pub fn yarn(
+        factor: f64,
+        original_max_position_embeddings: Option<f64>,
+        max_position_embeddings: Option<f64>,
+    ) -> Self {
+        Self::Yarn {
+            factor,
+            original_max_position_embeddings,
+            max_position_embeddings,
+            attention_factor: None,
+            beta_fast: None,
+            beta_slow: None,
+            mscale: None,
+            mscale_all_dim: None,
+            truncate: None,
+        }
+    }
+}
+
 /// M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): `positions` is `[3, num_tokens]` (temporal, height,
 /// width) and each frequency takes its position from one row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MRope {
     /// Frequencies per row `[t, h, w]`; they sum to `rotary_dim / 2`.
     pub section: [usize; 3],
@@ -136,7 +155,7 @@ pub struct RopeFrequencies {
     /// Pair layout.
     pub style: RopeStyle,
     /// The exact-angle table the kernel and the Flex path read.
-    pub table: RopeTable,
+    pub(crate) table: RopeTable,
 }
 
 impl RopeFrequencies {
@@ -153,134 +172,32 @@ impl RopeFrequencies {
         self.rows.as_ref().map_or(0, |rows| rows[i] as usize)
     }
 
-    /// The frequencies of `config`, checked (checks 12, 13, 15 of the contract and finite
-    /// results) and cached for the life of the process. A thread's last config is remembered
-    /// too: a decode loop, which passes the same config every call, finds its frequencies with
-    /// one comparison (no key built, no lock taken).
-    pub fn of(config: &RopePoolConfig) -> Result<Arc<Self>, RopePoolError> {
-        thread_local! {
-            static LAST: RefCell<Option<(RopePoolConfig, Arc<RopeFrequencies>)>> =
-                const { RefCell::new(None) };
-        }
-        let last = LAST.with_borrow(|last| {
-            last.as_ref()
-                .filter(|(c, _)| c == config)
-                .map(|(_, f)| f.clone())
-        });
-        if let Some(found) = last {
-            return Ok(found);
-        }
-        let found = Self::of_cached(config)?;
-        LAST.set(Some((config.clone(), found.clone())));
-        Ok(found)
-    }
-
-    fn of_cached(config: &RopePoolConfig) -> Result<Arc<Self>, RopePoolError> {
-        type Cache = HashMap<(Vec<u64>, Option<String>), Arc<RopeFrequencies>>;
-        static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
-        let key = cache_key(config);
-        let cache = CACHE.get_or_init(Default::default);
-        if let Some(found) = lock(cache).get(&key) {
-            return Ok(found.clone());
-        }
-        let frequencies = Arc::new(Self::compute(config)?);
-        let mut cache = lock(cache);
-        if cache.len() >= 64 {
-            cache.clear();
-        }
-        cache.insert(key, frequencies.clone());
-        Ok(frequencies)
-    }
-
-    fn compute(config: &RopePoolConfig) -> Result<Self, RopePoolError> {
-        let head_dim = config.head_dim;
-        let rotary_dim = config.rotary_dim();
-        if rotary_dim < 2 || rotary_dim > head_dim || !rotary_dim.is_multiple_of(2) {
-            return Err(RopePoolError::RotaryDim {
-                rotary_dim,
-                head_dim,
-            });
-        }
-        let half = rotary_dim / 2;
-        if let Some(mrope) = &config.mrope {
-            let sum: usize = mrope.section.iter().sum();
-            if sum != half {
-                return Err(RopePoolError::MropeSection { sum, rotary_dim });
-            }
-        }
-        let base = config.rope_base;
-        let default: Vec<f64> = (0..half)
-            .map(|i| 1.0 / base.powf((2 * i) as f64 / rotary_dim as f64))
-            .collect();
-        let (mut inv_freq, mut long, attention_factor) = scaled(&config.scaling, &default, base)?;
-        if let Some(dtype) = config.inv_freq_dtype {
-            let round = |f: &mut f64| {
-                *f = match dtype {
-                    DType::BF16 => half::bf16::from_f64(*f).to_f64(),
-                    DType::F16 => half::f16::from_f64(*f).to_f64(),
-                    DType::F32 => *f as f32 as f64,
-                    _ => *f,
-                }
-            };
-            inv_freq.iter_mut().for_each(round);
-            if let Some((l, _)) = long.as_mut() {
-                l.iter_mut().for_each(round);
-            }
-        }
-        let finite = |v: &[f64]| v.iter().all(|f| f.is_finite() && *f >= 0.0);
-        if !finite(&inv_freq)
-            || !long.as_ref().is_none_or(|(l, _)| finite(l))
-            || !attention_factor.is_finite()
-        {
-            return Err(RopePoolError::RopeScaling {
-                what: "the frequencies are not finite".into(),
-            });
-        }
-        let rows = config
-            .mrope
-            .map(|m| (0..half).map(|i| m.row(i)).collect::<Vec<u8>>());
+    /// The frequencies of a call: the (scaled) inverse frequencies, LongRoPE's long set and the
+    /// largest position from which it applies, the attention factor, M-RoPE's row of each
+    /// frequency and the pair style; builds the kernel's table of them.
+    pub(crate) fn new(
+        inv_freq: Vec<f64>,
+        long: Option<(Vec<f64>, i64)>,
+        attention_factor: f64,
+        rows: Option<Vec<u8>>,
+        style: RopeStyle,
+    ) -> Self {
         let table = RopeTable::new(
             &inv_freq,
             long.as_ref().map(|(l, from)| (l.as_slice(), *from)),
             rows.as_deref(),
-            config.style == RopeStyle::Gptj,
+            style == RopeStyle::Gptj,
             attention_factor,
         );
-        Ok(Self {
+        Self {
             inv_freq,
             long,
             attention_factor,
             rows,
-            style: config.style,
+            style,
             table,
-        })
+        }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Every field of `config` the frequencies depend on: the plain fields as bits, the scaling (when
-/// there is one) in its `Debug` form, which prints every float exactly.
-fn cache_key(config: &RopePoolConfig) -> (Vec<u64>, Option<String>) {
-    let mut key = vec![
-        config.head_dim as u64,
-        config.rotary_dim() as u64,
-        config.rope_base.to_bits(),
-        config.style as u64,
-        config
-            .inv_freq_dtype
-            .map_or(0, |d| d.size() as u64 * 8 + matches!(d, DType::BF16) as u64),
-    ];
-    if let Some(m) = &config.mrope {
-        key.extend(m.section.map(|s| s as u64));
-        key.push(m.interleaved as u64 + 1);
-    }
-    let scaling = (config.scaling != RopeScaling::None).then(|| format!("{:?}", config.scaling));
-    (key, scaling)
 }
 
 fn bad(what: impl Into<String>) -> RopePoolError {
@@ -302,10 +219,14 @@ fn positive_opt(name: &str, value: Option<f64>) -> Result<Option<f64>, RopePoolE
     value.map(|v| positive(name, v)).transpose()
 }
 
-type Scaled = (Vec<f64>, Option<(Vec<f64>, i64)>, f64);
+pub(crate) type Scaled = (Vec<f64>, Option<(Vec<f64>, i64)>, f64);
 
 /// transformers' `_compute_*_parameters`, in float64, from the default frequencies.
-fn scaled(scaling: &RopeScaling, default: &[f64], base: f64) -> Result<Scaled, RopePoolError> {
+pub(crate) fn scaled(
+    scaling: &RopeScaling,
+    default: &[f64],
+    base: f64,
+) -> Result<Scaled, RopePoolError> {
     let half = default.len();
     let dim = 2 * half;
     Ok(match scaling {

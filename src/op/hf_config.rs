@@ -3,8 +3,8 @@
 //! `head_dim` or `hidden_size / num_attention_heads`, GPT-J's own field names, and the
 //! `text_config` of vision-language models.
 
-use crate::rope::{MRope, RopeScaling, RopeStyle};
-use crate::{RopePoolConfig, RopePoolError};
+use crate::op::rope::{MRope, RopeScaling, RopeStyle};
+use crate::op::{RopePoolConfig, RopePoolError};
 use serde_json::{Map, Value};
 
 fn invalid(what: impl Into<String>) -> RopePoolError {
@@ -225,10 +225,10 @@ impl RopePoolConfig {
                 RopeStyle::Neox
             });
         if rotary_dim != head_dim {
-            config = config.with_rotary_dim(rotary_dim);
+            config = config.with_rotary_dim(Some(rotary_dim));
         }
         if let Some(mrope) = mrope {
-            config = config.with_mrope(mrope);
+            config = config.with_mrope(Some(mrope));
         }
         Ok(config)
     }

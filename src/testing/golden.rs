@@ -3,12 +3,13 @@
 //! `expect_error`, and for variants `rope_style rotary_dim rope_scaling mrope_section
 //! mrope_interleaved`), loaded, run on a device and scored. Shared by the tests and `replay`.
 
-use crate::reference::{ReferenceOutput, max_abs_error, norm_relative_error};
-use crate::{
-    Dims, FloatArg, IntArg, MRope, RopePoolConfig, RopePoolError, RopeScaling, RopeStyle,
+use crate::op::reference::ReferenceOutput;
+use crate::op::{
+    Dims, MRope, RopePoolConfig, RopePoolError, RopePoolInputs, RopeScaling, RopeStyle,
     rope_pool_fused,
 };
-use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use crate::testing::{max_abs_error, norm_relative_error};
+use burn::tensor::{DType, Device, DispatchTensor, Int, Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
 
 /// The largest rank of an input a golden file may hold (the op's are 1 to 3; higher ones are
@@ -119,7 +120,7 @@ impl GoldenCase {
         if meta.contains_key("rotary_dim") {
             let rotary_dim = int("rotary_dim")?;
             if rotary_dim != config.head_dim {
-                config = config.with_rotary_dim(rotary_dim);
+                config = config.with_rotary_dim(Some(rotary_dim));
             }
         }
         let json = |name: &str| -> Result<Option<serde_json::Value>, GoldenError> {
@@ -136,17 +137,17 @@ impl GoldenCase {
                 .map_err(|e| GoldenError::Content(e.to_string()))?;
             config = config.with_scaling(scaling);
             if let Some(mrope) = mrope {
-                config = config.with_mrope(mrope);
+                config = config.with_mrope(Some(mrope));
             }
         }
         if let Some(section) = json("mrope_section")? {
             let section: [usize; 3] = serde_json::from_value(section)
                 .map_err(|e| GoldenError::Content(format!("metadata `mrope_section`: {e}")))?;
             let interleaved = meta.get("mrope_interleaved").is_some_and(|v| v == "true");
-            config = config.with_mrope(MRope {
+            config = config.with_mrope(Some(MRope {
                 section,
                 interleaved,
-            });
+            }));
         }
 
         let tensors = SafeTensors::deserialize(&bytes)?;
@@ -229,7 +230,7 @@ impl GoldenCase {
         name: &str,
         device: &Device,
         dtype: Option<DType>,
-    ) -> Result<FloatArg, RopePoolError> {
+    ) -> Result<DispatchTensor, RopePoolError> {
         let t = &self.inputs[name];
         let values: Vec<f32> = t.values.iter().map(|&x| x as f32).collect();
         let data = TensorData::new(values, t.dims.clone());
@@ -237,7 +238,7 @@ impl GoldenCase {
         macro_rules! of_rank {
             ($($rank:literal)*) => {
                 match t.dims.len() {
-                    $($rank => Ok(Tensor::<$rank>::from_data(data, options).into()),)*
+                    $($rank => Ok(Tensor::<$rank>::from_data(data, options).into_dispatch()),)*
                     _ => Err(self.rank_error(name)),
                 }
             };
@@ -247,7 +248,7 @@ impl GoldenCase {
 
     /// An integer input: i32 when its values fit, else i64 (an error when the device has no
     /// i64).
-    fn int(&self, name: &str, device: &Device) -> Result<IntArg, RopePoolError> {
+    fn int(&self, name: &str, device: &Device) -> Result<DispatchTensor, RopePoolError> {
         let t = &self.inputs[name];
         // Saturating: values past i64 are out of every range the op accepts anyway.
         let values: Vec<i64> = t.values.iter().map(|&x| x as i64).collect();
@@ -263,7 +264,7 @@ impl GoldenCase {
         macro_rules! of_rank {
             ($($rank:literal)*) => {
                 match t.dims.len() {
-                    $($rank => Ok(Tensor::<$rank, Int>::from_data(data, (device, dtype)).into()),)*
+                    $($rank => Ok(Tensor::<$rank, Int>::from_data(data, (device, dtype)).into_dispatch()),)*
                     _ => Err(self.rank_error(name)),
                 }
             };
@@ -278,16 +279,17 @@ impl GoldenCase {
         device: &Device,
         dtype: Option<DType>,
     ) -> Result<ReferenceOutput, RopePoolError> {
-        let out = rope_pool_fused(
-            self.float("q", device, dtype)?,
-            self.float("k", device, dtype)?,
-            self.float("v", device, dtype)?,
-            self.int("positions", device)?,
-            self.int("slots", device)?,
-            self.float("k_pool", device, dtype)?,
-            self.float("v_pool", device, dtype)?,
-            &self.config,
-        )?;
+        // Any rank: a wrong one gets the op's rank error.
+        let inputs = RopePoolInputs {
+            q: self.float("q", device, dtype)?,
+            k: self.float("k", device, dtype)?,
+            v: self.float("v", device, dtype)?,
+            positions: self.int("positions", device)?,
+            slots: self.int("slots", device)?,
+            k_pool: self.float("k_pool", device, dtype)?,
+            v_pool: self.float("v_pool", device, dtype)?,
+        };
+        let out = rope_pool_fused(inputs, &self.config)?;
         let host = |t: Tensor<3>| -> Result<Vec<f64>, RopePoolError> {
             let read_back = |e| RopePoolError::ReadBack {
                 what: format!("{e:?}"),

@@ -2,8 +2,8 @@
 //! `rope-pool-kernels`. Covers every CubeCL runtime (wgpu/Vulkan/Metal/WebGPU, CUDA, ROCm, CPU);
 //! the fusion-wrapped backend reaches it through the lazy path the extension macro generates.
 
-use crate::backend::{RopePoolBackend, RopePoolInputs, RopePoolOutputs, no_rows};
-use crate::rope::RopeFrequencies;
+use crate::op::backend::{Outputs, RopePoolBackend, RopePoolInputs, no_rows};
+use crate::op::rope::RopeFrequencies;
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::Shape;
@@ -116,7 +116,7 @@ impl RopePoolBackend for CubeBackend {
         inputs: RopePoolInputs<Self>,
         rope: Arc<RopeFrequencies>,
         k_rot: bool,
-    ) -> RopePoolOutputs<Self> {
+    ) -> Outputs<Self> {
         let RopePoolInputs {
             q,
             k,
@@ -127,7 +127,7 @@ impl RopePoolBackend for CubeBackend {
             v_pool,
         } = inputs;
         let (q, k, v) = (token_rows(q), token_rows(k), token_rows(v));
-        let positions = kernel_positions(positions, rope.table.variant.long_short);
+        let positions = kernel_positions(positions, rope.table.variant().long_short);
         let slots = into_contiguous(slots);
         let (k_pool, v_pool) = (owned_contiguous(k_pool), owned_contiguous(v_pool));
         // Without k_rot the kernel never writes `k_out`: an empty `[0, Hkv, D]` output whose
@@ -173,11 +173,6 @@ impl RopePoolBackend for CubeBackend {
                 &tuning(),
             );
         }
-        RopePoolOutputs {
-            q_rot,
-            k_rot,
-            k_pool,
-            v_pool,
-        }
+        (q_rot, k_rot, k_pool, v_pool)
     }
 }

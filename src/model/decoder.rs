@@ -1,0 +1,345 @@
+//! A Llama-family decoder on the fused op (Llama 2/3/3.1, Mistral, Qwen2, Qwen3): embeddings,
+//! RMSNorm, attention (q/k/v/o projections with the checkpoint's biases, Qwen3's per-head q/k
+//! RMSNorm before RoPE, GQA), SwiGLU MLP, final norm and LM head (tied or not). Each layer's keys
+//! and values live in a token-slot pool written by [`rope_pool_fused`](crate::rope_pool_fused);
+//! one [`Decoder::step`] runs a ragged batch — prefill and decode tokens of several sequences
+//! together — and attention reads the pool rows of each token's sequence through the pool's
+//! attention plan (made once per step, used by every layer).
+
+use crate::model::weights::{FromCheckpoint, Layer, Weights};
+use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
+use crate::op::unfused::rope_pool_unfused;
+use crate::op::{
+    RefusedCall, RopePoolError, RopePoolInputs, check_rope_pool_fused, try_rope_pool_fused,
+};
+use crate::pool::{AttentionPlan, KvPoolError, SeqId, SeqRows, SlotAllocator};
+use burn::tensor::activation::silu;
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+
+/// Why a decoder could not be built or run.
+#[derive(Debug, thiserror::Error)]
+pub enum DecoderError {
+    /// The checkpoint could not be read, or does not match its config.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The rope settings of the config are refused.
+    #[error(transparent)]
+    Rope(#[from] RopePoolError),
+    /// The pool has too few free rows (or a sequence is unknown).
+    #[error(transparent)]
+    Pool(#[from] KvPoolError),
+    /// A step's tokens are not in the order [`Decoder::step`] takes them.
+    #[error("invalid step: {0}")]
+    Step(String),
+}
+
+/// RMSNorm over the last axis of `x: [n, d]`, computed in f32 and scaled by `w` in `x`'s dtype
+/// (as transformers does).
+fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
+    let dtype = x.dtype();
+    let x = x.cast(DType::F32);
+    let scale = (x.clone().powi_scalar(2).mean_dim(1) + eps).sqrt().recip();
+    (x * scale).cast(dtype) * w.clone().unsqueeze::<2>()
+}
+
+/// The pools of every layer and the allocator of their rows (one row per token, shared by all
+/// layers).
+pub struct KvCache {
+    k: Vec<Option<Tensor<3>>>,
+    v: Vec<Option<Tensor<3>>>,
+    /// The rows of the pools, per sequence.
+    pub slots: SlotAllocator,
+    pool_rows: usize,
+}
+
+impl KvCache {
+    /// Rows of each pool.
+    pub fn pool_rows(&self) -> usize {
+        self.pool_rows
+    }
+}
+
+/// One token of a step: its sequence, id and position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepToken {
+    /// The sequence it belongs to.
+    pub seq: SeqId,
+    /// Token id.
+    pub token: u32,
+    /// Position in its sequence (its rows in the pool are `0..=position`).
+    pub position: usize,
+}
+
+/// A decoder's weights on one device.
+pub struct Decoder {
+    /// The architecture.
+    pub config: DecoderConfig,
+    embed: Tensor<2>,
+    layers: Vec<Layer>,
+    norm: Tensor<1>,
+    lm_head: Tensor<2>,
+    device: Device,
+    dtype: DType,
+    fused: bool,
+}
+
+fn ints<const D: usize>(values: Vec<i64>, dims: [usize; D], device: &Device) -> Tensor<D, Int> {
+    Tensor::from_data(TensorData::new(values, dims), device)
+}
+
+impl Decoder {
+    /// Loads a HuggingFace checkpoint folder, weights converted to `dtype` on `device`.
+    pub fn load(
+        checkpoint: &Checkpoint,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self, DecoderError> {
+        let config = DecoderConfig::from_hf_config(&checkpoint.config)?;
+        Self::build(
+            config,
+            &FromCheckpoint {
+                checkpoint,
+                device,
+                dtype,
+            },
+        )
+    }
+
+    /// Builds the model from `weights`.
+    pub(crate) fn build(
+        config: DecoderConfig,
+        weights: &impl Weights,
+    ) -> Result<Self, DecoderError> {
+        let (h, m) = (config.hidden_size, config.intermediate_size);
+        let rope = &config.rope;
+        let (q_out, kv_out) = (
+            rope.num_qo_heads * rope.head_dim,
+            rope.num_kv_heads * rope.head_dim,
+        );
+        let mut layers = Vec::with_capacity(config.num_layers);
+        for l in 0..config.num_layers {
+            let p = format!("model.layers.{l}");
+            let norm = |name: &str, n: usize| weights.norm(&format!("{p}.{name}.weight"), n);
+            let linear = |name: &str, i: usize, o: usize, bias: bool| {
+                weights.linear(&format!("{p}.{name}"), i, o, bias)
+            };
+            let qk_norm = |which: &str| {
+                config
+                    .qk_norm
+                    .then(|| norm(&format!("self_attn.{which}_norm"), rope.head_dim))
+                    .transpose()
+            };
+            layers.push(Layer {
+                input_norm: norm("input_layernorm", h)?,
+                q: linear("self_attn.q_proj", h, q_out, config.qkv_bias)?,
+                k: linear("self_attn.k_proj", h, kv_out, config.qkv_bias)?,
+                v: linear("self_attn.v_proj", h, kv_out, config.qkv_bias)?,
+                o: linear("self_attn.o_proj", q_out, h, config.o_bias)?,
+                q_norm: qk_norm("q")?,
+                k_norm: qk_norm("k")?,
+                post_norm: norm("post_attention_layernorm", h)?,
+                gate: linear("mlp.gate_proj", h, m, false)?,
+                up: linear("mlp.up_proj", h, m, false)?,
+                down: linear("mlp.down_proj", m, h, false)?,
+            });
+        }
+        let embed = weights.embed(config.vocab_size, h)?;
+        let lm_head = if config.tie_word_embeddings {
+            embed.clone().transpose()
+        } else {
+            weights.linear("lm_head", h, config.vocab_size, false)?.w
+        };
+        Ok(Self {
+            embed,
+            layers,
+            norm: weights.norm("model.norm.weight", h)?,
+            lm_head,
+            device: weights.device().clone(),
+            dtype: weights.dtype(),
+            fused: true,
+            config,
+        })
+    }
+
+    /// Runs RoPE and the pool writes with the fused op (the default) or, for comparison, with
+    /// plain Burn tensor ops ([`rope_pool_unfused`]).
+    pub fn with_fused(mut self, fused: bool) -> Self {
+        self.fused = fused;
+        self
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Empty pools of `pool_rows` rows for every layer.
+    pub fn new_cache(&self, pool_rows: usize) -> KvCache {
+        let rope = &self.config.rope;
+        let shape = [pool_rows, rope.num_kv_heads, rope.head_dim];
+        let zeros = || Some(Tensor::<3>::zeros(shape, (&self.device, self.dtype)));
+        KvCache {
+            k: (0..self.layers.len()).map(|_| zeros()).collect(),
+            v: (0..self.layers.len()).map(|_| zeros()).collect(),
+            slots: SlotAllocator::new(pool_rows),
+            pool_rows,
+        }
+    }
+
+    /// Runs one step: `tokens` of several sequences, each sequence's tokens contiguous and in
+    /// position order, continuing where its rows in the pool end (a new sequence starts at
+    /// position 0). Allocates one pool row per token (all or nothing) and returns the logits
+    /// `[S, vocab]` of each sequence's last token, sequences in order of first appearance.
+    pub fn step(
+        &self,
+        tokens: &[StepToken],
+        cache: &mut KvCache,
+    ) -> Result<Tensor<2>, DecoderError> {
+        if tokens.is_empty() {
+            return Err(DecoderError::Step("no tokens".into()));
+        }
+        if let Some(t) = tokens
+            .iter()
+            .find(|t| t.token as usize >= self.config.vocab_size)
+        {
+            return Err(DecoderError::Step(format!(
+                "token id {} is outside the vocabulary of {}",
+                t.token, self.config.vocab_size
+            )));
+        }
+        // Sequences in order, each a contiguous run continuing its rows.
+        let mut groups: Vec<(SeqId, Vec<usize>)> = Vec::new();
+        for (i, t) in tokens.iter().enumerate() {
+            match groups.last_mut() {
+                Some((seq, rows)) if *seq == t.seq => rows.push(i),
+                _ => {
+                    if groups.iter().any(|(s, _)| *s == t.seq) {
+                        return Err(DecoderError::Step(format!(
+                            "the tokens of sequence {} are not contiguous",
+                            t.seq
+                        )));
+                    }
+                    groups.push((t.seq, vec![i]));
+                }
+            }
+        }
+        for (seq, rows) in &groups {
+            let held = cache.slots.rows(*seq).map_or(0, <[i32]>::len);
+            for (k, &i) in rows.iter().enumerate() {
+                if tokens[i].position != held + k {
+                    return Err(DecoderError::Step(format!(
+                        "sequence {seq}: token at position {} where position {} comes next",
+                        tokens[i].position,
+                        held + k
+                    )));
+                }
+            }
+        }
+        if tokens.len() > cache.slots.available() {
+            return Err(KvPoolError::Exhausted {
+                requested: tokens.len(),
+                available: cache.slots.available(),
+            }
+            .into());
+        }
+        let mut slots = Vec::with_capacity(tokens.len());
+        for (seq, rows) in &groups {
+            slots.extend(
+                cache
+                    .slots
+                    .allocate(*seq, rows.len())?
+                    .iter()
+                    .map(|&r| r as i64),
+            );
+        }
+        let result = self.run_step(tokens, &groups, slots, cache);
+        if result.is_err() {
+            // The step stored nothing a later step reads: give its rows back.
+            for (seq, rows) in &groups {
+                cache.slots.free_last(*seq, rows.len())?;
+            }
+        }
+        result
+    }
+
+    /// The layers of [`Decoder::step`] on tokens whose rows are allocated (`slots`).
+    fn run_step(
+        &self,
+        tokens: &[StepToken],
+        groups: &[(SeqId, Vec<usize>)],
+        slots: Vec<i64>,
+        cache: &mut KvCache,
+    ) -> Result<Tensor<2>, DecoderError> {
+        let seqs: Vec<SeqRows<'_>> = groups
+            .iter()
+            .map(|(seq, rows)| SeqRows {
+                batch_rows: rows,
+                pool_rows: cache.slots.rows(*seq).unwrap_or(&[]),
+            })
+            .collect();
+        let plan = AttentionPlan::new(&seqs, tokens.len(), &self.device);
+        let last: Vec<i64> = groups
+            .iter()
+            .map(|(_, rows)| rows.last().map_or(0, |&r| r as i64))
+            .collect();
+        let last = ints(last, [groups.len()], &self.device);
+
+        let device = &self.device;
+        let t = tokens.len();
+        let rope = &self.config.rope;
+        let (hq, hkv, d) = (rope.num_qo_heads, rope.num_kv_heads, rope.head_dim);
+        let ids = ints(tokens.iter().map(|t| t.token as i64).collect(), [t], device);
+        let positions = ints(
+            tokens.iter().map(|t| t.position as i64).collect(),
+            [t],
+            device,
+        );
+        let slots = ints(slots, [t], device);
+        let eps = self.config.rms_norm_eps;
+        let mut x = self.embed.clone().select(0, ids);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let h = rms_norm(x.clone(), &layer.input_norm, eps);
+            let head_norm = |y: Tensor<2>, heads: usize, w: &Option<Tensor<1>>| match w {
+                Some(w) => rms_norm(y.reshape([t * heads, d]), w, eps).reshape([t, heads, d]),
+                None => y.reshape([t, heads, d]),
+            };
+            let q = head_norm(layer.q.forward(h.clone()), hq, &layer.q_norm);
+            let k = head_norm(layer.k.forward(h.clone()), hkv, &layer.k_norm);
+            let v = layer.v.forward(h).reshape([t, hkv, d]);
+            let (k_pool, v_pool) = (&mut cache.k[l], &mut cache.v[l]);
+            let (Some(kp), Some(vp)) = (k_pool.take(), v_pool.take()) else {
+                return Err(DecoderError::Step("the cache lost its pools".into()));
+            };
+            let inputs = RopePoolInputs::new(q, k, v, positions.clone(), slots.clone(), kp, vp);
+            // The pools go in as their only handles (updated in place) and come back either way.
+            let out = if self.fused {
+                try_rope_pool_fused(inputs, rope)
+            } else {
+                match check_rope_pool_fused(&inputs, rope) {
+                    Ok(()) => Ok(rope_pool_unfused(inputs, rope)),
+                    Err(error) => Err(RefusedCall {
+                        error,
+                        inputs: Box::new(inputs),
+                    }),
+                }
+            };
+            let (q_rot, kp, vp) = match out {
+                Ok(out) => (out.q_rot, out.k_pool, out.v_pool),
+                Err(refused) => {
+                    let [kp, vp] =
+                        [refused.inputs.k_pool, refused.inputs.v_pool].map(Tensor::from_dispatch);
+                    (*k_pool, *v_pool) = (Some(kp), Some(vp));
+                    return Err(refused.error.into());
+                }
+            };
+            let attended = plan.attend(q_rot, &kp, &vp);
+            (*k_pool, *v_pool) = (Some(kp), Some(vp));
+            x = x + layer.o.forward(attended);
+            let h = rms_norm(x.clone(), &layer.post_norm, eps);
+            let mlp = silu(layer.gate.forward(h.clone())) * layer.up.forward(h);
+            x = x + layer.down.forward(mlp);
+        }
+        let last = rms_norm(x.select(0, last), &self.norm, eps);
+        Ok(last.matmul(self.lm_head.clone()))
+    }
+}

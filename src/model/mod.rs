@@ -1,0 +1,18 @@
+//! The model: a HuggingFace checkpoint, a Llama-family decoder whose layers keep their keys and
+//! values in pools written by the op, greedy generation over a ragged batch, and a standalone
+//! LLaMA attention layer. Built on the op and the pool.
+
+mod attention;
+mod checkpoint;
+mod config;
+mod decoder;
+mod generate;
+mod weights;
+
+pub use attention::{LlamaAttention, LlamaAttentionConfig};
+pub use checkpoint::{Checkpoint, CheckpointError};
+pub use config::DecoderConfig;
+pub use decoder::{Decoder, DecoderError, KvCache, StepToken};
+pub use generate::{GenerateError, GenerateOptions, Generated, Request, Stats, generate};
+#[cfg(feature = "testing")]
+pub(crate) use weights::Random;

@@ -1,0 +1,170 @@
+//! The Flex (pure-Rust CPU) implementation: the op as one host loop over dense buffers, with the
+//! kernel's exact-angle table and the same f32 arithmetic (the table's host twin of the angle).
+
+use crate::op::backend::{Outputs, RopePoolBackend, RopePoolInputs, no_rows};
+use crate::op::rope::{RopeFrequencies, RopeStyle};
+use burn::backend::TensorMetadata;
+use burn::tensor::{DType, Element};
+use burn_flex::{Flex, FlexTensor, Layout};
+use half::{bf16, f16};
+use std::sync::Arc;
+
+/// A float storage type the op reads and writes; arithmetic is done in f32.
+trait Storage: Copy + Send + Sync {
+    fn to_f32(self) -> f32;
+    fn from_f32(value: f32) -> Self;
+}
+
+impl Storage for f32 {
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn from_f32(value: f32) -> Self {
+        value
+    }
+}
+
+impl Storage for f16 {
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    fn from_f32(value: f32) -> Self {
+        f16::from_f32(value)
+    }
+}
+
+impl Storage for bf16 {
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    fn from_f32(value: f32) -> Self {
+        bf16::from_f32(value)
+    }
+}
+
+/// Rotates every head row of `src` (one token's heads, `head_dim` each) into `dst` with the
+/// token's cos/sin (`rotary_dim / 2` each): NeoX halves or GPT-J pairs over the first
+/// `rotary_dim` elements, the rest copied.
+fn rotate_rows<E: Storage>(
+    src: &[E],
+    dst: &mut [E],
+    head_dim: usize,
+    style: RopeStyle,
+    cos: &[f32],
+    sin: &[f32],
+) {
+    let half = cos.len();
+    for (src, dst) in src
+        .chunks_exact(head_dim)
+        .zip(dst.chunks_exact_mut(head_dim))
+    {
+        for i in 0..half {
+            let (lo, hi) = match style {
+                RopeStyle::Neox => (i, i + half),
+                RopeStyle::Gptj => (2 * i, 2 * i + 1),
+            };
+            let (a, b) = (src[lo].to_f32(), src[hi].to_f32());
+            dst[lo] = E::from_f32(a * cos[i] - b * sin[i]);
+            dst[hi] = E::from_f32(a * sin[i] + b * cos[i]);
+        }
+        dst[2 * half..].copy_from_slice(&src[2 * half..]);
+    }
+}
+
+/// `tensor` with a dense row-major buffer of exactly its elements, starting at 0. Copies only
+/// when the layout is not already that; a shared buffer stays shared (writers copy on write).
+fn dense(tensor: FlexTensor) -> FlexTensor {
+    let exact = tensor.layout().contiguous_offsets() == Some((0, tensor.layout().num_elements()))
+        && tensor.bytes().len() == tensor.layout().num_elements() * tensor.dtype().size();
+    if exact {
+        tensor
+    } else {
+        tensor.to_contiguous()
+    }
+}
+
+/// The values of an integer tensor (i32 or i64: the types the op hands the backend), widened to
+/// i64.
+fn indices(tensor: FlexTensor) -> Vec<i64> {
+    dense(tensor).into_data().iter::<i64>().collect()
+}
+
+/// The op in one pass over the batch: every row of `q_rot` and `k_rot`, and the pool rows of the
+/// tokens whose slot is in `0..pool_size`.
+fn run<E: Storage + Element + bytemuck::Pod>(
+    inputs: RopePoolInputs<Flex>,
+    rope: &RopeFrequencies,
+    k_rot: bool,
+) -> Outputs<Flex> {
+    let (q, k, v) = (dense(inputs.q), dense(inputs.k), dense(inputs.v));
+    let (mut k_pool, mut v_pool) = (dense(inputs.k_pool), dense(inputs.v_pool));
+    let (positions, slots) = (indices(inputs.positions), indices(inputs.slots));
+    let [num_tokens, num_qo_heads, head_dim] = q.shape().dims();
+    let (q_row, kv_row) = (num_qo_heads * head_dim, k.shape()[1] * head_dim);
+    let pool_size = k_pool.shape()[0];
+    let mut q_out = vec![E::from_f32(0.0); q.shape().num_elements()];
+    let mut k_out = vec![E::from_f32(0.0); k.shape().num_elements()];
+    let (q_in, k_in, v_in) = (q.storage::<E>(), k.storage::<E>(), v.storage::<E>());
+    // Copy-on-write: a pool still held elsewhere is copied here, never changed under its other
+    // holder.
+    let (k_rows, v_rows) = (k_pool.storage_mut::<E>(), v_pool.storage_mut::<E>());
+    let table = &rope.table;
+    let half = table.half();
+    // Like the kernel, every position is an i32 (a wider one wraps), the largest one included.
+    let max_position = positions
+        .iter()
+        .map(|&p| p as i32)
+        .max()
+        .unwrap_or(i32::MIN);
+    let long = table.uses_long(max_position as i64);
+    let (mut cos, mut sin) = (vec![0f32; half], vec![0f32; half]);
+    for (token, &slot) in slots.iter().enumerate() {
+        // Frequency `i` turns at its M-RoPE row's position (row 0 without M-RoPE).
+        let position = |i: usize| positions[rope.row(i) * num_tokens + token] as i32;
+        table.cos_sin(position, long, &mut cos, &mut sin);
+        let (qs, ks) = (token * q_row, token * kv_row);
+        let (q_src, q_dst) = (&q_in[qs..qs + q_row], &mut q_out[qs..qs + q_row]);
+        rotate_rows(q_src, q_dst, head_dim, rope.style, &cos, &sin);
+        let (k_src, k_dst) = (&k_in[ks..ks + kv_row], &mut k_out[ks..ks + kv_row]);
+        rotate_rows(k_src, k_dst, head_dim, rope.style, &cos, &sin);
+        if slot >= 0 && (slot as u64) < pool_size as u64 {
+            let ps = slot as usize * kv_row;
+            k_rows[ps..ps + kv_row].copy_from_slice(&k_out[ks..ks + kv_row]);
+            v_rows[ps..ps + kv_row].copy_from_slice(&v_in[ks..ks + kv_row]);
+        }
+    }
+    let output = |values: Vec<E>, like: &FlexTensor| {
+        FlexTensor::new(
+            burn::tensor::Bytes::from_elems(values),
+            Layout::contiguous(like.shape()),
+            like.dtype(),
+        )
+    };
+    // The host loop forms the rotated keys anyway (the pool rows copy them); without k_rot the
+    // output is the empty `[0, Hkv, D]`.
+    let k_rot = if k_rot {
+        output(k_out, &k)
+    } else {
+        FlexTensor::new(
+            burn::tensor::Bytes::from_elems(Vec::<E>::new()),
+            Layout::contiguous(no_rows(&k.shape())),
+            k.dtype(),
+        )
+    };
+    (output(q_out, &q), k_rot, k_pool, v_pool)
+}
+
+impl RopePoolBackend for Flex {
+    fn rope_pool_fused(
+        inputs: RopePoolInputs<Self>,
+        rope: Arc<RopeFrequencies>,
+        k_rot: bool,
+    ) -> Outputs<Self> {
+        match inputs.q.dtype() {
+            DType::F32 => run::<f32>(inputs, &rope, k_rot),
+            DType::F16 => run::<f16>(inputs, &rope, k_rot),
+            DType::BF16 => run::<bf16>(inputs, &rope, k_rot),
+            dtype => panic!("rope_pool_fused: unsupported dtype {dtype:?} (validated upstream)"),
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! A layer's KV pool: the k/v pool tensors the op writes, and the allocator of their rows.
+
+use crate::op::{RopePoolConfig, RopePoolInputs, try_rope_pool_fused};
+use crate::pool::{KvPoolError, SlotAllocator};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+
+/// One attention layer's KV pool: `k`/`v` tensors of `[pool_size, num_kv_heads, head_dim]` and
+/// the allocator of their rows. [`KvPool::write`] runs the fused op and keeps the updated pools
+/// (in place: the pool owns the only handle).
+#[derive(Debug)]
+pub struct KvPool {
+    k: Option<Tensor<3>>,
+    v: Option<Tensor<3>>,
+    /// The allocator of the pool's rows.
+    pub slots: SlotAllocator,
+    config: RopePoolConfig,
+}
+
+impl KvPool {
+    /// An empty pool of `pool_size` rows for a layer of geometry `config`, zero-filled.
+    pub fn new(config: RopePoolConfig, pool_size: usize, device: &Device, dtype: DType) -> Self {
+        let shape = [pool_size, config.num_kv_heads, config.head_dim];
+        Self {
+            k: Some(Tensor::zeros(shape, (device, dtype))),
+            v: Some(Tensor::zeros(shape, (device, dtype))),
+            slots: SlotAllocator::new(pool_size),
+            config,
+        }
+    }
+
+    /// The op's parameters for this pool.
+    pub fn config(&self) -> &RopePoolConfig {
+        &self.config
+    }
+
+    /// The key pool.
+    pub fn k(&self) -> &Tensor<3> {
+        self.k
+            .as_ref()
+            .expect("pool tensors are always present between calls")
+    }
+
+    /// The value pool.
+    pub fn v(&self) -> &Tensor<3> {
+        self.v
+            .as_ref()
+            .expect("pool tensors are always present between calls")
+    }
+
+    /// Rotates `q`/`k` at `positions` and stores rotated `k` and `v` at `slots` (host values,
+    /// one per token; negative: not stored). Returns `(q_rot, k_rot)` (`k_rot` empty when the
+    /// pool's config has `k_rot` off). A refused call leaves the pool as it was.
+    pub fn write(
+        &mut self,
+        q: Tensor<3>,
+        k: Tensor<3>,
+        v: Tensor<3>,
+        positions: &[i64],
+        slots: &[i64],
+    ) -> Result<(Tensor<3>, Tensor<3>), KvPoolError> {
+        let device = q.device();
+        let index = |values: &[i64]| {
+            Tensor::<1, Int>::from_data(TensorData::new(values.to_vec(), [values.len()]), &device)
+        };
+        // M-RoPE positions come as three rows, one after the other.
+        let positions = match self.config.mrope {
+            Some(_) if positions.len().is_multiple_of(3) => index(positions)
+                .reshape([3, positions.len() / 3])
+                .into_dispatch(),
+            _ => index(positions).into_dispatch(),
+        };
+        let present = "pool tensors are always present between calls";
+        let inputs = RopePoolInputs {
+            q: q.into_dispatch(),
+            k: k.into_dispatch(),
+            v: v.into_dispatch(),
+            positions,
+            slots: index(slots).into_dispatch(),
+            k_pool: self.k.take().expect(present).into_dispatch(),
+            v_pool: self.v.take().expect(present).into_dispatch(),
+        };
+        // The pools go in as their only handles (updated in place) and come back either way.
+        match try_rope_pool_fused(inputs, &self.config) {
+            Ok(out) => {
+                (self.k, self.v) = (Some(out.k_pool), Some(out.v_pool));
+                Ok((out.q_rot, out.k_rot))
+            }
+            Err(refused) => {
+                let [k_pool, v_pool] =
+                    [refused.inputs.k_pool, refused.inputs.v_pool].map(Tensor::from_dispatch);
+                (self.k, self.v) = (Some(k_pool), Some(v_pool));
+                Err(refused.error.into())
+            }
+        }
+    }
+}

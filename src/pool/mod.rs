@@ -1,0 +1,35 @@
+//! The pool: what owns the rows the op writes — the slot allocator, a layer's [`KvPool`], and
+//! attention over pool rows. Built on the op; the model builds on it.
+
+mod attention;
+mod kv_pool;
+mod slots;
+
+pub use attention::SeqToken;
+pub(crate) use attention::{AttentionPlan, SeqRows};
+pub use kv_pool::KvPool;
+pub use slots::{SeqId, SlotAllocator};
+
+use crate::op::RopePoolError;
+
+/// Errors of the pool and its allocator.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum KvPoolError {
+    /// Not enough free rows for the request; nothing was allocated.
+    #[error("KV pool exhausted: {requested} slots requested, {available} free")]
+    Exhausted {
+        /// Rows requested.
+        requested: usize,
+        /// Rows free.
+        available: usize,
+    },
+    /// The sequence holds no slots.
+    #[error("sequence {seq} holds no slots in the KV pool")]
+    UnknownSequence {
+        /// The sequence.
+        seq: SeqId,
+    },
+    /// The fused op refused the call (the pools are unchanged).
+    #[error(transparent)]
+    Op(#[from] RopePoolError),
+}
