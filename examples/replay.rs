@@ -29,7 +29,7 @@ struct Args {
 fn write_output(
     path: &std::path::Path,
     case: &GoldenCase,
-    out: &burn_rope_pool::op::reference::ReferenceOutput,
+    out: &burn_rope_pool::reference::ReferenceOutput,
 ) -> Result<(), String> {
     let shape = |name: &str| case.inputs[name].dims.clone();
     let tensors: Vec<(&str, Vec<usize>, Vec<u8>)> = [

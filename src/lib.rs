@@ -24,9 +24,11 @@
 //! # Ok::<(), burn_rope_pool::RopePoolError>(())
 //! ```
 //!
-//! The crate is three layers, each built on the one before: [`op`] (the Burn extension above,
-//! its config, checks, errors and backends), [`pool`] (the rows the op writes: slot allocator,
-//! KV pool, attention over it) and [`model`] (checkpoint, decoder, generation). The contract —
+//! The crate is three layers, each built on the one before: the op (the items at the root: the
+//! Burn extension above, its config, checks and errors, and its two oracles, the float64
+//! [`reference`](mod@reference) and the [`unfused`] tensor-op path; source in `src/op/`), [`pool`] (the rows
+//! the op writes: slot allocator, KV pool, attention over them) and [`model`] (checkpoint,
+//! decoder, generation). The contract —
 //! inputs, math, outputs, every error message in order — is `docs/CONTRACT.md`.
 //!
 //! Backends: the CubeCL backend (feature `wgpu`, `vulkan`, `metal` or `cuda`; fusion-wrapped by
@@ -41,13 +43,13 @@ compile_error!(
 );
 
 pub mod model;
-pub mod op;
+pub(crate) mod op;
 pub mod pool;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use op::{
     Dims, MRope, RefusedCall, RopeFrequencies, RopePoolConfig, RopePoolError, RopePoolInputs,
-    RopePoolOutputs, RopeScaling, RopeStyle, check_rope_pool_fused, rope_pool_fused,
-    try_rope_pool_fused,
+    RopePoolOutputs, RopeScaling, RopeStyle, check_rope_pool_fused, reference, rope_pool_fused,
+    try_rope_pool_fused, unfused,
 };

@@ -4,12 +4,17 @@
 //! SPIR-V, CUDA or Metal Shading Language without Burn.
 
 pub mod angle;
+pub mod attention;
+mod attention_launch;
 mod launch;
 pub mod rope_pool;
 mod table;
 mod tuning;
 
 pub use angle::{TURN_PARTS, host_angle, split_turns};
+pub use attention_launch::{
+    AttentionArgs, AttentionGeometry, AttentionLaunch, AttentionScalars, launch_attention,
+};
 pub use launch::{
     RopePoolArgs, RopePoolGeometry, heads_per_unit, launch_append_max, launch_rope_pool,
     vector_size,

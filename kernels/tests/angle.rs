@@ -3,6 +3,7 @@
 //! roundings of the true angle mod 2π.
 
 #[path = "../../src/testing/rng.rs"]
+#[allow(dead_code)]
 mod rng;
 use rng::Rng;
 use rope_pool_kernels::{host_angle, split_turns};

@@ -4,6 +4,7 @@
 //! is checked against the float64 reference by the root crate's tests.
 
 #[path = "../../src/testing/rng.rs"]
+#[allow(dead_code)]
 mod rng;
 use cubecl::Device;
 use cubecl::client::Client;

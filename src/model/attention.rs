@@ -6,7 +6,10 @@
 
 use crate::op::RopePoolConfig;
 use crate::op::unfused::rotate_unfused;
-use crate::pool::{AttentionPlan, KvPool, KvPoolError, SeqId, SeqRows, SeqToken};
+use crate::pool::{
+    KvPool, KvPoolError, PoolAttentionConfig, PoolAttentionInputs, PoolAttentionPlan, SeqId,
+    SeqToken, pool_attention,
+};
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor, TensorData};
@@ -84,6 +87,11 @@ pub struct LlamaAttention {
 }
 
 impl LlamaAttention {
+    /// The layer's attention over the pool: causal, scale `1 / sqrt(head_dim)`.
+    fn attention(&self) -> PoolAttentionConfig {
+        PoolAttentionConfig::new(self.num_qo_heads, self.num_kv_heads, self.head_dim)
+    }
+
     /// The same layer without the fused op or a pool: plain tensor ops (NeoX rotation, keys and
     /// values of the whole sequence kept as they are) over one sequence `x: [n, hidden]` starting
     /// at position 0. The reference the fused path is checked against.
@@ -100,13 +108,16 @@ impl LlamaAttention {
         let q = rotate_unfused(q, positions.clone(), &rope);
         let k = rotate_unfused(k, positions, &rope);
         // The whole sequence as one "pool" of rows 0..n.
-        let (batch_rows, pool_rows): (Vec<usize>, Vec<i32>) = (0..n).map(|i| (i, i as i32)).unzip();
-        let seq = SeqRows {
-            batch_rows: &batch_rows,
-            pool_rows: &pool_rows,
-        };
-        let plan = AttentionPlan::new(&[seq], n, &device);
-        self.o_proj.forward(plan.attend(q, &k, &v))
+        let n64 = n as i64;
+        let plan = PoolAttentionPlan::new(
+            TensorData::from([0, n64].as_slice()),
+            TensorData::from([0, n64].as_slice()),
+            TensorData::new((0..n64).collect::<Vec<i64>>(), [n]),
+            &device,
+        );
+        let out = pool_attention(PoolAttentionInputs::new(q, k, v), &plan, &self.attention())
+            .expect("the layer's own shapes");
+        self.o_proj.forward(out.out.reshape([n, hq * d]))
     }
 
     /// Forward over a ragged batch: `hidden: [T, hidden]`, `tokens[t]` the sequence and position
@@ -149,7 +160,8 @@ impl LlamaAttention {
             }
         };
 
-        // Attention of each sequence's new tokens over its rows of the pool.
+        // Each sequence's new tokens as one contiguous run of rows (first appearance order),
+        // attended over the rows the sequence holds, then put back in batch order.
         let mut order: Vec<(SeqId, Vec<usize>)> = Vec::new();
         for (i, token) in tokens.iter().enumerate() {
             match order.iter_mut().find(|(seq, _)| *seq == token.seq) {
@@ -157,15 +169,46 @@ impl LlamaAttention {
                 None => order.push((token.seq, vec![i])),
             }
         }
-        let seqs: Vec<SeqRows<'_>> = order
+        let (mut qo, mut kv, mut indices) = (vec![0i64], vec![0i64], Vec::new());
+        for (seq, rows) in &order {
+            let held = pool.slots.rows(*seq).unwrap_or(&[]);
+            indices.extend(held.iter().map(|&r| r as i64));
+            qo.push(qo[qo.len() - 1] + rows.len() as i64);
+            kv.push(indices.len() as i64);
+        }
+        let device = q_rot.device();
+        let grouped: Vec<i64> = order
             .iter()
-            .map(|(seq, batch_rows)| SeqRows {
-                batch_rows,
-                pool_rows: pool.slots.rows(*seq).unwrap_or(&[]),
-            })
+            .flat_map(|(_, r)| r.iter().map(|&i| i as i64))
             .collect();
-        let plan = AttentionPlan::new(&seqs, t, &q_rot.device());
-        let attended = plan.attend(q_rot, pool.k(), pool.v());
+        let in_order = grouped.iter().enumerate().all(|(at, &i)| at as i64 == i);
+        let q_rot = if in_order {
+            q_rot
+        } else {
+            let index = TensorData::new(grouped.clone(), [t]);
+            q_rot.select(0, Tensor::<1, Int>::from_data(index, &device))
+        };
+        let nnz = indices.len();
+        let plan = PoolAttentionPlan::new(
+            TensorData::new(qo.clone(), [qo.len()]),
+            TensorData::new(kv.clone(), [kv.len()]),
+            TensorData::new(indices, [nnz]),
+            &device,
+        );
+        let inputs = PoolAttentionInputs::new(q_rot, pool.k().clone(), pool.v().clone());
+        let attended = pool_attention(inputs, &plan, &self.attention())?
+            .out
+            .reshape([t, hq * d]);
+        let attended = if in_order {
+            attended
+        } else {
+            let mut back = vec![0i64; t];
+            for (at, &i) in grouped.iter().enumerate() {
+                back[i as usize] = at as i64;
+            }
+            let back = Tensor::<1, Int>::from_data(TensorData::new(back, [t]), &device);
+            attended.select(0, back)
+        };
         Ok(self.o_proj.forward(attended))
     }
 }

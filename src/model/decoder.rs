@@ -3,8 +3,8 @@
 //! RMSNorm before RoPE, GQA), SwiGLU MLP, final norm and LM head (tied or not). Each layer's keys
 //! and values live in a token-slot pool written by [`rope_pool_fused`](crate::rope_pool_fused);
 //! one [`Decoder::step`] runs a ragged batch — prefill and decode tokens of several sequences
-//! together — and attention reads the pool rows of each token's sequence through the pool's
-//! attention plan (made once per step, used by every layer).
+//! together — and [`pool_attention`] reads the pool rows of each token's sequence in place (one
+//! plan per step, used by every layer).
 
 use crate::model::weights::{FromCheckpoint, Layer, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
@@ -12,7 +12,10 @@ use crate::op::unfused::rope_pool_unfused;
 use crate::op::{
     RefusedCall, RopePoolError, RopePoolInputs, check_rope_pool_fused, try_rope_pool_fused,
 };
-use crate::pool::{AttentionPlan, KvPoolError, SeqId, SeqRows, SlotAllocator};
+use crate::pool::{
+    KvPoolError, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan,
+    SeqId, SlotAllocator, pool_attention,
+};
 use burn::tensor::activation::silu;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
@@ -28,6 +31,9 @@ pub enum DecoderError {
     /// The pool has too few free rows (or a sequence is unknown).
     #[error(transparent)]
     Pool(#[from] KvPoolError),
+    /// Attention over the pool refused the step.
+    #[error(transparent)]
+    Attention(#[from] PoolAttentionError),
     /// A step's tokens are not in the order [`Decoder::step`] takes them.
     #[error("invalid step: {0}")]
     Step(String),
@@ -262,6 +268,27 @@ impl Decoder {
         result
     }
 
+    /// The step's attention plan: each sequence's batch rows (contiguous, in order) and every
+    /// pool row it holds, its new tokens' last.
+    fn attention_plan(
+        &self,
+        groups: &[(SeqId, Vec<usize>)],
+        slots: &SlotAllocator,
+    ) -> PoolAttentionPlan {
+        let (mut qo, mut kv, mut indices) = (vec![0i64], vec![0i64], Vec::new());
+        for (seq, rows) in groups {
+            let held = slots.rows(*seq).unwrap_or(&[]);
+            indices.extend(held.iter().map(|&r| r as i64));
+            qo.push(qo[qo.len() - 1] + rows.len() as i64);
+            kv.push(indices.len() as i64);
+        }
+        let data = |v: Vec<i64>| {
+            let n = v.len();
+            TensorData::new(v, [n])
+        };
+        PoolAttentionPlan::new(data(qo), data(kv), data(indices), &self.device)
+    }
+
     /// The layers of [`Decoder::step`] on tokens whose rows are allocated (`slots`).
     fn run_step(
         &self,
@@ -270,14 +297,12 @@ impl Decoder {
         slots: Vec<i64>,
         cache: &mut KvCache,
     ) -> Result<Tensor<2>, DecoderError> {
-        let seqs: Vec<SeqRows<'_>> = groups
-            .iter()
-            .map(|(seq, rows)| SeqRows {
-                batch_rows: rows,
-                pool_rows: cache.slots.rows(*seq).unwrap_or(&[]),
-            })
-            .collect();
-        let plan = AttentionPlan::new(&seqs, tokens.len(), &self.device);
+        let plan = self.attention_plan(groups, &cache.slots);
+        let attention = PoolAttentionConfig::new(
+            self.config.rope.num_qo_heads,
+            self.config.rope.num_kv_heads,
+            self.config.rope.head_dim,
+        );
         let last: Vec<i64> = groups
             .iter()
             .map(|(_, rows)| rows.last().map_or(0, |&r| r as i64))
@@ -332,8 +357,10 @@ impl Decoder {
                     return Err(refused.error.into());
                 }
             };
-            let attended = plan.attend(q_rot, &kp, &vp);
+            let inputs = PoolAttentionInputs::new(q_rot, kp.clone(), vp.clone());
+            let attended = pool_attention(inputs, &plan, &attention);
             (*k_pool, *v_pool) = (Some(kp), Some(vp));
+            let attended = attended?.out.reshape([t, hq * d]);
             x = x + layer.o.forward(attended);
             let h = rms_norm(x.clone(), &layer.post_norm, eps);
             let mlp = silu(layer.gate.forward(h.clone())) * layer.up.forward(h);

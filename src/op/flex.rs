@@ -10,7 +10,7 @@ use half::{bf16, f16};
 use std::sync::Arc;
 
 /// A float storage type the op reads and writes; arithmetic is done in f32.
-trait Storage: Copy + Send + Sync {
+pub(crate) trait Storage: Copy + Send + Sync {
     fn to_f32(self) -> f32;
     fn from_f32(value: f32) -> Self;
 }
@@ -73,7 +73,7 @@ fn rotate_rows<E: Storage>(
 
 /// `tensor` with a dense row-major buffer of exactly its elements, starting at 0. Copies only
 /// when the layout is not already that; a shared buffer stays shared (writers copy on write).
-fn dense(tensor: FlexTensor) -> FlexTensor {
+pub(crate) fn dense(tensor: FlexTensor) -> FlexTensor {
     let exact = tensor.layout().contiguous_offsets() == Some((0, tensor.layout().num_elements()))
         && tensor.bytes().len() == tensor.layout().num_elements() * tensor.dtype().size();
     if exact {
@@ -85,7 +85,7 @@ fn dense(tensor: FlexTensor) -> FlexTensor {
 
 /// The values of an integer tensor (i32 or i64: the types the op hands the backend), widened to
 /// i64.
-fn indices(tensor: FlexTensor) -> Vec<i64> {
+pub(crate) fn indices(tensor: FlexTensor) -> Vec<i64> {
     dense(tensor).into_data().iter::<i64>().collect()
 }
 

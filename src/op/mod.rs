@@ -13,7 +13,7 @@ mod config;
 mod cube;
 mod error;
 #[cfg(feature = "flex")]
-mod flex;
+pub(crate) mod flex;
 mod hf_config;
 pub mod reference;
 mod rope;

@@ -1,14 +1,16 @@
-//! The pool: what owns the rows the op writes — the slot allocator, a layer's [`KvPool`], and
-//! attention over pool rows. Built on the op; the model builds on it.
+//! The pool: what owns the rows the op writes — the slot allocator, a layer's [`KvPool`] — and
+//! [`pool_attention`], the op that reads them. Built on the op; the model builds on it.
 
 mod attention;
 mod kv_pool;
 mod slots;
 
-pub use attention::SeqToken;
-pub(crate) use attention::{AttentionPlan, SeqRows};
+pub use attention::{
+    PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionOutputs,
+    PoolAttentionPlan, pool_attention, reference,
+};
 pub use kv_pool::KvPool;
-pub use slots::{SeqId, SlotAllocator};
+pub use slots::{SeqId, SeqToken, SlotAllocator};
 
 use crate::op::RopePoolError;
 
@@ -32,4 +34,7 @@ pub enum KvPoolError {
     /// The fused op refused the call (the pools are unchanged).
     #[error(transparent)]
     Op(#[from] RopePoolError),
+    /// Attention over the pool refused the call.
+    #[error(transparent)]
+    Attention(#[from] PoolAttentionError),
 }

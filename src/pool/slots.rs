@@ -6,6 +6,15 @@ use std::collections::HashMap;
 /// Identifies a sequence (a request) in the batch.
 pub type SeqId = u64;
 
+/// A token's place in a ragged batch: its sequence and its position there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeqToken {
+    /// The sequence (request) the token belongs to.
+    pub seq: SeqId,
+    /// Its position in that sequence (0-based).
+    pub position: usize,
+}
+
 /// Hands out the rows of a pool of `pool_size` rows to sequences, one row per token, and takes
 /// a finished sequence's rows back for reuse. Allocation is all-or-nothing.
 #[derive(Clone, Debug)]

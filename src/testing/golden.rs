@@ -55,7 +55,9 @@ pub enum GoldenError {
     Content(String),
 }
 
-fn host_tensor(view: &safetensors::tensor::TensorView<'_>) -> Result<HostTensor, GoldenError> {
+pub(crate) fn host_tensor(
+    view: &safetensors::tensor::TensorView<'_>,
+) -> Result<HostTensor, GoldenError> {
     let bytes = view.data();
     macro_rules! read {
         ($t:ty, $conv:expr) => {

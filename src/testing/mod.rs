@@ -3,11 +3,13 @@
 //! devices by name, the golden-file runner, error metrics against the float64 reference, the
 //! one random generator, and a Llama-3-8B-shaped decoder with random weights.
 
+mod attention_golden;
 mod devices;
 mod golden;
 mod metrics;
 mod rng;
 
+pub use attention_golden::{AttentionCase, attention_error};
 pub use devices::{device_by_name, device_works, dtype_by_name};
 pub use golden::{GoldenCase, GoldenError, HostTensor, MAX_RANK, Score, tolerance};
 pub use metrics::{max_abs_error, norm_relative_error};

@@ -4,7 +4,7 @@
 
 use crate::common::{Case, Rng, devices};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
-use burn_rope_pool::op::unfused::rope_pool_unfused;
+use burn_rope_pool::unfused::rope_pool_unfused;
 use burn_rope_pool::{
     MRope, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,
 };

@@ -2,7 +2,7 @@
 //! reference.
 
 use burn::tensor::{DType, Device, DeviceKind, Int, Tensor, TensorData};
-use burn_rope_pool::op::reference::{ReferenceOutput, rope_pool_reference};
+use burn_rope_pool::reference::{ReferenceOutput, rope_pool_reference};
 use burn_rope_pool::{
     RopePoolConfig, RopePoolError, RopePoolInputs, RopePoolOutputs, rope_pool_fused,
 };

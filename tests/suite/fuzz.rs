@@ -11,7 +11,7 @@
 
 use crate::common::{Rng, devices, round_to};
 use burn::tensor::{DType, Device, DispatchTensor, Int, Tensor, TensorData};
-use burn_rope_pool::op::reference::rope_pool_reference;
+use burn_rope_pool::reference::rope_pool_reference;
 use burn_rope_pool::testing::norm_relative_error;
 use burn_rope_pool::{
     MRope, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,

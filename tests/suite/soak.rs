@@ -8,7 +8,7 @@
 use crate::common::{Rng, devices, host};
 use burn::backend::DispatchDevice;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use burn_rope_pool::op::reference::rope_pool_reference;
+use burn_rope_pool::reference::rope_pool_reference;
 use burn_rope_pool::testing::norm_relative_error;
 use burn_rope_pool::{RopePoolConfig, RopePoolInputs, rope_pool_fused};
 

@@ -1,0 +1,202 @@
+//! Host side of the attention kernels: the launch shape (vector width, cube size, the split of
+//! long contexts) and the launches.
+
+use crate::attention::{attention_kernel, attention_merge};
+use cubecl::client::Client;
+use cubecl::ir::{AddressType, ElemType};
+use cubecl::prelude::*;
+use cubecl::{CubeDim, calculate_cube_count_elemwise};
+
+/// The sizes of one call (already validated by the caller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionGeometry {
+    /// Query rows (`q.shape[0]`).
+    pub num_tokens: usize,
+    /// Query heads per row.
+    pub num_qo_heads: usize,
+    /// Key/value heads per pool row (divides `num_qo_heads`).
+    pub num_kv_heads: usize,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// Rows of each pool.
+    pub pool_size: usize,
+    /// The most keys any query sees.
+    pub max_keys: usize,
+}
+
+/// How a call is launched: derived from its geometry and the device by [`AttentionLaunch::of`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionLaunch {
+    /// Elements per vector load.
+    pub vector: usize,
+    /// Units per cube, and keys per tile.
+    pub units: usize,
+    /// Chunks each query's keys are split into (1: no split, no merge).
+    pub chunks: usize,
+    /// Keys per chunk (a multiple of `units`).
+    pub chunk_keys: usize,
+}
+
+/// Cubes a launch aims for before it splits the keys of its queries: a few per multiprocessor
+/// of a large GPU.
+const TARGET_CUBES: usize = 1024;
+/// The fewest keys a chunk holds when the keys are split.
+const MIN_CHUNK_KEYS: usize = 256;
+
+impl AttentionLaunch {
+    /// The launch of `geometry` for `elem_size`-byte elements on `client`'s device.
+    pub fn of(client: &Client, elem_size: usize, geometry: AttentionGeometry) -> Self {
+        let d = geometry.head_dim.max(1);
+        let vector = client
+            .io_optimized_vector_sizes(elem_size)
+            .find(|&n| n > 0 && d.is_multiple_of(n))
+            .unwrap_or(1);
+        let row_vectors = d / vector;
+        let units = row_vectors.next_power_of_two().max(32);
+        let work = (geometry.num_tokens * geometry.num_kv_heads).max(1);
+        let keys = geometry.max_keys.max(1);
+        let mut chunks = 1;
+        if work < TARGET_CUBES && keys > MIN_CHUNK_KEYS {
+            chunks = TARGET_CUBES
+                .div_ceil(work)
+                .min(keys.div_ceil(MIN_CHUNK_KEYS));
+        }
+        let chunk_keys = keys.div_ceil(chunks).div_ceil(units) * units;
+        let chunks = keys.div_ceil(chunk_keys);
+        Self {
+            vector,
+            units,
+            chunks,
+            chunk_keys,
+        }
+    }
+}
+
+/// The device tensors of one call: `q [T, Hq, D]`, `k_pool`, `v_pool [P, Hkv, D]` (float `F`,
+/// contiguous), `kv_indices [nnz]` and `ranges [T, 2]` (i32, contiguous), `out [T, Hq, D]` (`F`)
+/// and `lse [T, Hq]` (f32), written; with a split launch, `part_out [chunks, T, Hq, D]` and
+/// `part_lse [chunks, T, Hq]` (f32) as scratch (else any live f32 buffers, untouched).
+pub struct AttentionArgs {
+    /// Queries.
+    pub q: TensorArg,
+    /// Key pool.
+    pub k_pool: TensorArg,
+    /// Value pool.
+    pub v_pool: TensorArg,
+    /// Pool rows of the batch.
+    pub kv_indices: TensorArg,
+    /// Each query's first entry in `kv_indices` and key count.
+    pub ranges: TensorArg,
+    /// Output.
+    pub out: TensorArg,
+    /// Log-sum-exp.
+    pub lse: TensorArg,
+    /// Split scratch: partial outputs.
+    pub part_out: TensorArg,
+    /// Split scratch: partial log-sum-exps.
+    pub part_lse: TensorArg,
+}
+
+/// The scalars of one call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionScalars {
+    /// Scale of the dot products.
+    pub sm_scale: f32,
+    /// Logits soft cap, if any.
+    pub soft_cap: Option<f32>,
+}
+
+/// Enqueues the attention of `geometry` as `launch` describes (and, when split, the merge),
+/// on the tensors `args` names (called once per launch: a `TensorArg` is used up by one).
+/// Does nothing for an empty batch.
+///
+/// # Safety
+/// The tensors must be live, contiguous, of the shapes [`AttentionArgs`] gives, `ranges` must
+/// stay inside `kv_indices`, and the outputs must not alias an input. Pool rows are
+/// bounds-checked by the kernel (a row outside the pool is masked).
+pub unsafe fn launch_attention(
+    client: &Client,
+    float: ElemType,
+    geometry: AttentionGeometry,
+    launch: AttentionLaunch,
+    scalars: AttentionScalars,
+    args: impl Fn() -> AttentionArgs,
+) {
+    let AttentionGeometry {
+        num_tokens,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        ..
+    } = geometry;
+    if num_tokens == 0 || num_qo_heads == 0 || num_kv_heads == 0 || head_dim == 0 {
+        return;
+    }
+    let AttentionLaunch {
+        vector,
+        units,
+        chunks,
+        chunk_keys,
+    } = launch;
+    let row_vectors = head_dim / vector;
+    let group = num_qo_heads / num_kv_heads;
+    let split = chunks > 1;
+    let cubes = num_tokens * num_kv_heads * chunks;
+    let cube_dim = CubeDim::new_1d(units as u32);
+    let cube_count = calculate_cube_count_elemwise(client, cubes * units, cube_dim);
+    let len = (geometry.pool_size.max(num_tokens) * num_qo_heads.max(num_kv_heads) * head_dim)
+        .max(chunks * num_tokens * num_qo_heads * head_dim);
+    let soft_cap = scalars.soft_cap.unwrap_or(1.0);
+    let first = args();
+    unsafe {
+        attention_kernel::launch_unchecked(
+            client,
+            cube_count,
+            cube_dim,
+            AddressType::from_len(len),
+            vector,
+            first.q,
+            first.k_pool,
+            first.v_pool,
+            first.kv_indices,
+            first.ranges,
+            first.out,
+            first.lse,
+            first.part_out,
+            first.part_lse,
+            scalars.sm_scale,
+            soft_cap,
+            f32::NEG_INFINITY,
+            chunk_keys as u32,
+            chunks as u32,
+            group,
+            units,
+            row_vectors,
+            split,
+            scalars.soft_cap.is_some(),
+            float,
+        );
+    }
+    if split {
+        let args = args();
+        let merge_units = num_tokens * num_qo_heads * row_vectors;
+        let cube_dim = CubeDim::new(client, merge_units);
+        unsafe {
+            attention_merge::launch_unchecked(
+                client,
+                calculate_cube_count_elemwise(client, merge_units, cube_dim),
+                cube_dim,
+                AddressType::from_len(len),
+                vector,
+                args.part_out,
+                args.part_lse,
+                args.out,
+                args.lse,
+                f32::NEG_INFINITY,
+                chunks as u32,
+                row_vectors,
+                float,
+            );
+        }
+    }
+}

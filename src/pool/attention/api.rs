@@ -1,0 +1,241 @@
+//! The public entry: the config, every check in the contract's order, one dispatch.
+
+use crate::Dims;
+use crate::pool::attention::backend::{AttentionParams, AttentionTensors, PoolAttentionBackend};
+use crate::pool::attention::{PoolAttentionError, PoolAttentionPlan};
+use burn::backend::{Dispatch, DispatchDevice, TensorMetadata};
+use burn::config::Config;
+use burn::tensor::{DType, Device, DispatchTensor, Tensor};
+
+/// Parameters of [`pool_attention`]: the head geometry the tensors must have, the scale, the
+/// mask (causal, sliding window) and the logits soft cap.
+///
+/// ```
+/// use burn_rope_pool::pool::PoolAttentionConfig;
+/// // Llama-3-8B's attention: 32 q heads over 8 kv heads of 128, causal.
+/// let config = PoolAttentionConfig::new(32, 8, 128);
+/// assert_eq!(config.scale(), 1.0 / 128f64.sqrt());
+/// // Gemma-2-style: a 4096-token window and a soft cap of 50.
+/// let gemma = PoolAttentionConfig::new(8, 4, 256)
+///     .with_sliding_window(Some(4096))
+///     .with_logits_soft_cap(Some(50.0));
+/// ```
+#[derive(Config, Debug, PartialEq)]
+pub struct PoolAttentionConfig {
+    /// Query (and output) heads per token; a multiple of `num_kv_heads`.
+    pub num_qo_heads: usize,
+    /// Key/value heads per pool row.
+    pub num_kv_heads: usize,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// Scale of `q · k`; `None`: `1 / sqrt(head_dim)`.
+    pub sm_scale: Option<f64>,
+    /// Query `i` of a sequence sees keys up to its own position only.
+    #[config(default = true)]
+    pub causal: bool,
+    /// A window `W`: a query at position `p` sees keys after `p - W` only.
+    pub sliding_window: Option<usize>,
+    /// Scores become `cap * tanh(score / cap)` (Gemma 2).
+    pub logits_soft_cap: Option<f64>,
+    /// Checked mode: an entry of `kv_indices` outside the pool is an error (without it, such a
+    /// key is never read: it is masked).
+    #[config(default = false)]
+    pub check_indices: bool,
+}
+
+impl PoolAttentionConfig {
+    /// The scale of the dot products: `sm_scale`, or `1 / sqrt(head_dim)`.
+    pub fn scale(&self) -> f64 {
+        self.sm_scale
+            .unwrap_or(1.0 / (self.head_dim.max(1) as f64).sqrt())
+    }
+}
+
+/// The tensors of a call: `q [T, Hq, D]` (typically the rotated queries of `rope_pool_fused`)
+/// and the pools `[P, Hkv, D]` it wrote, of q's dtype. Build it with [`PoolAttentionInputs::new`];
+/// callers whose tensors may have the wrong rank set the fields from [`Tensor::into_dispatch`].
+#[derive(Debug)]
+pub struct PoolAttentionInputs {
+    /// Queries.
+    pub q: DispatchTensor,
+    /// Key pool.
+    pub k_pool: DispatchTensor,
+    /// Value pool.
+    pub v_pool: DispatchTensor,
+}
+
+impl PoolAttentionInputs {
+    /// The inputs of a call (the pools are read, never written: pass clones of the handles).
+    pub fn new(q: Tensor<3>, k_pool: Tensor<3>, v_pool: Tensor<3>) -> Self {
+        Self {
+            q: q.into_dispatch(),
+            k_pool: k_pool.into_dispatch(),
+            v_pool: v_pool.into_dispatch(),
+        }
+    }
+}
+
+/// The outputs of [`pool_attention`].
+#[derive(Clone, Debug)]
+pub struct PoolAttentionOutputs {
+    /// `[T, Hq, D]`, q's dtype; zeros for a query that sees no key.
+    pub out: Tensor<3>,
+    /// `[T, Hq]`, f32: `log(sum_j exp(s_j))` (natural log), `-inf` for a query that sees no key.
+    pub lse: Tensor<2>,
+}
+
+fn dims(t: &DispatchTensor) -> Dims {
+    Dims(t.shape().to_vec())
+}
+
+fn positive(name: &str, value: Option<f64>) -> Result<(), PoolAttentionError> {
+    match value {
+        Some(v) if !(v.is_finite() && v > 0.0) => Err(PoolAttentionError::Parameter {
+            what: format!("{name} must be positive and finite, got {v}"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Checks 16 to 26, in order, then the dtype, device and checked-mode checks.
+fn check(
+    inputs: &PoolAttentionInputs,
+    plan: &PoolAttentionPlan,
+    config: &PoolAttentionConfig,
+) -> Result<(), PoolAttentionError> {
+    let [q, k_pool, v_pool] = [&inputs.q, &inputs.k_pool, &inputs.v_pool].map(dims);
+    if [&q, &k_pool, &v_pool].iter().any(|d| d.0.len() != 3) {
+        return Err(PoolAttentionError::Rank { q, k_pool, v_pool });
+    }
+    plan.check_ranks()?;
+    let (hq, hkv, d) = (config.num_qo_heads, config.num_kv_heads, config.head_dim);
+    if q.0[1] != hq || q.0[2] != d {
+        return Err(PoolAttentionError::QShape { q });
+    }
+    if k_pool.0[1] != hkv || k_pool.0[2] != d {
+        return Err(PoolAttentionError::KPoolShape { k_pool });
+    }
+    if v_pool != k_pool {
+        return Err(PoolAttentionError::VPoolShape { v_pool, k_pool });
+    }
+    if hkv == 0 || !hq.is_multiple_of(hkv) {
+        return Err(PoolAttentionError::HeadRatio {
+            num_qo_heads: hq,
+            num_kv_heads: hkv,
+        });
+    }
+    plan.check_indptr(q.0[0], config.causal)?;
+    let dtypes = [&inputs.q, &inputs.k_pool, &inputs.v_pool].map(|t| t.dtype());
+    if dtypes[1] != dtypes[0] || dtypes[2] != dtypes[0] {
+        return Err(PoolAttentionError::Dtype {
+            q: dtypes[0],
+            k_pool: dtypes[1],
+            v_pool: dtypes[2],
+        });
+    }
+    positive("sm_scale", config.sm_scale)?;
+    positive("logits_soft_cap", config.logits_soft_cap)?;
+    let parameter = |what: &str| {
+        Err(PoolAttentionError::Parameter {
+            what: what.to_string(),
+        })
+    };
+    if config.sliding_window == Some(0) {
+        return parameter("sliding_window must be at least 1");
+    }
+    if d == 0 || hq == 0 {
+        return parameter("head_dim and num_qo_heads must be positive");
+    }
+    if !matches!(dtypes[0], DType::F32 | DType::F16 | DType::BF16) {
+        return Err(PoolAttentionError::FloatDtype { dtype: dtypes[0] });
+    }
+    let on = inputs.q.device();
+    let plan_device = plan.device().as_dispatch().clone();
+    if inputs.k_pool.device() != on || inputs.v_pool.device() != on || plan_device != on {
+        return Err(PoolAttentionError::DeviceMismatch);
+    }
+    let device = Device::new(on.clone());
+    check_backend(&on, &device)?;
+    if !device.supports_dtype(dtypes[0]) {
+        return Err(PoolAttentionError::DeviceDtype {
+            dtype: dtypes[0],
+            device: format!("{device:?}"),
+        });
+    }
+    if config.check_indices {
+        let pool_size = k_pool.0[0];
+        if let Some((at, &index)) = plan
+            .kv_indices()
+            .iter()
+            .enumerate()
+            .find(|(_, r)| !u64::try_from(**r).is_ok_and(|r| r < pool_size as u64))
+        {
+            return Err(PoolAttentionError::IndexOutOfPool {
+                index,
+                at,
+                pool_size,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Fails unless this build implements the op for the device's backend; Autodiff is refused
+/// (inference only).
+fn check_backend(on: &DispatchDevice, device: &Device) -> Result<(), PoolAttentionError> {
+    let unsupported = |why: &str| {
+        Err(PoolAttentionError::UnsupportedBackend {
+            device: format!("{device:?}"),
+            why: why.to_string(),
+        })
+    };
+    match on {
+        #[cfg(feature = "autodiff")]
+        DispatchDevice::Autodiff(_) => {
+            unsupported("it is inference only (no backward): run it on the inner backend")
+        }
+        #[cfg(feature = "cube")]
+        DispatchDevice::Cube(_) => Ok(()),
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(_) => Ok(()),
+        #[allow(unreachable_patterns)]
+        _ => unsupported("enable the burn-rope-pool feature of that backend"),
+    }
+}
+
+/// Attention of the queries `q` over the pool rows `plan` names for each sequence (see
+/// [`PoolAttentionPlan`]): for query `i` of a sequence with `n` queries and `L` keys, at
+/// position `p = L - n + i`, over its visible keys `j` (`j <= p` when causal, `j > p - W` with a
+/// window `W`), `s_j = sm_scale * q · k_j` (then `cap * tanh(s_j / cap)` with a soft cap),
+/// `out = Σ softmax(s)_j v_j` and `lse = log Σ exp(s_j)`; q head `h` reads kv head
+/// `h / (num_qo_heads / num_kv_heads)`. Arithmetic in f32, `out` rounded once to q's dtype.
+///
+/// Every argument is checked first (the contract's checks 16 to 26, then dtype, device and, in
+/// checked mode, the indices); on error nothing runs. Without checked mode an index outside
+/// the pool is never read: that key is masked. Inference only: Autodiff tensors are refused.
+pub fn pool_attention(
+    inputs: PoolAttentionInputs,
+    plan: &PoolAttentionPlan,
+    config: &PoolAttentionConfig,
+) -> Result<PoolAttentionOutputs, PoolAttentionError> {
+    check(&inputs, plan, config)?;
+    let num_tokens = inputs.q.shape()[0];
+    let ranges = plan.ranges(num_tokens, config.causal, config.sliding_window);
+    let tensors = AttentionTensors {
+        q: inputs.q,
+        k_pool: inputs.k_pool,
+        v_pool: inputs.v_pool,
+        kv_indices: plan.indices_on_device().clone().into_dispatch(),
+        ranges: ranges.ranges.clone().into_dispatch(),
+    };
+    let params = AttentionParams {
+        sm_scale: config.scale() as f32,
+        soft_cap: config.logits_soft_cap.map(|c| c as f32),
+        max_keys: ranges.max_keys,
+    };
+    let (out, lse) = <Dispatch as PoolAttentionBackend>::pool_attention(tensors, params);
+    Ok(PoolAttentionOutputs {
+        out: Tensor::from_dispatch(out),
+        lse: Tensor::from_dispatch(lse),
+    })
+}

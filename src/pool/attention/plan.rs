@@ -1,0 +1,215 @@
+//! The plan of one step's attention: its index arrays on the host, checked against a call's
+//! shapes and config, each query's key range, and their device copies — made once, used by
+//! every layer.
+
+use crate::Dims;
+use crate::pool::attention::PoolAttentionError;
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use std::sync::{Arc, Mutex};
+
+/// An integer array on the host: its shape (any rank, so a wrong one is reported) and values.
+#[derive(Clone, Debug)]
+struct HostIndex {
+    dims: Dims,
+    values: Vec<i64>,
+}
+
+impl HostIndex {
+    fn of(data: TensorData) -> Self {
+        let dims = Dims(data.shape().to_vec());
+        // Every integer type widens to i64; a u64 past i64::MAX saturates (it is past any pool).
+        let values = match data.dtype() {
+            DType::U64 => data
+                .iter::<u64>()
+                .map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+                .collect(),
+            _ => data.iter::<i64>().collect(),
+        };
+        Self { dims, values }
+    }
+}
+
+/// What the kernels read for one (token count, causal, window): each query's first entry in
+/// `kv_indices` and its number of visible keys, `[T, 2]` i32, and the largest such count.
+#[derive(Clone, Debug)]
+pub(crate) struct Ranges {
+    pub ranges: Tensor<2, Int>,
+    pub max_keys: usize,
+}
+
+type RangesKey = (usize, bool, Option<usize>);
+
+/// One step's batch as attention reads it: sequence `b`'s queries are rows
+/// `qo_indptr[b]..qo_indptr[b + 1]` of `q`, its keys the pool rows
+/// `kv_indices[kv_indptr[b]..kv_indptr[b + 1]]`, in position order. Built once per step from
+/// host data and passed to every layer's [`pool_attention`](crate::pool::pool_attention) call;
+/// the checks and uploads it needs are made on first use and kept.
+#[derive(Debug)]
+pub struct PoolAttentionPlan {
+    qo_indptr: HostIndex,
+    kv_indptr: HostIndex,
+    kv_indices: HostIndex,
+    device: Device,
+    /// `kv_indices` on the device, i32; an entry outside `0..=i32::MAX` becomes -1 (masked).
+    indices_on_device: Tensor<1, Int>,
+    ranges: Mutex<Option<(RangesKey, Arc<Ranges>)>>,
+}
+
+impl PoolAttentionPlan {
+    /// The plan of a batch on `device`. The arrays may have any integer type; their shapes
+    /// and values are checked by each call (checks 17 and 21 to 24 of the contract), so a
+    /// plan of bad arrays is refused by the call with the documented error.
+    pub fn new(
+        qo_indptr: TensorData,
+        kv_indptr: TensorData,
+        kv_indices: TensorData,
+        device: &Device,
+    ) -> Self {
+        let kv_indices = HostIndex::of(kv_indices);
+        let on_device: Vec<i32> = kv_indices
+            .values
+            .iter()
+            .map(|&r| i32::try_from(r).unwrap_or(-1))
+            .collect();
+        let len = on_device.len();
+        // A zero-length upload is refused by some runtimes: one masked entry stands in.
+        let on_device = if len == 0 { vec![-1] } else { on_device };
+        let n = on_device.len();
+        Self {
+            qo_indptr: HostIndex::of(qo_indptr),
+            kv_indptr: HostIndex::of(kv_indptr),
+            indices_on_device: Tensor::from_data(
+                TensorData::new(on_device, [n]),
+                (device, DType::I32),
+            ),
+            kv_indices,
+            device: device.clone(),
+            ranges: Mutex::new(None),
+        }
+    }
+
+    /// The plan's device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Sequences in the batch (`qo_indptr`'s entries minus one; 0 for a malformed plan).
+    pub fn batch(&self) -> usize {
+        self.qo_indptr.values.len().saturating_sub(1)
+    }
+
+    pub(crate) fn indices_on_device(&self) -> &Tensor<1, Int> {
+        &self.indices_on_device
+    }
+
+    pub(crate) fn kv_indices(&self) -> &[i64] {
+        &self.kv_indices.values
+    }
+
+    /// Check 17: every array 1-D.
+    pub(crate) fn check_ranks(&self) -> Result<(), PoolAttentionError> {
+        let one_d = [&self.qo_indptr, &self.kv_indptr, &self.kv_indices]
+            .iter()
+            .all(|a| a.dims.0.len() == 1);
+        if one_d {
+            Ok(())
+        } else {
+            Err(PoolAttentionError::IndexRank {
+                qo_indptr: self.qo_indptr.dims.clone(),
+                kv_indptr: self.kv_indptr.dims.clone(),
+                kv_indices: self.kv_indices.dims.clone(),
+            })
+        }
+    }
+
+    /// Checks 21 to 24 for a call of `num_tokens` queries.
+    pub(crate) fn check_indptr(
+        &self,
+        num_tokens: usize,
+        causal: bool,
+    ) -> Result<(), PoolAttentionError> {
+        let (qo, kv) = (&self.qo_indptr.values, &self.kv_indptr.values);
+        if qo.len() != kv.len() || qo.is_empty() {
+            return Err(PoolAttentionError::IndptrLen {
+                qo: qo.len(),
+                kv: kv.len(),
+            });
+        }
+        let well_formed = |indptr: &[i64], end: usize| {
+            indptr[0] == 0
+                && indptr.windows(2).all(|w| w[0] <= w[1])
+                && u64::try_from(indptr[indptr.len() - 1]).is_ok_and(|e| e == end as u64)
+        };
+        if !well_formed(qo, num_tokens) {
+            return Err(PoolAttentionError::QoIndptr { num_tokens });
+        }
+        let nnz = self.kv_indices.values.len();
+        if !well_formed(kv, nnz) {
+            return Err(PoolAttentionError::KvIndptr { nnz });
+        }
+        if causal {
+            for (seq, (q, k)) in qo.windows(2).zip(kv.windows(2)).enumerate() {
+                let (queries, keys) = ((q[1] - q[0]) as usize, (k[1] - k[0]) as usize);
+                if queries > keys {
+                    return Err(PoolAttentionError::TooFewKeys { seq, queries, keys });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each query's visible keys as `(first entry in kv_indices, count)`, for a plan that
+    /// passed [`Self::check_indptr`]: query `i` of a sequence of `n` queries and `L` keys sits at
+    /// position `p = L - n + i`; causal, it sees keys `j <= p`; with a window `W`, keys
+    /// `j > p - W`.
+    pub(crate) fn query_ranges(&self, causal: bool, window: Option<usize>) -> Vec<[i64; 2]> {
+        let (qo, kv) = (&self.qo_indptr.values, &self.kv_indptr.values);
+        let mut ranges = Vec::with_capacity(*qo.last().unwrap_or(&0) as usize);
+        for (q, k) in qo.windows(2).zip(kv.windows(2)) {
+            let (n, len) = (q[1] - q[0], k[1] - k[0]);
+            for i in 0..n {
+                let p = len - n + i;
+                let hi = if causal { (p + 1).min(len) } else { len };
+                let lo = window.map_or(0, |w| (p - w as i64 + 1).max(0));
+                let count = (hi - lo).max(0);
+                ranges.push([k[0] + lo, count]);
+            }
+        }
+        ranges
+    }
+
+    /// [`Self::query_ranges`] on the device, made on first use for each (token count, causal,
+    /// window) and kept.
+    pub(crate) fn ranges(
+        &self,
+        num_tokens: usize,
+        causal: bool,
+        window: Option<usize>,
+    ) -> Arc<Ranges> {
+        let key = (num_tokens, causal, window);
+        let mut cached = self
+            .ranges
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((k, ranges)) = cached.as_ref()
+            && *k == key
+        {
+            return ranges.clone();
+        }
+        let host = self.query_ranges(causal, window);
+        let max_keys = host.iter().map(|r| r[1] as usize).max().unwrap_or(0);
+        // Entries and counts fit i32: nnz entries were uploaded as i32 indices.
+        let flat: Vec<i32> = host
+            .iter()
+            .flat_map(|r| r.map(|x| i32::try_from(x).unwrap_or(i32::MAX)))
+            .collect();
+        let rows = host.len().max(1);
+        let flat = if flat.is_empty() { vec![0, 0] } else { flat };
+        let ranges = Arc::new(Ranges {
+            ranges: Tensor::from_data(TensorData::new(flat, [rows, 2]), (&self.device, DType::I32)),
+            max_keys,
+        });
+        *cached = Some((key, ranges.clone()));
+        ranges
+    }
+}

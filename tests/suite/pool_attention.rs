@@ -1,0 +1,370 @@
+//! `pool_attention` on every device against its float64 reference: the golden cases (f32 within
+//! 1e-5 on `out` and `lse`, invalid ones with their exact message), random ragged batches (empty
+//! sequences, shared and unsorted rows, indices outside the pool, windows, caps, every head_dim
+//! of the contract, f32 and f16), outputs over poisoned memory, and every documented error.
+
+use crate::common::{Rng, devices, round_to};
+use burn::tensor::{DType, Device, Tensor, TensorData};
+use burn_rope_pool::pool::reference::{BatchIndices, pool_attention_reference};
+use burn_rope_pool::pool::{
+    PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan, pool_attention,
+};
+use burn_rope_pool::testing::{AttentionCase, attention_error};
+
+fn golden_cases() -> Vec<(String, AttentionCase)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/attention");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/golden/attention")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 7, "attention golden cases missing");
+    files
+        .into_iter()
+        .map(|p| {
+            assert!(AttentionCase::is_attention(&p).unwrap());
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, AttentionCase::load(&p).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn golden_cases_on_every_device() {
+    for (device_name, device) in devices() {
+        for (name, case) in golden_cases() {
+            let result = case.run(&device, None);
+            match (&case.expect_error, result) {
+                (Some(message), Err(e)) => assert_eq!(&e.to_string(), message, "{name}"),
+                (Some(message), Ok(_)) => {
+                    panic!("{name} on {device_name}: ran, expected `{message}`")
+                }
+                (None, Err(e)) => panic!("{name} on {device_name}: {e}"),
+                (None, Ok(actual)) => {
+                    let expected = case.expected.as_ref().unwrap();
+                    assert_eq!(actual.out.len(), expected.out.len(), "{name}");
+                    assert_eq!(actual.lse.len(), expected.lse.len(), "{name}");
+                    let err = attention_error(&actual, expected);
+                    assert!(err <= 1e-5, "{name} on {device_name}: off by {err:e}");
+                    // The reference agrees with the file too (it is the oracle of the random
+                    // cases below).
+                    let err = attention_error(&case.reference(), expected);
+                    assert!(err <= 1e-9, "{name}: the reference is off by {err:e}");
+                }
+            }
+        }
+    }
+}
+
+/// A random batch: sequences with `n` queries and `L >= n` keys (some empty), rows drawn from
+/// the pool with repeats (shared prefixes) and in any order, a few outside the pool.
+struct Batch {
+    qo_indptr: Vec<i64>,
+    kv_indptr: Vec<i64>,
+    kv_indices: Vec<i64>,
+    num_tokens: usize,
+}
+
+fn random_batch(rng: &mut Rng, pool: usize, max_len: u64, causal: bool) -> Batch {
+    let batch = 1 + rng.below(4) as usize;
+    let (mut qo, mut kv, mut indices) = (vec![0i64], vec![0i64], Vec::new());
+    for _ in 0..batch {
+        let len = rng.below(max_len + 1) as i64;
+        let n = match rng.below(3) {
+            0 => len.min(1),                       // decode
+            1 => len,                              // prefill
+            _ => rng.below(len as u64 + 1) as i64, // extend
+        };
+        let n = if causal { n } else { rng.below(4) as i64 };
+        for _ in 0..len {
+            let row = match rng.below(20) {
+                0 => pool as i64 + rng.below(3) as i64, // outside: masked
+                1 => -1,
+                _ => rng.below(pool as u64) as i64,
+            };
+            indices.push(row);
+        }
+        qo.push(qo.last().unwrap() + n);
+        kv.push(kv.last().unwrap() + len);
+    }
+    Batch {
+        num_tokens: *qo.last().unwrap() as usize,
+        qo_indptr: qo,
+        kv_indptr: kv,
+        kv_indices: indices,
+    }
+}
+
+fn tensor(values: &[f64], dims: [usize; 3], device: &Device, dtype: DType) -> Tensor<3> {
+    let data: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+    Tensor::from_data(TensorData::new(data, dims), (device, dtype))
+}
+
+#[test]
+fn random_batches_match_the_reference() {
+    let head_dims = [16usize, 64, 80, 96, 128, 256];
+    let mut rng = Rng::new(20_261_204);
+    for (device_name, device) in devices() {
+        for case in 0..24 {
+            let d = head_dims[case % head_dims.len()];
+            let hkv = 1 + rng.below(2) as usize;
+            let hq = hkv * (1 + rng.below(4) as usize);
+            let causal = rng.below(4) != 0;
+            let mut config = PoolAttentionConfig::new(hq, hkv, d).with_causal(causal);
+            if rng.below(3) == 0 {
+                config.sliding_window = Some(1 + rng.below(8) as usize);
+            }
+            if rng.below(3) == 0 {
+                config.logits_soft_cap = Some(0.5 + rng.below(30) as f64);
+            }
+            let dtype = if case % 3 == 2 {
+                DType::F16
+            } else {
+                DType::F32
+            };
+            if !device.supports_dtype(dtype) {
+                continue;
+            }
+            let pool = 8 + rng.below(40) as usize;
+            // Long contexts now and then, so split launches are covered too.
+            let max_len = if case % 4 == 3 { 700 } else { 24 };
+            let batch = random_batch(&mut rng, pool, max_len, causal);
+            let round =
+                |v: Vec<f64>| -> Vec<f64> { v.iter().map(|&x| round_to(x, dtype)).collect() };
+            let q = round(rng.values(batch.num_tokens * hq * d));
+            let k_pool = round(rng.values(pool * hkv * d));
+            let v_pool = round(rng.values(pool * hkv * d));
+            let plan = PoolAttentionPlan::new(
+                TensorData::from(batch.qo_indptr.as_slice()),
+                TensorData::from(batch.kv_indptr.as_slice()),
+                TensorData::from(batch.kv_indices.as_slice()),
+                &device,
+            );
+            // Fresh outputs land on poisoned memory: every element must be written.
+            let _ = Tensor::<3>::full([batch.num_tokens.max(1), hq, d], f32::NAN, (&device, dtype))
+                .into_data();
+            let inputs = PoolAttentionInputs::new(
+                tensor(&q, [batch.num_tokens, hq, d], &device, dtype),
+                tensor(&k_pool, [pool, hkv, d], &device, dtype),
+                tensor(&v_pool, [pool, hkv, d], &device, dtype),
+            );
+            let what = format!(
+                "{device_name} case {case} ({dtype:?}, d {d}, {hq}/{hkv} heads, {config:?})"
+            );
+            let out =
+                pool_attention(inputs, &plan, &config).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let expected = pool_attention_reference(
+                &config,
+                &q,
+                [&k_pool, &v_pool],
+                BatchIndices {
+                    qo_indptr: &batch.qo_indptr,
+                    kv_indptr: &batch.kv_indptr,
+                    kv_indices: &batch.kv_indices,
+                },
+            );
+            let out_host: Vec<f64> = out.out.into_data().iter::<f64>().collect();
+            let lse_host: Vec<f64> = out.lse.into_data().iter::<f64>().collect();
+            let tolerance = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+            for (i, (a, e)) in out_host.iter().zip(&expected.out).enumerate() {
+                assert!(
+                    (a - e).abs() <= tolerance,
+                    "{what}: out[{i}] = {a}, expected {e}"
+                );
+            }
+            for (i, (a, e)) in lse_host.iter().zip(&expected.lse).enumerate() {
+                let ok = a == e || (a - e).abs() <= 1e-4 * e.abs().max(1.0);
+                assert!(ok, "{what}: lse[{i}] = {a}, expected {e}");
+            }
+        }
+    }
+}
+
+fn expect_error(
+    device: &Device,
+    config: &PoolAttentionConfig,
+    shapes: [&[usize]; 3],
+    indices: [&[i64]; 3],
+    message: &str,
+) {
+    let float = |dims: &[usize]| {
+        let n = dims.iter().product();
+        let data = TensorData::new(vec![0.5f32; n], dims.to_vec());
+        match dims.len() {
+            2 => Tensor::<2>::from_data(data, device).into_dispatch(),
+            3 => Tensor::<3>::from_data(data, device).into_dispatch(),
+            _ => Tensor::<4>::from_data(data, device).into_dispatch(),
+        }
+    };
+    let plan = PoolAttentionPlan::new(
+        TensorData::from(indices[0]),
+        TensorData::from(indices[1]),
+        TensorData::from(indices[2]),
+        device,
+    );
+    let inputs = PoolAttentionInputs {
+        q: float(shapes[0]),
+        k_pool: float(shapes[1]),
+        v_pool: float(shapes[2]),
+    };
+    let err: PoolAttentionError = pool_attention(inputs, &plan, config).unwrap_err();
+    assert_eq!(err.to_string(), message);
+}
+
+#[test]
+fn documented_errors_in_order() {
+    let device = Device::flex();
+    let d = &device;
+    let cfg = PoolAttentionConfig::new(4, 2, 8);
+    let good: [&[usize]; 3] = [&[3, 4, 8], &[16, 2, 8], &[16, 2, 8]];
+    let idx: [&[i64]; 3] = [&[0, 1, 3], &[0, 4, 9], &[0, 1, 2, 3, 4, 5, 6, 7, 8]];
+    expect_error(
+        d,
+        &cfg,
+        [&[3, 32], good[1], good[2]],
+        idx,
+        "pool_attention expects q and the pools to be 3-D",
+    );
+    let plan_2d = PoolAttentionPlan::new(
+        TensorData::new(vec![0i64, 1, 3, 3], [2, 2]),
+        TensorData::from([0i64, 4, 9].as_slice()),
+        TensorData::from(idx[2]),
+        d,
+    );
+    let inputs = PoolAttentionInputs::new(
+        Tensor::zeros([3, 4, 8], d),
+        Tensor::zeros([16, 2, 8], d),
+        Tensor::zeros([16, 2, 8], d),
+    );
+    assert_eq!(
+        pool_attention(inputs, &plan_2d, &cfg)
+            .unwrap_err()
+            .to_string(),
+        "pool_attention expects qo_indptr, kv_indptr and kv_indices to be 1-D"
+    );
+    expect_error(
+        d,
+        &cfg,
+        [&[3, 4, 6], good[1], good[2]],
+        idx,
+        "q shape must be [num_tokens, num_qo_heads, head_dim], got [3, 4, 6]",
+    );
+    expect_error(
+        d,
+        &cfg,
+        [good[0], &[16, 3, 8], &[16, 3, 8]],
+        idx,
+        "k_pool has incompatible shape [16, 3, 8]",
+    );
+    expect_error(
+        d,
+        &cfg,
+        [good[0], good[1], &[15, 2, 8]],
+        idx,
+        "v_pool shape must match k_pool shape, got [15, 2, 8] vs [16, 2, 8]",
+    );
+    let odd = PoolAttentionConfig::new(3, 2, 8);
+    expect_error(
+        d,
+        &odd,
+        [&[3, 3, 8], good[1], good[2]],
+        idx,
+        "num_qo_heads must be a multiple of num_kv_heads, got 3 and 2",
+    );
+    expect_error(
+        d,
+        &cfg,
+        good,
+        [&[0, 3], &[0, 4, 9], idx[2]],
+        "qo_indptr and kv_indptr must both have batch + 1 entries, got 2 and 3",
+    );
+    expect_error(
+        d,
+        &cfg,
+        good,
+        [&[0, 2, 1], &[0, 4, 9], idx[2]],
+        "qo_indptr must start at 0, never decrease and end at num_tokens 3",
+    );
+    expect_error(
+        d,
+        &cfg,
+        good,
+        [&[0, 1, 3], &[0, 4, 8], idx[2]],
+        "kv_indptr must start at 0, never decrease and end at len(kv_indices) 9",
+    );
+    expect_error(
+        d,
+        &cfg,
+        good,
+        [&[0, 1, 3], &[0, 8, 9], idx[2]],
+        "sequence 1 has 2 queries but 1 keys",
+    );
+    let bad_scale = cfg.clone().with_sm_scale(Some(f64::NAN));
+    expect_error(
+        d,
+        &bad_scale,
+        good,
+        idx,
+        "invalid attention parameter: sm_scale must be positive and finite, got NaN",
+    );
+    let bad_cap = cfg.clone().with_logits_soft_cap(Some(-1.0));
+    expect_error(
+        d,
+        &bad_cap,
+        good,
+        idx,
+        "invalid attention parameter: logits_soft_cap must be positive and finite, got -1",
+    );
+    let bad_window = cfg.clone().with_sliding_window(Some(0));
+    expect_error(
+        d,
+        &bad_window,
+        good,
+        idx,
+        "invalid attention parameter: sliding_window must be at least 1",
+    );
+    let checked = cfg.clone().with_check_indices(true);
+    expect_error(
+        d,
+        &checked,
+        good,
+        [idx[0], idx[1], &[0, 1, 2, 3, 4, 5, 6, 16, 8]],
+        "kv index 16 at kv_indices[7] is outside the pool of 16 rows",
+    );
+    // Non-causal: fewer keys than queries is fine.
+    let plan = PoolAttentionPlan::new(
+        TensorData::from([0i64, 1, 3].as_slice()),
+        TensorData::from([0i64, 8, 9].as_slice()),
+        TensorData::from(idx[2]),
+        d,
+    );
+    let inputs = PoolAttentionInputs::new(
+        Tensor::ones([3, 4, 8], d),
+        Tensor::ones([16, 2, 8], d),
+        Tensor::ones([16, 2, 8], d),
+    );
+    assert!(pool_attention(inputs, &plan, &cfg.clone().with_causal(false)).is_ok());
+}
+
+#[cfg(feature = "autodiff")]
+#[test]
+fn autodiff_tensors_are_refused() {
+    let device = Device::flex().autodiff();
+    let plan = PoolAttentionPlan::new(
+        TensorData::from([0i64, 1].as_slice()),
+        TensorData::from([0i64, 1].as_slice()),
+        TensorData::from([0i64].as_slice()),
+        &device,
+    );
+    let inputs = PoolAttentionInputs::new(
+        Tensor::zeros([1, 2, 8], &device),
+        Tensor::zeros([4, 2, 8], &device),
+        Tensor::zeros([4, 2, 8], &device),
+    );
+    let err = pool_attention(inputs, &plan, &PoolAttentionConfig::new(2, 2, 8)).unwrap_err();
+    assert!(
+        matches!(err, PoolAttentionError::UnsupportedBackend { .. }),
+        "{err}"
+    );
+}
