@@ -6,8 +6,11 @@
 //! - decode at (batch, keys) = (1, 4096), (1, 32768), (8, 4096), (64, 1024), (64, 4096);
 //! - prefill of one 4096-token prompt and of 64 prompts of 512 tokens (causal);
 //!
-//! in f16 and f32, with the host-inclusive cost per call of back-to-back calls. The floor is the
-//! K/V rows' bytes (plus q and out) at the copy bandwidth measured in the same run.
+//! in f16 and f32, with the host-inclusive cost per call of back-to-back calls. The gather path
+//! is skipped ("-") where its largest buffer passes 1 GiB (wgpu's limit is 2 GiB per buffer). The floor is the
+//! K/V rows' bytes (plus q and out) at the copy bandwidth measured in the same run. "plan µs" is
+//! the wall time of a fresh plan plus one synced call, less that call's device time: what a step
+//! pays once for its plan (upper bound: it includes the call's host cost and one sync).
 //!
 //! `cargo bench --bench pool_attention -- [--device wgpu] [--dtypes f16,f32] [--quick]
 //!  [--json OUT.json]`
@@ -120,6 +123,7 @@ struct Row {
     floor_pct: f64,
     gather_us: Option<f64>,
     host_us_per_call: f64,
+    plan_us: f64,
 }
 
 /// The batch's pools (random rows, `keys` per sequence scattered over a pool with 1024 spare
@@ -159,6 +163,20 @@ fn batch(device: &Device, dtype: DType, shape: Shape, rng: &mut Rng) -> Batch {
         rows,
         plan,
     }
+}
+
+/// The plan of `shape`'s batch over pool `rows`.
+fn batch_plan(device: &Device, shape: Shape, rows: &[i64]) -> PoolAttentionPlan {
+    let qo: Vec<i64> = (0..=shape.seqs)
+        .map(|b| (b * shape.queries) as i64)
+        .collect();
+    let kv: Vec<i64> = (0..=shape.seqs).map(|b| (b * shape.keys) as i64).collect();
+    PoolAttentionPlan::new(
+        TensorData::from(qo.as_slice()),
+        TensorData::from(kv.as_slice()),
+        TensorData::from(rows),
+        device,
+    )
 }
 
 /// The gather path: per sequence, its rows selected from the pools, kv heads expanded, scores,
@@ -212,9 +230,9 @@ fn main() {
         bandwidth / 1e9
     );
     println!(
-        "| kind | dtype | batch | keys | queries | device µs | GB/s | floor µs | % of floor | gather µs | host µs/call |"
+        "| kind | dtype | batch | keys | queries | device µs | GB/s | floor µs | % of floor | gather µs | host µs/call | plan µs |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let config = PoolAttentionConfig::new(HQ, HKV, D);
     let mut rng = Rng::from_state(0x5eed_a77e);
     let mut rows = Vec::new();
@@ -233,8 +251,14 @@ fn main() {
                     .expect("valid call")
                     .out
             };
+            // The gather path's largest buffer (its expanded keys, or its f32 scores) must fit
+            // one wgpu buffer (2 GiB); past 1 GiB it is not run.
+            let per = if shape.queries == 1 { shape.seqs } else { 1 };
+            let expanded = per * HQ * shape.keys * D * dtype.size();
+            let scores = per * HQ * shape.queries * shape.keys * 4;
+            let run_gather = !args.no_gather && expanded.max(scores) <= 1 << 30;
             // Correct before timed: the gather path and the op agree.
-            let gather_check = (!args.no_gather).then(|| gather_attention(&b, shape));
+            let gather_check = run_gather.then(|| gather_attention(&b, shape));
             if let Some(expected) = &gather_check {
                 let diff = (call() - expected.clone()).abs().max().into_scalar::<f32>();
                 assert!(
@@ -246,7 +270,7 @@ fn main() {
             let mut kept = Vec::new();
             let t = time_per_call(&device, windows, || kept.push(call())).as_secs_f64();
             kept.clear();
-            let gather = (!args.no_gather).then(|| {
+            let gather = run_gather.then(|| {
                 let t = time_per_call(&device, windows, || kept.push(gather_attention(&b, shape)));
                 kept.clear();
                 t.as_secs_f64()
@@ -257,6 +281,18 @@ fn main() {
                     let _ = out.slice([0..1]).into_data();
                 }
             });
+            // The plan's cost, once per step: host arrays, the indices' upload, the first call's
+            // ranges (a fresh plan each time, synced by reading its ranges back).
+            let plan_start = std::time::Instant::now();
+            let plans = if args.quick { 3 } else { 10 };
+            for _ in 0..plans {
+                let fresh = batch_plan(&device, shape, &b.rows);
+                let inputs =
+                    PoolAttentionInputs::new(b.q.clone(), b.k_pool.clone(), b.v_pool.clone());
+                let out = pool_attention(inputs, &fresh, &config).expect("valid call");
+                let _ = out.lse.slice([0..1]).into_data();
+            }
+            let plan_us = plan_start.elapsed().as_secs_f64() * 1e6 / plans as f64 - t * 1e6;
             let elem = dtype.size();
             let tokens = shape.seqs * shape.queries;
             let bytes = (2 * shape.seqs * shape.keys * HKV * D + 2 * tokens * HQ * D) * elem;
@@ -273,9 +309,10 @@ fn main() {
                 floor_pct: 100.0 * floor / t,
                 gather_us: gather.map(|g| g * 1e6),
                 host_us_per_call: host.wall * 1e6,
+                plan_us,
             };
             println!(
-                "| {} | {} | {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0}% | {} | {:.1} |",
+                "| {} | {} | {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0}% | {} | {:.1} | {:.0} |",
                 row.kind,
                 row.dtype,
                 row.batch,
@@ -286,7 +323,8 @@ fn main() {
                 row.floor_us,
                 row.floor_pct,
                 row.gather_us.map_or("-".into(), |g| format!("{g:.1}")),
-                row.host_us_per_call
+                row.host_us_per_call,
+                row.plan_us
             );
             rows.push(row);
         }

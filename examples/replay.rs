@@ -1,17 +1,18 @@
-//! Runs one golden case (see SPEC.md) through `rope_pool_fused` and scores it against its f64
-//! expected outputs.
+//! Runs one golden case (`docs/CONTRACT.md`, "Golden files") through `rope_pool_fused`, or
+//! through `pool_attention` when its metadata says `op = pool_attention`, and scores it against
+//! its f64 expected outputs.
 //!
 //! `cargo run --release --example replay -- CASE.safetensors [--device flex|wgpu|vulkan|metal|default]
 //!  [--dtype f32|f16|bf16] [--output OUT.safetensors]`
 
 use burn::tensor::DType;
-use burn_rope_pool::testing::{GoldenCase, Score, tolerance};
+use burn_rope_pool::testing::{AttentionCase, GoldenCase, Score, attention_error, tolerance};
 use burn_rope_pool::testing::{device_by_name, dtype_by_name};
 use clap::Parser;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(about = "Replay a rope_pool_fused golden case")]
+#[command(about = "Replay a rope_pool_fused or pool_attention golden case")]
 struct Args {
     /// The golden safetensors file.
     case: std::path::PathBuf,
@@ -21,32 +22,26 @@ struct Args {
     /// Storage dtype of the float tensors (default: as stored in the file).
     #[arg(long, value_parser = dtype_by_name)]
     dtype: Option<DType>,
-    /// Write q_rot k_rot k_pool v_pool (F32) to this safetensors file.
+    /// Write the outputs (F32) to this safetensors file: q_rot k_rot k_pool v_pool, or out lse.
     #[arg(long)]
     output: Option<std::path::PathBuf>,
 }
 
+/// Writes `outputs` (name, shape, values) as F32 tensors.
 fn write_output(
     path: &std::path::Path,
-    case: &GoldenCase,
-    out: &burn_rope_pool::reference::ReferenceOutput,
+    outputs: Vec<(&str, Vec<usize>, &Vec<f64>)>,
 ) -> Result<(), String> {
-    let shape = |name: &str| case.inputs[name].dims.clone();
-    let tensors: Vec<(&str, Vec<usize>, Vec<u8>)> = [
-        ("q_rot", shape("q"), &out.q_rot),
-        ("k_rot", shape("k"), &out.k_rot),
-        ("k_pool", shape("k_pool"), &out.k_pool),
-        ("v_pool", shape("v_pool"), &out.v_pool),
-    ]
-    .into_iter()
-    .map(|(n, s, v)| {
-        (
-            n,
-            s,
-            v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
-        )
-    })
-    .collect();
+    let tensors: Vec<(&str, Vec<usize>, Vec<u8>)> = outputs
+        .into_iter()
+        .map(|(n, s, v)| {
+            (
+                n,
+                s,
+                v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+            )
+        })
+        .collect();
     let views: Vec<(&str, safetensors::tensor::TensorView<'_>)> = tensors
         .iter()
         .map(|(n, s, b)| {
@@ -58,15 +53,72 @@ fn write_output(
     safetensors::serialize_to_file(views, None, path).map_err(|e| e.to_string())
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
-    let case = match GoldenCase::load(&args.case) {
+/// The verdict on a case that must be refused with `expected`.
+fn expect_refusal<T, E: std::fmt::Display>(result: Result<T, E>, expected: &str) -> ExitCode {
+    match result {
+        Err(e) if e.to_string() == expected => {
+            println!("error (as expected): {e}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("wrong error: got `{e}`, expected `{expected}`");
+            ExitCode::FAILURE
+        }
+        Ok(_) => {
+            println!("no error, expected `{expected}`");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Replays a `pool_attention` case: `out` and `lse` within 1e-5 in f32 (looser for f16/bf16).
+fn replay_attention(args: &Args, device: &burn::tensor::Device) -> ExitCode {
+    let case = match AttentionCase::load(&args.case) {
         Ok(case) => case,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(2);
         }
     };
+    let result = case.run(device, args.dtype);
+    if let Some(expected) = &case.expect_error {
+        return expect_refusal(result, expected);
+    }
+    let out = match result {
+        Ok(out) => out,
+        Err(e) => {
+            println!("unexpected error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let expected = case.expected.as_ref().expect("checked at load");
+    if let Some(path) = &args.output {
+        let q = case.inputs["q"].dims.clone();
+        let outputs = vec![
+            ("out", q.clone(), &out.out),
+            ("lse", q[..2].to_vec(), &out.lse),
+        ];
+        if let Err(e) = write_output(path, outputs) {
+            eprintln!("cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    let worst = attention_error(&out, expected);
+    let tol = match args.dtype {
+        None | Some(DType::F32) => 1e-5,
+        Some(_) => 5e-2,
+    };
+    if worst <= tol {
+        println!("PASS (out and lse: max abs {worst:.3e} <= {tol:.0e})");
+        ExitCode::SUCCESS
+    } else {
+        println!("FAIL (out and lse: max abs {worst:.3e} > {tol:.0e})");
+        ExitCode::FAILURE
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
     let device = match device_by_name(&args.device) {
         Ok(device) => device,
         Err(e) => {
@@ -74,27 +126,30 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let dtype = args.dtype;
     println!(
-        "case {} on {device:?}, dtype {dtype:?}",
-        args.case.display()
+        "case {} on {device:?}, dtype {:?}",
+        args.case.display(),
+        args.dtype
     );
+    match AttentionCase::is_attention(&args.case) {
+        Ok(true) => return replay_attention(&args, &device),
+        Ok(false) => {}
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    }
+    let case = match GoldenCase::load(&args.case) {
+        Ok(case) => case,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let dtype = args.dtype;
     let result = case.run(&device, dtype);
     if let Some(expected) = &case.expect_error {
-        return match result {
-            Err(e) if e.to_string() == *expected => {
-                println!("error (as expected): {e}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                println!("wrong error: got `{e}`, expected `{expected}`");
-                ExitCode::FAILURE
-            }
-            Ok(_) => {
-                println!("no error, expected `{expected}`");
-                ExitCode::FAILURE
-            }
-        };
+        return expect_refusal(result, expected);
     }
     let out = match result {
         Ok(out) => out,
@@ -110,7 +165,15 @@ fn main() -> ExitCode {
         println!("{name:>7}: max abs {abs:.3e}  norm-rel {rel:.3e}");
     }
     if let Some(path) = &args.output
-        && let Err(e) = write_output(path, &case, &out)
+        && let Err(e) = write_output(path, {
+            let shape = |name: &str| case.inputs[name].dims.clone();
+            vec![
+                ("q_rot", shape("q"), &out.q_rot),
+                ("k_rot", shape("k"), &out.k_rot),
+                ("k_pool", shape("k_pool"), &out.k_pool),
+                ("v_pool", shape("v_pool"), &out.v_pool),
+            ]
+        })
     {
         eprintln!("cannot write {}: {e}", path.display());
         return ExitCode::from(2);

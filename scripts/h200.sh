@@ -4,6 +4,7 @@
 #   scripts/h200.sh pack
 # then run `scripts/h200.sh run` there with `.gl` and `.dev` carried (see the device README for
 # the Vulkan loader packages in `.gl`). `scripts/h200.sh sweep` runs the tuning-knob sweep instead.
+# `pack-attention` / `run-attention` do the same for the pool_attention bench and its anchor.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-run}" in
@@ -24,6 +25,41 @@ case "${1:-run}" in
     xz -T2 -6 -f .dev/bench .dev/bench-vulkan .dev/replay .dev/replay-vulkan
     [ -f ../shared/anchors/h200_anchor_bench.py ] && cp ../shared/anchors/h200_anchor_bench.py .dev/
     ls -la .dev
+    ;;
+  pack-attention)
+    # The pool_attention bench, WGSL and SPIR-V builds, for `run-attention`.
+    mkdir -p .dev
+    executable() {
+      cargo build --release "$@" --message-format=json |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+    }
+    strip -o .dev/attention "$(executable --bench pool_attention)"
+    strip -o .dev/attention-vulkan "$(executable --bench pool_attention --features vulkan)"
+    xz -T2 -6 -f .dev/attention .dev/attention-vulkan
+    cp ../shared/anchors/pool_attention_anchor.py .dev/
+    ls -la .dev
+    ;;
+  run-attention)
+    # Both builds of the pool_attention bench, then PyTorch's gather + SDPA anchor, in one call.
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    export XDG_RUNTIME_DIR=/tmp
+    for b in attention attention-vulkan; do
+      xz -d -c ".dev/$b.xz" > "/tmp/$b"
+      chmod +x "/tmp/$b"
+    done
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+    out=${OUT:-/tmp}
+    shift || true
+    /tmp/attention-vulkan --device vulkan --json "$out/attention-vulkan.json" "$@" 2>"$out/attention.log" |
+      tee "$out/attention-vulkan.md"
+    /tmp/attention --device wgpu --json "$out/attention-wgpu.json" "$@" 2>>"$out/attention.log" |
+      tee "$out/attention-wgpu.md"
+    if [ -z "${SKIP_ANCHOR:-}" ]; then
+      python3 .dev/pool_attention_anchor.py 2>&1 | tee "$out/attention-anchor.txt"
+    fi
     ;;
   run | sweep)
     for f in .gl/*.deb; do dpkg -x "$f" /; done

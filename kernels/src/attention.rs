@@ -3,13 +3,16 @@
 //!
 //! One cube owns one (query row, kv head, chunk of the row's visible keys) and every q head that
 //! reads its kv head (`group` of them), so each key and value row is loaded once for all of
-//! them. The cube walks its keys in tiles of `units` keys:
+//! them. The cube walks its keys in tiles of `units` keys, every unit busy in every phase:
 //! 1. scores — unit `u` scores key `u` of the tile against the group's queries (kept in shared
 //!    memory, pre-scaled), in f32, with the soft cap;
-//! 2. online softmax — one unit per head takes the tile's maximum, rescales the running sum and
-//!    turns the tile's scores into weights;
-//! 3. values — unit `u` owns vector `u` of the head row and adds the tile's weighted value rows
-//!    (adjacent units read adjacent vectors of one row).
+//! 2. online softmax — the tile's maximum per head by a tree over the units; each unit rescales
+//!    its running sums to the new maximum and turns its key's scores into weights;
+//! 3. values — the units split into key groups of one row each: unit `u` adds vector
+//!    `u % row_vectors` of the value rows of its group's keys (adjacent units read adjacent
+//!    vectors of one row), each value vector once for all heads of the group.
+//!
+//! The units' partial sums are added once, at the end.
 //!
 //! A query whose keys are split over several cubes (flash-decoding: few rows, long contexts)
 //! writes a normalised partial output and its log-sum-exp per chunk; [`attention_merge`]
@@ -33,7 +36,7 @@ fn lane_sum<N: Size>(x: Vector<f32, N>) -> f32 {
 /// `ranges [T, 2]` i32 (first entry in `kv_indices`, visible keys). Direct (`split` false):
 /// writes `out [T, Hq, D]` and `lse [T, Hq]`. Split: writes `part_out [chunks, T, Hq, D]` (f32,
 /// normalised) and `part_lse [chunks, T, Hq]`. `neg_inf` is `f32::NEG_INFINITY`, passed at run
-/// time (WGSL has no infinity literal).
+/// time (WGSL has no infinity literal). `units` is a power of two and at least `row_vectors`.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub fn attention_kernel<F: Float, N: Size>(
@@ -75,35 +78,40 @@ pub fn attention_kernel<F: Float, N: Size>(
     let count = usize::cast_from(ranges[2 * t + 1]);
     let lo = chunk * (chunk_keys as usize);
     let hi = (lo + chunk_keys as usize).min(count);
+    // Values: unit `u` owns vector `e` of the row for every `key_groups`-th key of a tile.
+    let key_groups = comptime!(units / row_vectors);
+    let e = u % row_vectors;
+    let kg = u / row_vectors;
 
     let mut q_s = Shared::<[Vector<f32, N>]>::new_slice(group * row_vectors);
     let mut s_s = Shared::<[f32]>::new_slice(group * units);
+    let mut max_s = Shared::<[f32]>::new_slice(group * units);
     let mut rows_s = Shared::<[i32]>::new_slice(units);
-    let mut m_s = Shared::<[f32]>::new_slice(group);
-    let mut l_s = Shared::<[f32]>::new_slice(group);
-    let mut r_s = Shared::<[f32]>::new_slice(group);
+    let mut acc_s = Shared::<[Vector<f32, N>]>::new_slice(units);
 
     let head0 = g * group;
     for i in range_stepped(u, group * row_vectors, units) {
         let h = i / row_vectors;
-        let e = i % row_vectors;
-        q_s[i] = Vector::<f32, N>::cast_from(q[(t * num_qo_heads + head0 + h) * row_vectors + e])
+        let v = i % row_vectors;
+        q_s[i] = Vector::<f32, N>::cast_from(q[(t * num_qo_heads + head0 + h) * row_vectors + v])
             * Vector::new(sm_scale);
     }
-    for h in range_stepped(u, group, units) {
-        m_s[h] = neg_inf;
-        l_s[h] = f32::new(0.0);
-    }
+    // Running state, the same in every unit: the maximum per head; per unit: its share of the
+    // sum of weights and of the weighted values.
+    let mut m = Array::<f32>::new(group);
+    let mut l = Array::<f32>::new(group);
     let mut acc = Array::<Vector<f32, N>>::new(group);
     #[unroll]
     for h in 0..group {
-        acc[h] = Vector::new(0.0);
+        m[h] = neg_inf;
+        l[h] = f32::new(0.0);
+        acc[h] = Vector::new(f32::new(0.0));
     }
     sync_cube();
 
     let mut base = lo;
     while base < hi {
-        // 1. Scores of key `base + u` against every head of the group.
+        // 1. Unit `u` scores key `base + u` against every head of the group.
         let j = base + u;
         let mut row = i32::new(-1);
         if j < hi {
@@ -115,73 +123,110 @@ pub fn attention_kernel<F: Float, N: Size>(
         rows_s[u] = row;
         let k_row =
             (usize::cast_from(select(row >= 0, row, i32::new(0))) * num_kv_heads + g) * row_vectors;
+        let mut dots = Array::<Vector<f32, N>>::new(group);
         #[unroll]
         for h in 0..group {
-            let mut dot = Vector::<f32, N>::new(0.0);
-            if row >= 0 {
-                for e in 0..row_vectors {
-                    dot +=
-                        q_s[h * row_vectors + e] * Vector::<f32, N>::cast_from(k_pool[k_row + e]);
+            dots[h] = Vector::new(f32::new(0.0));
+        }
+        if row >= 0 {
+            for v in 0..row_vectors {
+                let k = Vector::<f32, N>::cast_from(k_pool[k_row + v]);
+                #[unroll]
+                for h in 0..group {
+                    dots[h] += q_s[h * row_vectors + v] * k;
                 }
             }
-            let mut s = lane_sum::<N>(dot);
+        }
+        #[unroll]
+        for h in 0..group {
+            let mut s = lane_sum::<N>(dots[h]);
             if capped {
                 s = soft_cap * f32::tanh(s / soft_cap);
             }
-            s_s[h * units + u] = select(row >= 0, s, neg_inf);
+            s = select(row >= 0, s, neg_inf);
+            s_s[h * units + u] = s;
+            max_s[h * units + u] = s;
         }
         sync_cube();
-
-        // 2. Online softmax, one unit per head.
-        for h in range_stepped(u, group, units) {
-            let m_old = m_s[h];
-            let mut m_new = m_old;
-            for k in 0..units {
-                let s = s_s[h * units + k];
-                m_new = select(s > m_new, s, m_new);
+        // 2. The tile's maximum per head: a tree over the units.
+        #[unroll]
+        for level in 0..comptime!(units.trailing_zeros()) {
+            let stride = comptime!(units >> (level + 1));
+            if u < stride {
+                #[unroll]
+                for h in 0..group {
+                    let a = max_s[h * units + u];
+                    let b = max_s[h * units + u + stride];
+                    max_s[h * units + u] = select(b > a, b, a);
+                }
             }
+            sync_cube();
+        }
+        // 3. Weights against the new maximum; everything so far rescaled to it.
+        #[unroll]
+        for h in 0..group {
+            let tile_max = max_s[h * units];
+            let m_new = select(tile_max > m[h], tile_max, m[h]);
             let empty = m_new == neg_inf;
-            let rescale = select(empty, f32::new(1.0), f32::exp(m_old - m_new));
-            let mut sum = f32::new(0.0);
-            for k in 0..units {
-                let s = s_s[h * units + k];
-                let p = select(s == neg_inf, f32::new(0.0), f32::exp(s - m_new));
-                s_s[h * units + k] = p;
-                sum += p;
-            }
-            m_s[h] = m_new;
-            l_s[h] = l_s[h] * rescale + sum;
-            r_s[h] = rescale;
+            let rescale = select(empty, f32::new(1.0), f32::exp(m[h] - m_new));
+            m[h] = m_new;
+            acc[h] *= Vector::new(rescale);
+            let s = s_s[h * units + u];
+            let p = select(s == neg_inf, f32::new(0.0), f32::exp(s - m_new));
+            l[h] = l[h] * rescale + p;
+            s_s[h * units + u] = p;
         }
         sync_cube();
-
-        // 3. Weighted values: unit `u` owns vector `u` of the row.
-        if u < row_vectors {
-            #[unroll]
-            for h in 0..group {
-                let mut a = acc[h] * Vector::new(r_s[h]);
-                for k in 0..units {
-                    let r = rows_s[k];
-                    if r >= 0 {
-                        let v = v_pool[(usize::cast_from(r) * num_kv_heads + g) * row_vectors + u];
-                        a += Vector::<f32, N>::cast_from(v) * Vector::new(s_s[h * units + k]);
+        // 4. Weighted values: unit `u` adds vector `e` of the value rows of keys `kg`,
+        //    `kg + key_groups`, … of the tile.
+        if kg < key_groups {
+            for k in range_stepped(kg, units, key_groups) {
+                let r = rows_s[k];
+                if r >= 0 {
+                    let v = Vector::<f32, N>::cast_from(
+                        v_pool[(usize::cast_from(r) * num_kv_heads + g) * row_vectors + e],
+                    );
+                    #[unroll]
+                    for h in 0..group {
+                        acc[h] += v * Vector::new(s_s[h * units + k]);
                     }
                 }
-                acc[h] = a;
             }
         }
         sync_cube();
         base += units;
     }
 
+    // Sums over the units: the weights' (every unit's), the values' (per vector, over the key
+    // groups). One head at a time through shared memory.
     #[unroll]
     for h in 0..group {
-        let l = l_s[h];
-        let m = m_s[h];
-        let seen = l > 0.0;
+        max_s[u] = l[h];
+        acc_s[u] = acc[h];
+        sync_cube();
+        #[unroll]
+        for level in 0..comptime!(units.trailing_zeros()) {
+            let stride = comptime!(units >> (level + 1));
+            if u < stride {
+                max_s[u] += max_s[u + stride];
+            }
+            sync_cube();
+        }
+        let total = max_s[0];
+        let mut value = Vector::<f32, N>::new(f32::new(0.0));
+        if u < row_vectors {
+            for k in 0..key_groups {
+                value += acc_s[k * row_vectors + u];
+            }
+        }
+        let seen = total > 0.0;
+        let value = select(seen, value / Vector::new(total), Vector::new(f32::new(0.0)));
+        let log_sum = select(
+            seen,
+            m[h] + f32::ln(select(seen, total, f32::new(1.0))),
+            neg_inf,
+        );
         let head = t * num_qo_heads + head0 + h;
-        let value = select(seen, acc[h] / Vector::new(l), Vector::new(f32::new(0.0)));
-        let log_sum = select(seen, m + f32::ln(select(seen, l, f32::new(1.0))), neg_inf);
         if split {
             let at = chunk * num_tokens * num_qo_heads + head;
             if u < row_vectors {
@@ -198,6 +243,7 @@ pub fn attention_kernel<F: Float, N: Size>(
                 lse[head] = log_sum;
             }
         }
+        sync_cube();
     }
 }
 

@@ -37,11 +37,11 @@ pub struct AttentionLaunch {
     pub chunk_keys: usize,
 }
 
-/// Cubes a launch aims for before it splits the keys of its queries: a few per multiprocessor
-/// of a large GPU.
-const TARGET_CUBES: usize = 1024;
-/// The fewest keys a chunk holds when the keys are split.
-const MIN_CHUNK_KEYS: usize = 256;
+/// Cubes a launch aims for before it splits the keys of its queries: enough that a large GPU
+/// has every chunk's loads in flight at once.
+const TARGET_CUBES: usize = 2048;
+/// Units per cube (keys per tile), unless a head row has more vectors.
+const UNITS: usize = 128;
 
 impl AttentionLaunch {
     /// The launch of `geometry` for `elem_size`-byte elements on `client`'s device.
@@ -52,14 +52,12 @@ impl AttentionLaunch {
             .find(|&n| n > 0 && d.is_multiple_of(n))
             .unwrap_or(1);
         let row_vectors = d / vector;
-        let units = row_vectors.next_power_of_two().max(32);
+        let units = row_vectors.next_power_of_two().max(UNITS);
         let work = (geometry.num_tokens * geometry.num_kv_heads).max(1);
         let keys = geometry.max_keys.max(1);
         let mut chunks = 1;
-        if work < TARGET_CUBES && keys > MIN_CHUNK_KEYS {
-            chunks = TARGET_CUBES
-                .div_ceil(work)
-                .min(keys.div_ceil(MIN_CHUNK_KEYS));
+        if work < TARGET_CUBES && keys > units {
+            chunks = TARGET_CUBES.div_ceil(work).min(keys.div_ceil(units));
         }
         let chunk_keys = keys.div_ceil(chunks).div_ceil(units) * units;
         let chunks = keys.div_ceil(chunk_keys);

@@ -126,8 +126,14 @@ impl Decoder {
         for l in 0..config.num_layers {
             let p = format!("model.layers.{l}");
             let norm = |name: &str, n: usize| weights.norm(&format!("{p}.{name}.weight"), n);
-            let linear = |name: &str, i: usize, o: usize, bias: bool| {
-                weights.linear(&format!("{p}.{name}"), i, o, bias)
+            let linear = |parts: &[(&str, usize)], i: usize, bias: bool| {
+                let names: Vec<String> = parts.iter().map(|(n, _)| format!("{p}.{n}")).collect();
+                let parts: Vec<(&str, usize)> = names
+                    .iter()
+                    .zip(parts)
+                    .map(|(n, &(_, o))| (n.as_str(), o))
+                    .collect();
+                weights.linear(&parts, i, bias)
             };
             let qk_norm = |which: &str| {
                 config
@@ -135,25 +141,30 @@ impl Decoder {
                     .then(|| norm(&format!("self_attn.{which}_norm"), rope.head_dim))
                     .transpose()
             };
+            let qkv = [
+                ("self_attn.q_proj", q_out),
+                ("self_attn.k_proj", kv_out),
+                ("self_attn.v_proj", kv_out),
+            ];
+            let gate_up = [("mlp.gate_proj", m), ("mlp.up_proj", m)];
             layers.push(Layer {
                 input_norm: norm("input_layernorm", h)?,
-                q: linear("self_attn.q_proj", h, q_out, config.qkv_bias)?,
-                k: linear("self_attn.k_proj", h, kv_out, config.qkv_bias)?,
-                v: linear("self_attn.v_proj", h, kv_out, config.qkv_bias)?,
-                o: linear("self_attn.o_proj", q_out, h, config.o_bias)?,
+                qkv: linear(&qkv, h, config.qkv_bias)?,
+                o: linear(&[("self_attn.o_proj", h)], q_out, config.o_bias)?,
                 q_norm: qk_norm("q")?,
                 k_norm: qk_norm("k")?,
                 post_norm: norm("post_attention_layernorm", h)?,
-                gate: linear("mlp.gate_proj", h, m, false)?,
-                up: linear("mlp.up_proj", h, m, false)?,
-                down: linear("mlp.down_proj", m, h, false)?,
+                gate_up: linear(&gate_up, h, false)?,
+                down: linear(&[("mlp.down_proj", h)], m, false)?,
             });
         }
         let embed = weights.embed(config.vocab_size, h)?;
         let lm_head = if config.tie_word_embeddings {
             embed.clone().transpose()
         } else {
-            weights.linear("lm_head", h, config.vocab_size, false)?.w
+            weights
+                .linear(&[("lm_head", config.vocab_size)], h, false)?
+                .w
         };
         Ok(Self {
             embed,
@@ -328,9 +339,14 @@ impl Decoder {
                 Some(w) => rms_norm(y.reshape([t * heads, d]), w, eps).reshape([t, heads, d]),
                 None => y.reshape([t, heads, d]),
             };
-            let q = head_norm(layer.q.forward(h.clone()), hq, &layer.q_norm);
-            let k = head_norm(layer.k.forward(h.clone()), hkv, &layer.k_norm);
-            let v = layer.v.forward(h).reshape([t, hkv, d]);
+            // One projection; q, k and v are views of its columns (the op reads them in place).
+            let qkv = layer.qkv.forward(h);
+            let (q_end, k_end) = (hq * d, (hq + hkv) * d);
+            let q = head_norm(qkv.clone().slice([0..t, 0..q_end]), hq, &layer.q_norm);
+            let k = head_norm(qkv.clone().slice([0..t, q_end..k_end]), hkv, &layer.k_norm);
+            let v = qkv
+                .slice([0..t, k_end..k_end + hkv * d])
+                .reshape([t, hkv, d]);
             let (k_pool, v_pool) = (&mut cache.k[l], &mut cache.v[l]);
             let (Some(kp), Some(vp)) = (k_pool.take(), v_pool.take()) else {
                 return Err(DecoderError::Step("the cache lost its pools".into()));
@@ -363,7 +379,9 @@ impl Decoder {
             let attended = attended?.out.reshape([t, hq * d]);
             x = x + layer.o.forward(attended);
             let h = rms_norm(x.clone(), &layer.post_norm, eps);
-            let mlp = silu(layer.gate.forward(h.clone())) * layer.up.forward(h);
+            let gate_up = layer.gate_up.forward(h);
+            let m = self.config.intermediate_size;
+            let mlp = silu(gate_up.clone().slice([0..t, 0..m])) * gate_up.slice([0..t, m..2 * m]);
             x = x + layer.down.forward(mlp);
         }
         let last = rms_norm(x.select(0, last), &self.norm, eps);

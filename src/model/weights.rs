@@ -27,15 +27,14 @@ impl Linear {
 /// One decoder layer's weights.
 pub(crate) struct Layer {
     pub(crate) input_norm: Tensor<1>,
-    pub(crate) q: Linear,
-    pub(crate) k: Linear,
-    pub(crate) v: Linear,
+    /// q, k and v stacked: one matmul, q/k/v are views of its output.
+    pub(crate) qkv: Linear,
     pub(crate) o: Linear,
     pub(crate) q_norm: Option<Tensor<1>>,
     pub(crate) k_norm: Option<Tensor<1>>,
     pub(crate) post_norm: Tensor<1>,
-    pub(crate) gate: Linear,
-    pub(crate) up: Linear,
+    /// gate and up stacked: one matmul.
+    pub(crate) gate_up: Linear,
     pub(crate) down: Linear,
 }
 
@@ -45,8 +44,10 @@ pub(crate) trait Weights {
     fn dtype(&self) -> DType;
     /// A norm's weight `[n]`.
     fn norm(&self, name: &str, n: usize) -> Result<Tensor<1>, DecoderError>;
-    /// Projection `name` (`name.weight`, `name.bias`) from `i` to `o` features.
-    fn linear(&self, name: &str, i: usize, o: usize, bias: bool) -> Result<Linear, DecoderError>;
+    /// The projections `parts` (`name.weight`, `name.bias`, and each one's output features)
+    /// from `i` features, stacked into one: their outputs side by side, in order.
+    fn linear(&self, parts: &[(&str, usize)], i: usize, bias: bool)
+    -> Result<Linear, DecoderError>;
     /// The embedding matrix `[vocab, hidden]`.
     fn embed(&self, vocab: usize, hidden: usize) -> Result<Tensor<2>, DecoderError>;
 }
@@ -67,16 +68,31 @@ impl Weights for FromCheckpoint<'_> {
     fn norm(&self, name: &str, n: usize) -> Result<Tensor<1>, DecoderError> {
         Ok(self.checkpoint.tensor(name, [n], self.device, self.dtype)?)
     }
-    fn linear(&self, name: &str, i: usize, o: usize, bias: bool) -> Result<Linear, DecoderError> {
-        // HF stores projections `[out, in]`; the decoder multiplies by `[in, out]`.
-        let w = self
-            .checkpoint
-            .tensor(&format!("{name}.weight"), [o, i], self.device, self.dtype)?
-            .transpose();
-        let b = bias
-            .then(|| self.norm(&format!("{name}.bias"), o))
-            .transpose()?;
-        Ok(Linear { w, b })
+    fn linear(
+        &self,
+        parts: &[(&str, usize)],
+        i: usize,
+        bias: bool,
+    ) -> Result<Linear, DecoderError> {
+        // HF stores projections `[out, in]`: stacked along `out`, then multiplied by the
+        // transposed view `[in, out]`.
+        let mut ws = Vec::with_capacity(parts.len());
+        let mut bs = Vec::with_capacity(parts.len());
+        for &(name, o) in parts {
+            let name = format!("{name}.weight");
+            ws.push(
+                self.checkpoint
+                    .tensor(&name, [o, i], self.device, self.dtype)?,
+            );
+            if bias {
+                let name = name.replace(".weight", ".bias");
+                bs.push(self.norm(&name, o)?);
+            }
+        }
+        Ok(Linear {
+            w: Tensor::cat(ws, 0).transpose(),
+            b: bias.then(|| Tensor::cat(bs, 0)),
+        })
     }
     fn embed(&self, vocab: usize, hidden: usize) -> Result<Tensor<2>, DecoderError> {
         let name = "model.embed_tokens.weight";
@@ -103,7 +119,13 @@ impl Weights for Random<'_> {
     fn norm(&self, _: &str, n: usize) -> Result<Tensor<1>, DecoderError> {
         Ok(Tensor::ones([n], (self.device, self.dtype)))
     }
-    fn linear(&self, _: &str, i: usize, o: usize, bias: bool) -> Result<Linear, DecoderError> {
+    fn linear(
+        &self,
+        parts: &[(&str, usize)],
+        i: usize,
+        bias: bool,
+    ) -> Result<Linear, DecoderError> {
+        let o = parts.iter().map(|(_, o)| o).sum();
         let normal = Distribution::Normal(0.0, 0.02);
         Ok(Linear {
             w: Tensor::random([i, o], normal, (self.device, self.dtype)),

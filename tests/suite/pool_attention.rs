@@ -368,3 +368,150 @@ fn autodiff_tensors_are_refused() {
         "{err}"
     );
 }
+
+/// The documented messages of `pool_attention`, `{…}` standing for any text.
+const DOCUMENTED: [&str; 13] = [
+    "pool_attention expects q and the pools to be 3-D",
+    "pool_attention expects qo_indptr, kv_indptr and kv_indices to be 1-D",
+    "q shape must be [num_tokens, num_qo_heads, head_dim], got {…}",
+    "k_pool has incompatible shape {…}",
+    "v_pool shape must match k_pool shape, got {…} vs {…}",
+    "num_qo_heads must be a multiple of num_kv_heads, got {…} and {…}",
+    "qo_indptr and kv_indptr must both have batch + 1 entries, got {…} and {…}",
+    "qo_indptr must start at 0, never decrease and end at num_tokens {…}",
+    "kv_indptr must start at 0, never decrease and end at len(kv_indices) {…}",
+    "sequence {…} has {…} queries but {…} keys",
+    "q and pool dtypes must match",
+    "invalid attention parameter: {…}",
+    "kv index {…} at kv_indices[{…}] is outside the pool of {…} rows",
+];
+
+fn documented(message: &str) -> bool {
+    DOCUMENTED.iter().any(|template| {
+        let parts: Vec<&str> = template.split("{…}").collect();
+        let mut rest = message;
+        for (i, part) in parts.iter().enumerate() {
+            match rest.find(part) {
+                Some(0) => rest = &rest[part.len()..],
+                Some(at) if i > 0 => rest = &rest[at + part.len()..],
+                _ => return false,
+            }
+        }
+        parts.last().is_some_and(|p| p.is_empty()) || rest.is_empty()
+    })
+}
+
+/// A hostile value for an index array: small, negative, past the pool, or huge.
+fn hostile(rng: &mut Rng, pool: usize) -> i64 {
+    match rng.below(8) {
+        0 => -(rng.below(5) as i64) - 1,
+        1 => i64::MAX - rng.below(3) as i64,
+        2 => pool as i64 + rng.below(4) as i64,
+        3 => i32::MAX as i64 + rng.below(4) as i64,
+        _ => rng.below(pool as u64 + 1) as i64,
+    }
+}
+
+/// Lying plans and odd calls: indptrs of the wrong length, decreasing, negative or huge,
+/// indices outside the pool, negative or repeated, windows and caps: a documented error or the
+/// reference's answer, never a panic or an out-of-bounds read.
+#[test]
+fn fuzzed_plans_give_documented_errors_or_the_reference() {
+    let cases = crate::common::env_count("POOL_ATTENTION_FUZZ_CASES", 48);
+    let mut rng = Rng::new(0xa77e_f022);
+    for (device_name, device) in devices() {
+        for case in 0..cases {
+            let (hkv, d) = (1 + rng.below(2) as usize, [16, 32][rng.below(2) as usize]);
+            let hq = hkv * (1 + rng.below(3) as usize);
+            let pool = 1 + rng.below(12) as usize;
+            let causal = rng.below(3) != 0;
+            let mut config = PoolAttentionConfig::new(hq, hkv, d)
+                .with_causal(causal)
+                .with_check_indices(rng.below(4) == 0);
+            if rng.below(4) == 0 {
+                config.sliding_window = Some(rng.below(4) as usize);
+            }
+            if rng.below(5) == 0 {
+                config.logits_soft_cap =
+                    Some([0.0, -1.0, 30.0, f64::INFINITY][rng.below(4) as usize]);
+            }
+            // A well-formed batch, then lies in it.
+            let mut batch = random_batch(&mut rng, pool, 10, causal);
+            let lie = rng.below(6);
+            match lie {
+                0 => batch.qo_indptr.push(batch.num_tokens as i64),
+                1 => {
+                    let at = rng.below(batch.kv_indptr.len() as u64) as usize;
+                    batch.kv_indptr[at] = hostile(&mut rng, pool);
+                }
+                2 => {
+                    let at = rng.below(batch.qo_indptr.len() as u64) as usize;
+                    batch.qo_indptr[at] = hostile(&mut rng, pool);
+                }
+                3 if !batch.kv_indices.is_empty() => {
+                    let at = rng.below(batch.kv_indices.len() as u64) as usize;
+                    batch.kv_indices[at] = hostile(&mut rng, pool);
+                }
+                _ => {}
+            }
+            let q_rows = if rng.below(8) == 0 {
+                batch.num_tokens + 1
+            } else {
+                batch.num_tokens
+            };
+            let q = rng.values(q_rows * hq * d);
+            let (k_pool, v_pool) = (rng.values(pool * hkv * d), rng.values(pool * hkv * d));
+            let plan = PoolAttentionPlan::new(
+                TensorData::from(batch.qo_indptr.as_slice()),
+                TensorData::from(batch.kv_indptr.as_slice()),
+                TensorData::from(batch.kv_indices.as_slice()),
+                &device,
+            );
+            let inputs = PoolAttentionInputs::new(
+                tensor(&q, [q_rows, hq, d], &device, DType::F32),
+                tensor(&k_pool, [pool, hkv, d], &device, DType::F32),
+                tensor(&v_pool, [pool, hkv, d], &device, DType::F32),
+            );
+            let what = format!("{device_name} case {case} (lie {lie}, {config:?})");
+            match pool_attention(inputs, &plan, &config) {
+                Err(e) => {
+                    let message = e.to_string();
+                    assert!(
+                        documented(&message),
+                        "{what}: undocumented error `{message}`"
+                    );
+                }
+                Ok(out) => {
+                    let round =
+                        |v: &[f64]| -> Vec<f64> { v.iter().map(|&x| x as f32 as f64).collect() };
+                    let expected = pool_attention_reference(
+                        &config,
+                        &round(&q),
+                        [&round(&k_pool), &round(&v_pool)],
+                        BatchIndices {
+                            qo_indptr: &batch.qo_indptr,
+                            kv_indptr: &batch.kv_indptr,
+                            kv_indices: &batch.kv_indices,
+                        },
+                    );
+                    let got: Vec<f64> = out.out.into_data().iter::<f64>().collect();
+                    for (a, e) in got.iter().zip(&expected.out) {
+                        assert!((a - e).abs() <= 1e-4, "{what}: out {a} vs {e}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_message_matcher_is_strict() {
+    assert!(documented("sequence 3 has 4 queries but 2 keys"));
+    assert!(documented(
+        "invalid attention parameter: sm_scale must be positive and finite, got 0"
+    ));
+    assert!(!documented("sequence 3 has 4 queries"));
+    assert!(!documented(
+        "index out of bounds: the len is 3 but the index is 7"
+    ));
+}
