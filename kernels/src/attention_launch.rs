@@ -2,6 +2,7 @@
 //! long contexts) and the launches.
 
 use crate::attention::{attention_kernel, attention_merge};
+use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
 use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
@@ -37,15 +38,31 @@ pub struct AttentionLaunch {
     pub chunk_keys: usize,
 }
 
-/// Cubes a launch aims for before it splits the keys of its queries: enough that a large GPU
-/// has every chunk's loads in flight at once.
-const TARGET_CUBES: usize = 2048;
+/// The most cubes a split aims for (more chunks cost the merge more than they gain).
+const TARGET_CUBES: usize = 1024;
+/// The fewest cubes a split aims for: two per multiprocessor of a large GPU.
+const MIN_CUBES: usize = 256;
+/// The most key tiles a chunk holds while the split can still reach [`MIN_CUBES`]: each cube's
+/// fixed cost (its queries' load, the final sums, the merge's read of its partial) is paid
+/// over several tiles. The H200 sweep of `benches/NOTES.md` entry 23 chose 4 and the cube
+/// counts above.
+const MAX_CHUNK_TILES: usize = 4;
 /// Units per cube (keys per tile), unless a head row has more vectors.
 const UNITS: usize = 128;
 
 impl AttentionLaunch {
     /// The launch of `geometry` for `elem_size`-byte elements on `client`'s device.
     pub fn of(client: &Client, elem_size: usize, geometry: AttentionGeometry) -> Self {
+        Self::tuned(client, elem_size, geometry, &LaunchTuning::default())
+    }
+
+    /// [`AttentionLaunch::of`] with `tuning`'s overrides (benchmark builds).
+    pub fn tuned(
+        client: &Client,
+        elem_size: usize,
+        geometry: AttentionGeometry,
+        tuning: &LaunchTuning,
+    ) -> Self {
         let d = geometry.head_dim.max(1);
         let vector = client
             .io_optimized_vector_sizes(elem_size)
@@ -55,9 +72,17 @@ impl AttentionLaunch {
         let units = row_vectors.next_power_of_two().max(UNITS);
         let work = (geometry.num_tokens * geometry.num_kv_heads).max(1);
         let keys = geometry.max_keys.max(1);
+        let target = tuning.attention_cubes.unwrap_or(TARGET_CUBES);
+        let max_tiles = tuning
+            .attention_chunk_tiles
+            .unwrap_or(MAX_CHUNK_TILES)
+            .max(1);
+        let tiles = keys.div_ceil(units);
         let mut chunks = 1;
-        if work < TARGET_CUBES && keys > units {
-            chunks = TARGET_CUBES.div_ceil(work).min(keys.div_ceil(units));
+        if work < target && tiles > 1 {
+            // As many tiles per chunk as still leave MIN_CUBES cubes, at most `max_tiles`.
+            let chunk_tiles = (tiles / MIN_CUBES.div_ceil(work)).clamp(1, max_tiles);
+            chunks = tiles.div_ceil(chunk_tiles).min(target.div_ceil(work));
         }
         let chunk_keys = keys.div_ceil(chunks).div_ceil(units) * units;
         let chunks = keys.div_ceil(chunk_keys);

@@ -14,6 +14,10 @@ pub struct LaunchTuning {
     pub cube_dim: Option<usize>,
     /// Cap on the vector width, in elements (`ROPE_POOL_VECTOR`).
     pub max_vector: Option<usize>,
+    /// Attention: the most key tiles a split chunk holds (`ROPE_POOL_ATTENTION_CHUNK_TILES`).
+    pub attention_chunk_tiles: Option<usize>,
+    /// Attention: the most cubes a split aims for (`ROPE_POOL_ATTENTION_CUBES`).
+    pub attention_cubes: Option<usize>,
 }
 
 #[cfg(feature = "tuning")]
@@ -29,6 +33,8 @@ impl LaunchTuning {
                 heads_per_unit: number("ROPE_POOL_HEADS_PER_UNIT"),
                 cube_dim: number("ROPE_POOL_CUBE_DIM"),
                 max_vector: number("ROPE_POOL_VECTOR"),
+                attention_chunk_tiles: number("ROPE_POOL_ATTENTION_CHUNK_TILES"),
+                attention_cubes: number("ROPE_POOL_ATTENTION_CUBES"),
             }
         })
     }

@@ -104,7 +104,7 @@ fn kernel_positions(positions: CubeTensor, long_short: bool) -> CubeTensor {
 }
 
 /// The launch's tuning: the defaults, or in benchmark builds the `ROPE_POOL_*` knobs.
-fn tuning() -> LaunchTuning {
+pub(crate) fn tuning() -> LaunchTuning {
     #[cfg(feature = "tuning")]
     return LaunchTuning::from_env();
     #[cfg(not(feature = "tuning"))]

@@ -10,7 +10,7 @@ mod autodiff;
 mod backend;
 mod config;
 #[cfg(feature = "cube")]
-mod cube;
+pub(crate) mod cube;
 mod error;
 #[cfg(feature = "flex")]
 pub(crate) mod flex;

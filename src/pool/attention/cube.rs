@@ -1,6 +1,7 @@
 //! The CubeCL implementation: contiguous inputs, fresh outputs (and, for a split launch, the
 //! scratch of partial results), then the kernels of `rope-pool-kernels`.
 
+use crate::op::cube::tuning;
 use crate::pool::attention::backend::{AttentionParams, AttentionTensors, PoolAttentionBackend};
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
@@ -48,7 +49,7 @@ impl PoolAttentionBackend for CubeBackend {
         };
         let out = empty(&q, qs.clone(), q.dtype);
         let lse = empty(&q, Shape::new([qs[0], qs[1]]), DType::F32);
-        let launch = AttentionLaunch::of(&q.client, q.dtype.size(), geometry);
+        let launch = AttentionLaunch::tuned(&q.client, q.dtype.size(), geometry, &tuning());
         let chunks = if launch.chunks > 1 { launch.chunks } else { 0 };
         let part_out = empty(&q, Shape::new([chunks, qs[0], qs[1], qs[2]]), DType::F32);
         let part_lse = empty(&q, Shape::new([chunks, qs[0], qs[1]]), DType::F32);
