@@ -53,21 +53,30 @@ fn write_output(
     safetensors::serialize_to_file(views, None, path).map_err(|e| e.to_string())
 }
 
-/// The verdict on a case that must be refused with `expected`.
-fn expect_refusal<T, E: std::fmt::Display>(result: Result<T, E>, expected: &str) -> ExitCode {
-    match result {
-        Err(e) if e.to_string() == expected => {
+/// A run's outputs to score, or the verdict already reached: a case that must be refused with
+/// `expect_error` passes when it is, with exactly that message; a valid case fails on an error.
+fn outputs<T, E: std::fmt::Display>(
+    result: Result<T, E>,
+    expect_error: Option<&String>,
+) -> Result<T, ExitCode> {
+    match (result, expect_error) {
+        (Err(e), Some(expected)) if e.to_string() == *expected => {
             println!("error (as expected): {e}");
-            ExitCode::SUCCESS
+            Err(ExitCode::SUCCESS)
         }
-        Err(e) => {
+        (Err(e), Some(expected)) => {
             println!("wrong error: got `{e}`, expected `{expected}`");
-            ExitCode::FAILURE
+            Err(ExitCode::FAILURE)
         }
-        Ok(_) => {
+        (Ok(_), Some(expected)) => {
             println!("no error, expected `{expected}`");
-            ExitCode::FAILURE
+            Err(ExitCode::FAILURE)
         }
+        (Err(e), None) => {
+            println!("unexpected error: {e}");
+            Err(ExitCode::FAILURE)
+        }
+        (Ok(out), None) => Ok(out),
     }
 }
 
@@ -80,16 +89,9 @@ fn replay_attention(args: &Args, device: &burn::tensor::Device) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = case.run(device, args.dtype);
-    if let Some(expected) = &case.expect_error {
-        return expect_refusal(result, expected);
-    }
-    let out = match result {
+    let out = match outputs(case.run(device, args.dtype), case.expect_error.as_ref()) {
         Ok(out) => out,
-        Err(e) => {
-            println!("unexpected error: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(verdict) => return verdict,
     };
     let expected = case.expected.as_ref().expect("checked at load");
     if let Some(path) = &args.output {
@@ -147,16 +149,9 @@ fn main() -> ExitCode {
         }
     };
     let dtype = args.dtype;
-    let result = case.run(&device, dtype);
-    if let Some(expected) = &case.expect_error {
-        return expect_refusal(result, expected);
-    }
-    let out = match result {
+    let out = match outputs(case.run(&device, dtype), case.expect_error.as_ref()) {
         Ok(out) => out,
-        Err(e) => {
-            println!("unexpected error: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(verdict) => return verdict,
     };
     let expected = case.expected.as_ref().expect("checked at load");
     let score = Score::new(&out, expected);

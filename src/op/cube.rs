@@ -117,19 +117,15 @@ impl RopePoolBackend for CubeBackend {
         rope: Arc<RopeFrequencies>,
         k_rot: bool,
     ) -> Outputs<Self> {
-        let RopePoolInputs {
-            q,
-            k,
-            v,
-            positions,
-            slots,
-            k_pool,
-            v_pool,
-        } = inputs;
-        let (q, k, v) = (token_rows(q), token_rows(k), token_rows(v));
-        let positions = kernel_positions(positions, rope.table.variant().long_short);
-        let slots = into_contiguous(slots);
-        let (k_pool, v_pool) = (owned_contiguous(k_pool), owned_contiguous(v_pool));
+        let (q, k, v) = (
+            token_rows(inputs.q),
+            token_rows(inputs.k),
+            token_rows(inputs.v),
+        );
+        let positions = kernel_positions(inputs.positions, rope.table.variant().long_short);
+        let slots = into_contiguous(inputs.slots);
+        let k_pool = owned_contiguous(inputs.k_pool);
+        let v_pool = owned_contiguous(inputs.v_pool);
         // Without k_rot the kernel never writes `k_out`: an empty `[0, Hkv, D]` output whose
         // buffer of one head row stands in for it (a binding may not be empty, and holds at
         // least one vector).

@@ -125,21 +125,21 @@ pub fn rotate_unfused<const P: usize>(
 /// When `config` is invalid (see [`RopePoolConfig::frequencies`]), or a tensor's rank is not
 /// the contract's.
 pub fn rope_pool_unfused(inputs: RopePoolInputs, config: &RopePoolConfig) -> RopePoolOutputs {
-    let RopePoolInputs {
-        q,
-        k,
-        v,
-        positions,
-        slots,
-        k_pool,
-        v_pool,
-    } = inputs;
-    let [q, k, v, k_pool, v_pool] = [q, k, v, k_pool, v_pool].map(Tensor::<3>::from_dispatch);
-    let (cos, sin) = match positions.shape().len() {
-        1 => cos_sin(Tensor::<1, Int>::from_dispatch(positions), &q, config),
-        _ => cos_sin(Tensor::<2, Int>::from_dispatch(positions), &q, config),
+    let [q, k, v, k_pool, v_pool] = [inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool]
+        .map(Tensor::<3>::from_dispatch);
+    let (cos, sin) = match inputs.positions.shape().len() {
+        1 => cos_sin(
+            Tensor::<1, Int>::from_dispatch(inputs.positions),
+            &q,
+            config,
+        ),
+        _ => cos_sin(
+            Tensor::<2, Int>::from_dispatch(inputs.positions),
+            &q,
+            config,
+        ),
     };
-    let slots = Tensor::<1, Int>::from_dispatch(slots);
+    let slots = Tensor::<1, Int>::from_dispatch(inputs.slots);
     let q_rot = rotate(q, &cos, &sin, config);
     let k_rot = rotate(k, &cos, &sin, config);
     let k_pool = k_pool.select_assign(0, slots.clone(), k_rot.clone(), IndexingUpdateOp::Assign);

@@ -7,7 +7,7 @@ use crate::pool::reference::{AttentionReference, BatchIndices, pool_attention_re
 use crate::pool::{
     PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan, pool_attention,
 };
-use crate::testing::golden::host_tensor;
+use crate::testing::golden::{field, host_tensor, int_field, read_golden};
 use crate::testing::{GoldenError, HostTensor};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use safetensors::SafeTensors;
@@ -38,33 +38,15 @@ fn number(text: &str) -> Option<f64> {
 impl AttentionCase {
     /// Whether the file at `path` is a `pool_attention` case (its metadata `op`).
     pub fn is_attention(path: impl AsRef<std::path::Path>) -> Result<bool, GoldenError> {
-        let path = path.as_ref();
-        let bytes =
-            std::fs::read(path).map_err(|e| GoldenError::Io(path.display().to_string(), e))?;
-        let (_, header) = SafeTensors::read_metadata(&bytes)?;
-        Ok(header
-            .metadata()
-            .as_ref()
-            .and_then(|m| m.get("op"))
-            .is_some_and(|op| op == "pool_attention"))
+        let (_, meta) = read_golden(path.as_ref())?;
+        Ok(meta.get("op").is_some_and(|op| op == "pool_attention"))
     }
 
     /// Reads a golden file.
     pub fn load(path: impl AsRef<std::path::Path>) -> Result<Self, GoldenError> {
-        let path = path.as_ref();
-        let bytes =
-            std::fs::read(path).map_err(|e| GoldenError::Io(path.display().to_string(), e))?;
-        let (_, header) = SafeTensors::read_metadata(&bytes)?;
-        let meta = header.metadata().clone().unwrap_or_default();
-        let field = |name: &str| {
-            meta.get(name)
-                .ok_or_else(|| GoldenError::Content(format!("metadata `{name}` missing")))
-        };
-        let int = |name: &str| -> Result<usize, GoldenError> {
-            field(name)?
-                .parse()
-                .map_err(|_| GoldenError::Content(format!("metadata `{name}` is not an integer")))
-        };
+        let (bytes, meta) = read_golden(path.as_ref())?;
+        let field = |name: &str| field(&meta, name);
+        let int = |name: &str| int_field(&meta, name);
         let float = |name: &str| -> Result<f64, GoldenError> {
             number(field(name)?)
                 .ok_or_else(|| GoldenError::Content(format!("metadata `{name}` is not a number")))

@@ -86,23 +86,36 @@ pub(crate) fn host_tensor(
     })
 }
 
+/// A golden file's metadata.
+pub(crate) type Metadata = std::collections::HashMap<String, String>;
+
+/// A golden file's bytes and metadata.
+pub(crate) fn read_golden(path: &std::path::Path) -> Result<(Vec<u8>, Metadata), GoldenError> {
+    let bytes = std::fs::read(path).map_err(|e| GoldenError::Io(path.display().to_string(), e))?;
+    let (_, header) = SafeTensors::read_metadata(&bytes)?;
+    let meta = header.metadata().clone().unwrap_or_default();
+    Ok((bytes, meta))
+}
+
+/// Metadata `name`, which must be there.
+pub(crate) fn field<'a>(meta: &'a Metadata, name: &str) -> Result<&'a String, GoldenError> {
+    meta.get(name)
+        .ok_or_else(|| GoldenError::Content(format!("metadata `{name}` missing")))
+}
+
+/// Metadata `name` as an integer.
+pub(crate) fn int_field(meta: &Metadata, name: &str) -> Result<usize, GoldenError> {
+    field(meta, name)?
+        .parse()
+        .map_err(|_| GoldenError::Content(format!("metadata `{name}` is not an integer")))
+}
+
 impl GoldenCase {
     /// Reads a golden file.
     pub fn load(path: impl AsRef<std::path::Path>) -> Result<Self, GoldenError> {
-        let path = path.as_ref();
-        let bytes =
-            std::fs::read(path).map_err(|e| GoldenError::Io(path.display().to_string(), e))?;
-        let (_, header) = SafeTensors::read_metadata(&bytes)?;
-        let meta = header.metadata().clone().unwrap_or_default();
-        let field = |name: &str| {
-            meta.get(name)
-                .ok_or_else(|| GoldenError::Content(format!("metadata `{name}` missing")))
-        };
-        let int = |name: &str| -> Result<usize, GoldenError> {
-            field(name)?
-                .parse()
-                .map_err(|_| GoldenError::Content(format!("metadata `{name}` is not an integer")))
-        };
+        let (bytes, meta) = read_golden(path.as_ref())?;
+        let field = |name: &str| field(&meta, name);
+        let int = |name: &str| int_field(&meta, name);
         let rope_base: f64 = field("rope_base")?
             .parse()
             .map_err(|_| GoldenError::Content("metadata `rope_base` is not a number".into()))?;
