@@ -15,7 +15,7 @@
 //! The units' partial sums are added once, at the end.
 //!
 //! A query whose keys are split over several cubes (flash-decoding: few rows, long contexts)
-//! writes a normalised partial output and its log-sum-exp per chunk; [`attention_merge`]
+//! writes a normalised partial output and its log-sum-exp per chunk; [`attention_merge`](fn@attention_merge)
 //! combines them. A key whose pool row is outside the pool is masked, never read.
 
 use cubecl::prelude::*;

@@ -122,7 +122,7 @@ impl GoldenCase {
         let mut config =
             RopePoolConfig::new(int("head_dim")?, int("num_qo_heads")?, int("num_kv_heads")?)
                 .with_rope_base(rope_base);
-        // The variant metadata (SPEC, "Golden files of variants").
+        // The variant metadata (docs/CONTRACT.md, "Golden files").
         match meta.get("rope_style").map(String::as_str) {
             None | Some("neox") => {}
             Some("gptj") => config = config.with_style(RopeStyle::Gptj),
