@@ -136,6 +136,27 @@ impl LlamaAttention {
         let k = self.k_proj.forward(hidden.clone()).reshape([t, hkv, d]);
         let v = self.v_proj.forward(hidden).reshape([t, hkv, d]);
 
+        // Each sequence's new tokens continue where its rows end, in order: anything else would
+        // rotate a key for one position and attend as if it sat at another.
+        let mut next: Vec<(SeqId, usize)> = Vec::new();
+        for token in tokens {
+            let at = match next.iter_mut().find(|(seq, _)| *seq == token.seq) {
+                Some((_, at)) => at,
+                None => {
+                    let held = pool.slots.rows(token.seq).map_or(0, <[i32]>::len);
+                    next.push((token.seq, held));
+                    &mut next.last_mut().expect("just pushed").1
+                }
+            };
+            if token.position != *at {
+                return Err(KvPoolError::Position {
+                    seq: token.seq,
+                    position: token.position,
+                    expected: *at,
+                });
+            }
+            *at += 1;
+        }
         // One pool row per token (all-or-nothing for the batch).
         let needed = tokens.len();
         if needed > pool.slots.available() {

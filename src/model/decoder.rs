@@ -101,6 +101,14 @@ impl Decoder {
         dtype: DType,
     ) -> Result<Self, DecoderError> {
         let config = DecoderConfig::from_hf_config(&checkpoint.config)?;
+        // The last layer's tensors must be there before anything is built: a `num_hidden_layers`
+        // past the checkpoint is named, not allocated for.
+        if let Some(last) = config.num_layers.checked_sub(1) {
+            let name = format!("model.layers.{last}.input_layernorm.weight");
+            if !checkpoint.contains(&name) {
+                return Err(CheckpointError::MissingTensor(name).into());
+            }
+        }
         Self::build(
             config,
             &FromCheckpoint {
@@ -122,7 +130,7 @@ impl Decoder {
             rope.num_qo_heads * rope.head_dim,
             rope.num_kv_heads * rope.head_dim,
         );
-        let mut layers = Vec::with_capacity(config.num_layers);
+        let mut layers = Vec::new();
         for l in 0..config.num_layers {
             let p = format!("model.layers.{l}");
             let norm = |name: &str, n: usize| weights.norm(&format!("{p}.{name}.weight"), n);

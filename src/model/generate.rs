@@ -44,6 +44,15 @@ pub enum GenerateError {
         /// The pool size.
         pool_rows: usize,
     },
+    /// The pool the requests need (or `pool_rows` asks for) has more rows than slots can
+    /// address.
+    #[error("a pool of {rows} rows is more than the {max} rows slots can address")]
+    PoolTooLarge {
+        /// The rows asked for (saturated at `usize::MAX`).
+        rows: usize,
+        /// The most rows a pool can have (`i32::MAX`).
+        max: usize,
+    },
     /// The model refused a step.
     #[error(transparent)]
     Decoder(#[from] DecoderError),
@@ -97,8 +106,13 @@ struct Running {
     position: usize,
 }
 
+/// Pool rows a request holds at its longest (saturated: a limit past `usize::MAX` is refused by
+/// the pool size check, never wrapped).
 fn rows_needed(request: &Request) -> usize {
-    request.prompt.len() + request.max_new_tokens.saturating_sub(1)
+    request
+        .prompt
+        .len()
+        .saturating_add(request.max_new_tokens.saturating_sub(1))
 }
 
 /// The first index of the largest value (`torch.argmax`'s choice on ties).
@@ -123,8 +137,18 @@ pub fn generate(
     if let Some(i) = requests.iter().position(|r| r.prompt.is_empty()) {
         return Err(GenerateError::EmptyPrompt(i));
     }
-    let total: usize = requests.iter().map(rows_needed).sum();
+    let total = requests
+        .iter()
+        .map(rows_needed)
+        .fold(0usize, usize::saturating_add);
     let pool_rows = options.pool_rows.unwrap_or(total).max(1);
+    let max = i32::MAX as usize;
+    if pool_rows > max {
+        return Err(GenerateError::PoolTooLarge {
+            rows: pool_rows,
+            max,
+        });
+    }
     if let Some((request, r)) = requests
         .iter()
         .enumerate()

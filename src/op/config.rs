@@ -181,22 +181,21 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Every field of `config` the frequencies depend on: the plain fields as bits, the scaling (when
-/// there is one) in its `Debug` form, which prints every float exactly.
+/// Every field of `config` the frequencies depend on: the plain fields as bits; the rounding
+/// dtype (by name: two dtypes of one size round differently) and the scaling (when there is one)
+/// in their `Debug` forms, which print every float exactly.
 fn cache_key(config: &RopePoolConfig) -> (Vec<u64>, Option<String>) {
     let mut key = vec![
         config.head_dim as u64,
         config.rotary_dim() as u64,
         config.rope_base.to_bits(),
         config.style as u64,
-        config
-            .inv_freq_dtype
-            .map_or(0, |d| d.size() as u64 * 8 + matches!(d, DType::BF16) as u64),
     ];
     if let Some(m) = &config.mrope {
         key.extend(m.section.map(|s| s as u64));
         key.push(m.interleaved as u64 + 1);
     }
-    let scaling = (config.scaling != RopeScaling::None).then(|| format!("{:?}", config.scaling));
-    (key, scaling)
+    let named = config.inv_freq_dtype.is_some() || config.scaling != RopeScaling::None;
+    let names = named.then(|| format!("{:?} {:?}", config.inv_freq_dtype, config.scaling));
+    (key, names)
 }

@@ -186,12 +186,22 @@ impl RopePoolConfig {
             return Err(invalid("`num_attention_heads` must be > 0"));
         }
         let kv_heads = count(root, "num_key_value_heads")?.unwrap_or(heads);
+        if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(invalid(format!(
+                "`num_attention_heads` ({heads}) must be a multiple of `num_key_value_heads` ({kv_heads})"
+            )));
+        }
         let head_dim = match count(root, "head_dim")? {
             Some(d) => d,
             None => {
                 let hidden = count(root, "hidden_size")?
                     .or(count(root, "n_embd")?)
                     .ok_or_else(|| invalid("missing `head_dim` and `hidden_size`"))?;
+                if !hidden.is_multiple_of(heads) {
+                    return Err(invalid(format!(
+                        "`hidden_size` ({hidden}) must be a multiple of `num_attention_heads` ({heads}) when `head_dim` is not given"
+                    )));
+                }
                 hidden / heads
             }
         };

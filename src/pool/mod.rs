@@ -31,6 +31,17 @@ pub enum KvPoolError {
         /// The sequence.
         seq: SeqId,
     },
+    /// A token's position is not the one its sequence's rows reach (the layer takes each
+    /// sequence's new tokens in position order, continuing its rows).
+    #[error("sequence {seq}: token at position {position} where position {expected} comes next")]
+    Position {
+        /// The sequence.
+        seq: SeqId,
+        /// The token's position.
+        position: usize,
+        /// The position its sequence's rows reach.
+        expected: usize,
+    },
     /// The fused op refused the call (the pools are unchanged).
     #[error(transparent)]
     Op(#[from] RopePoolError),

@@ -148,3 +148,39 @@ fn attention_layer_matches_the_unfused_path() {
         check_device(&device);
     }
 }
+
+/// A token whose position is not where its sequence's rows end is refused, the pool unchanged
+/// (it used to panic when it skipped ahead, or attend over the wrong rows when it fell behind).
+#[test]
+fn positions_that_skip_or_repeat_are_refused() {
+    let device = Device::flex();
+    let cfg = config();
+    let layer = cfg.init(&device);
+    let mut pool = KvPool::new(cfg.rope(), 16, &device, DType::F32);
+    let x = |n: usize| Tensor::<2>::random([n, cfg.hidden], Distribution::Default, &device);
+    let at = |seq, position| SeqToken { seq, position };
+    layer
+        .forward(x(2), &[at(1, 0), at(1, 1)], &mut pool)
+        .unwrap();
+    for (tokens, message) in [
+        (
+            vec![at(1, 5)],
+            "sequence 1: token at position 5 where position 2 comes next",
+        ),
+        (
+            vec![at(1, 1)],
+            "sequence 1: token at position 1 where position 2 comes next",
+        ),
+        (
+            vec![at(2, 0), at(2, 0)],
+            "sequence 2: token at position 0 where position 1 comes next",
+        ),
+    ] {
+        let err: KvPoolError = layer
+            .forward(x(tokens.len()), &tokens, &mut pool)
+            .unwrap_err();
+        assert_eq!(err.to_string(), message);
+    }
+    assert_eq!(pool.slots.available(), 14, "a refused batch took no rows");
+    assert!(pool.slots.rows(2).is_none());
+}

@@ -206,6 +206,19 @@ fn bad_checkpoints_give_clear_errors() {
         with("num_hidden_layers", 4.into()).as_deref(),
         Some("tensor `model.layers.3.input_layernorm.weight` is missing from the checkpoint")
     );
+    // Named before anything is allocated for a billion layers (this aborted the process).
+    assert_eq!(
+        with("num_hidden_layers", 1_000_000_000.into()).as_deref(),
+        Some(
+            "tensor `model.layers.999999999.input_layernorm.weight` is missing from the checkpoint"
+        )
+    );
+    // GQA needs the q heads to be a multiple of the kv heads (this panicked in a reshape).
+    let gqa = with("num_key_value_heads", 4.into()).unwrap();
+    assert!(
+        gqa.contains("must be a multiple of `num_key_value_heads` (4)"),
+        "{gqa}"
+    );
     let shape = with("intermediate_size", 100.into()).unwrap();
     assert!(
         shape.starts_with("tensor `model.layers.0.mlp.gate_proj.weight` has shape [192, 96]"),
@@ -256,4 +269,35 @@ fn a_sharded_checkpoint_loads_like_the_single_file() {
         "sharded vs single file",
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Limits past what a pool can address are refused before anything is allocated (a request of
+/// 10^12 new tokens aborted the process; two near `usize::MAX` overflowed the sum of rows).
+#[test]
+fn impossible_limits_are_refused() {
+    let model = load("llama31_tiny", &Device::flex());
+    let request = |max_new_tokens| Request {
+        prompt: vec![1, 2, 3],
+        max_new_tokens,
+    };
+    for requests in [
+        vec![request(1_000_000_000_000)],
+        vec![request(usize::MAX - 1), request(usize::MAX - 1)],
+    ] {
+        let err = generate(&model, &requests, &GenerateOptions::default(), |_| {}).unwrap_err();
+        assert!(matches!(err, GenerateError::PoolTooLarge { .. }), "{err}");
+    }
+    let options = GenerateOptions {
+        pool_rows: Some(usize::MAX),
+        ..GenerateOptions::default()
+    };
+    let err = generate(&model, &[request(4)], &options, |_| {}).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "a pool of {} rows is more than the {} rows slots can address",
+            usize::MAX,
+            i32::MAX
+        )
+    );
 }

@@ -156,3 +156,46 @@ fn bad_scaling_settings_give_the_documented_errors() {
         Err(RopePoolError::ModelConfig { .. })
     ));
 }
+
+/// The frequency cache keys the rounding dtype by name: F32 and I32 (one size) once shared an
+/// entry, so the second config got the first one's rounded frequencies.
+#[test]
+fn the_frequency_cache_tells_rounding_dtypes_apart() {
+    let base = RopePoolConfig::new(64, 1, 1).with_rope_base(12_345.0);
+    let rounded = base
+        .clone()
+        .with_inv_freq_dtype(Some(burn::tensor::DType::F32))
+        .frequencies()
+        .unwrap();
+    let same_size = base
+        .clone()
+        .with_inv_freq_dtype(Some(burn::tensor::DType::I32))
+        .frequencies()
+        .unwrap();
+    let plain = base.frequencies().unwrap();
+    assert_ne!(
+        rounded.inv_freq, plain.inv_freq,
+        "f32 rounding changes some frequency"
+    );
+    // Only float dtypes round: an integer one leaves the float64 frequencies.
+    assert_eq!(same_size.inv_freq, plain.inv_freq);
+}
+
+/// Head counts that do not divide are refused by config parsing, not by a reshape later.
+#[test]
+fn indivisible_head_counts_are_refused() {
+    let gqa = r#"{"hidden_size": 48, "num_attention_heads": 6, "num_key_value_heads": 4}"#;
+    let err = RopePoolConfig::from_hf_config(gqa).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "invalid model config: `num_attention_heads` (6) must be a multiple of `num_key_value_heads` (4)"
+    );
+    let hidden = r#"{"hidden_size": 50, "num_attention_heads": 8}"#;
+    let err = RopePoolConfig::from_hf_config(hidden)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "invalid model config: `hidden_size` (50) must be a multiple of `num_attention_heads` (8) when `head_dim` is not given"
+    );
+}
