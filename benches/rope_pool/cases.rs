@@ -2,6 +2,7 @@
 //! inputs and pools of a call.
 
 use burn::tensor::{DType, Device, Distribution, Int, Tensor, TensorData};
+use burn_rope_pool::RopePoolInputs;
 use burn_rope_pool::testing::Rng;
 use burn_rope_pool::{MRope, RopePoolConfig, RopeScaling, RopeStyle};
 
@@ -106,6 +107,21 @@ pub struct Inputs {
     /// M-RoPE rows `[3, T]` (the 1-D positions repeated with offsets).
     pub mrope_positions: Tensor<2, Int>,
     pub slots: Tensor<1, Int>,
+}
+
+impl Inputs {
+    /// A call's inputs: these tensors (1-D positions) and the pools `k_pool`, `v_pool`.
+    pub fn call(&self, k_pool: Tensor<3>, v_pool: Tensor<3>) -> RopePoolInputs {
+        RopePoolInputs::new(
+            self.q.clone(),
+            self.k.clone(),
+            self.v.clone(),
+            self.positions.clone(),
+            self.slots.clone(),
+            k_pool,
+            v_pool,
+        )
+    }
 }
 
 pub fn inputs(device: &Device, shape: Shape, layout: Layout) -> Inputs {

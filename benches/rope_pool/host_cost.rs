@@ -6,7 +6,7 @@ use crate::cases::{Inputs, Layout, MODELS, Shape, inputs, random_pools, variant_
 use crate::instruments::LaunchCounter;
 use crate::instruments::{PerCall, median, thread_cpu, wall_per_call};
 use burn::tensor::{DType, Device, Tensor};
-use burn_rope_pool::{RopePoolConfig, RopePoolInputs, check_rope_pool_fused, rope_pool_fused};
+use burn_rope_pool::{RopePoolConfig, check_rope_pool_fused, rope_pool_fused};
 
 /// One call of the op per `f(sync)` on `x` (of `shape`), pools passed through (in place),
 /// outputs kept alive until the sync (`f(true)`, which reads q_rot back).
@@ -20,15 +20,7 @@ pub fn fused_loop<'a>(
     let mut kept = Vec::new();
     move |sync| {
         let (kp, vp) = (k_pool.take().unwrap(), v_pool.take().unwrap());
-        let inputs = RopePoolInputs::new(
-            x.q.clone(),
-            x.k.clone(),
-            x.v.clone(),
-            x.positions.clone(),
-            x.slots.clone(),
-            kp,
-            vp,
-        );
+        let inputs = x.call(kp, vp);
         let out = rope_pool_fused(inputs, config).expect("valid call");
         k_pool = Some(out.k_pool);
         v_pool = Some(out.v_pool);
@@ -126,15 +118,7 @@ pub fn host_cost(device: &Device, name: &str, quick: bool, repeats: usize) {
                 let (kp, vp) = random_pools(device, shape);
                 let (kp, vp) = (kp.unwrap(), vp.unwrap());
                 let checked = wall_per_call(calls, |_| {
-                    let inputs = RopePoolInputs::new(
-                        x.q.clone(),
-                        x.k.clone(),
-                        x.v.clone(),
-                        x.positions.clone(),
-                        x.slots.clone(),
-                        kp.clone(),
-                        vp.clone(),
-                    );
+                    let inputs = x.call(kp.clone(), vp.clone());
                     check_rope_pool_fused(&inputs, &config).expect("valid call");
                 });
                 let no_k_rot = config.clone().with_k_rot(false);
