@@ -1,16 +1,17 @@
 //! Attention over the token-slot pool: each query row attends over pool rows named by
 //! `kv_indices`, with no gather.
 //!
-//! One cube owns one (query row, kv head, chunk of the row's visible keys) and every q head that
-//! reads its kv head (`group` of them), so each key and value row is loaded once for all of
-//! them. The cube walks its keys in tiles of `units` keys, every unit busy in every phase:
-//! 1. scores — unit `u` scores key `u` of the tile against the group's queries (kept in shared
+//! The portable kernel, for devices without plane operations (the faster
+//! [`attention_plane_kernel`](fn@crate::attention_plane::attention_plane_kernel) runs where
+//! they exist). One cube owns one (query row, block of `heads` q heads of one kv head, chunk of
+//! the row's visible keys), so each key and value row is loaded once for all of the block. The cube walks its keys in tiles of `units` keys, every unit busy in every phase:
+//! 1. scores — unit `u` scores key `u` of the tile against the block's queries (kept in shared
 //!    memory, pre-scaled), in f32, with the soft cap;
 //! 2. online softmax — the tile's maximum per head by a tree over the units; each unit rescales
 //!    its running sums to the new maximum and turns its key's scores into weights;
 //! 3. values — the units split into key groups of one row each: unit `u` adds vector
 //!    `u % row_vectors` of the value rows of its group's keys (adjacent units read adjacent
-//!    vectors of one row), each value vector once for all heads of the group.
+//!    vectors of one row), each value vector once for all heads of the block.
 //!
 //! The units' partial sums are added once, at the end.
 //!
@@ -22,7 +23,7 @@ use cubecl::prelude::*;
 
 /// Sum of the lanes of `x`.
 #[cube]
-fn lane_sum<N: Size>(x: Vector<f32, N>) -> f32 {
+pub(crate) fn lane_sum<N: Size>(x: Vector<f32, N>) -> f32 {
     let mut sum = f32::new(0.0);
     #[unroll]
     for l in 0..N::value() {
@@ -31,7 +32,8 @@ fn lane_sum<N: Size>(x: Vector<f32, N>) -> f32 {
     sum
 }
 
-/// The attention of one (query row, kv head, chunk) per cube (see the module doc). Shapes:
+/// The attention of one (query row, head block, chunk) per cube (see the module doc);
+/// `head_blocks` blocks of `heads` q heads make a kv head's group. Shapes:
 /// `q [T, Hq, D]`, pools `[P, Hkv, D]` (all as vectors of `N`), `kv_indices [nnz]` i32,
 /// `ranges [T, 2]` i32 (first entry in `kv_indices`, visible keys). Direct (`split` false):
 /// writes `out [T, Hq, D]` and `lse [T, Hq]`. Split: writes `part_out [chunks, T, Hq, D]` (f32,
@@ -54,7 +56,8 @@ pub fn attention_kernel<F: Float, N: Size>(
     neg_inf: f32,
     chunk_keys: u32,
     num_chunks: u32,
-    #[comptime] group: usize,
+    head_blocks: u32,
+    #[comptime] heads: usize,
     #[comptime] units: usize,
     #[comptime] row_vectors: usize,
     #[comptime] split: bool,
@@ -65,14 +68,17 @@ pub fn attention_kernel<F: Float, N: Size>(
     let num_qo_heads = q.shape(1);
     let pool_size = k_pool.shape(0);
     let num_kv_heads = k_pool.shape(1);
-    let work = CUBE_POS;
-    let t = work % num_tokens;
-    let rest = work / num_tokens;
-    let g = rest % num_kv_heads;
-    let chunk = rest / num_kv_heads;
+    let blocks = head_blocks as usize;
+    let t = CUBE_POS % num_tokens;
+    let rest = CUBE_POS / num_tokens;
+    let block = rest % (num_kv_heads * blocks);
+    let chunk = rest / (num_kv_heads * blocks);
     if chunk >= num_chunks as usize {
         terminate!();
     }
+    // The kv head and the block's first q head (blocks of one kv head are adjacent).
+    let g = block / blocks;
+    let head0 = block * heads;
     let u = UNIT_POS as usize;
     let first = usize::cast_from(ranges[2 * t]);
     let count = usize::cast_from(ranges[2 * t + 1]);
@@ -83,14 +89,13 @@ pub fn attention_kernel<F: Float, N: Size>(
     let e = u % row_vectors;
     let kg = u / row_vectors;
 
-    let mut q_s = Shared::<[Vector<f32, N>]>::new_slice(group * row_vectors);
-    let mut s_s = Shared::<[f32]>::new_slice(group * units);
-    let mut max_s = Shared::<[f32]>::new_slice(group * units);
+    let mut q_s = Shared::<[Vector<f32, N>]>::new_slice(heads * row_vectors);
+    let mut s_s = Shared::<[f32]>::new_slice(heads * units);
+    let mut max_s = Shared::<[f32]>::new_slice(heads * units);
     let mut rows_s = Shared::<[i32]>::new_slice(units);
     let mut acc_s = Shared::<[Vector<f32, N>]>::new_slice(units);
 
-    let head0 = g * group;
-    for i in range_stepped(u, group * row_vectors, units) {
+    for i in range_stepped(u, heads * row_vectors, units) {
         let h = i / row_vectors;
         let v = i % row_vectors;
         q_s[i] = Vector::<f32, N>::cast_from(q[(t * num_qo_heads + head0 + h) * row_vectors + v])
@@ -98,11 +103,11 @@ pub fn attention_kernel<F: Float, N: Size>(
     }
     // Running state, the same in every unit: the maximum per head; per unit: its share of the
     // sum of weights and of the weighted values.
-    let mut m = Array::<f32>::new(group);
-    let mut l = Array::<f32>::new(group);
-    let mut acc = Array::<Vector<f32, N>>::new(group);
+    let mut m = Array::<f32>::new(heads);
+    let mut l = Array::<f32>::new(heads);
+    let mut acc = Array::<Vector<f32, N>>::new(heads);
     #[unroll]
-    for h in 0..group {
+    for h in 0..heads {
         m[h] = neg_inf;
         l[h] = f32::new(0.0);
         acc[h] = Vector::new(f32::new(0.0));
@@ -111,7 +116,7 @@ pub fn attention_kernel<F: Float, N: Size>(
 
     let mut base = lo;
     while base < hi {
-        // 1. Unit `u` scores key `base + u` against every head of the group.
+        // 1. Unit `u` scores key `base + u` against every head of the block.
         let j = base + u;
         let mut row = i32::new(-1);
         if j < hi {
@@ -123,22 +128,22 @@ pub fn attention_kernel<F: Float, N: Size>(
         rows_s[u] = row;
         let k_row =
             (usize::cast_from(select(row >= 0, row, i32::new(0))) * num_kv_heads + g) * row_vectors;
-        let mut dots = Array::<Vector<f32, N>>::new(group);
+        let mut dots = Array::<Vector<f32, N>>::new(heads);
         #[unroll]
-        for h in 0..group {
+        for h in 0..heads {
             dots[h] = Vector::new(f32::new(0.0));
         }
         if row >= 0 {
             for v in 0..row_vectors {
                 let k = Vector::<f32, N>::cast_from(k_pool[k_row + v]);
                 #[unroll]
-                for h in 0..group {
+                for h in 0..heads {
                     dots[h] += q_s[h * row_vectors + v] * k;
                 }
             }
         }
         #[unroll]
-        for h in 0..group {
+        for h in 0..heads {
             let mut s = lane_sum::<N>(dots[h]);
             if capped {
                 s = soft_cap * f32::tanh(s / soft_cap);
@@ -154,7 +159,7 @@ pub fn attention_kernel<F: Float, N: Size>(
             let stride = comptime!(units >> (level + 1));
             if u < stride {
                 #[unroll]
-                for h in 0..group {
+                for h in 0..heads {
                     let a = max_s[h * units + u];
                     let b = max_s[h * units + u + stride];
                     max_s[h * units + u] = select(b > a, b, a);
@@ -164,7 +169,7 @@ pub fn attention_kernel<F: Float, N: Size>(
         }
         // 3. Weights against the new maximum; everything so far rescaled to it.
         #[unroll]
-        for h in 0..group {
+        for h in 0..heads {
             let tile_max = max_s[h * units];
             let m_new = select(tile_max > m[h], tile_max, m[h]);
             let empty = m_new == neg_inf;
@@ -187,7 +192,7 @@ pub fn attention_kernel<F: Float, N: Size>(
                         v_pool[(usize::cast_from(r) * num_kv_heads + g) * row_vectors + e],
                     );
                     #[unroll]
-                    for h in 0..group {
+                    for h in 0..heads {
                         acc[h] += v * Vector::new(s_s[h * units + k]);
                     }
                 }
@@ -200,7 +205,7 @@ pub fn attention_kernel<F: Float, N: Size>(
     // Sums over the units: the weights' (every unit's), the values' (per vector, over the key
     // groups). One head at a time through shared memory.
     #[unroll]
-    for h in 0..group {
+    for h in 0..heads {
         max_s[u] = l[h];
         acc_s[u] = acc[h];
         sync_cube();

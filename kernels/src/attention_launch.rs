@@ -2,8 +2,10 @@
 //! long contexts) and the launches.
 
 use crate::attention::{attention_kernel, attention_merge};
+use crate::attention_plane::attention_plane_kernel;
 use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
+use cubecl::features::Plane;
 use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
 use cubecl::{CubeDim, calculate_cube_count_elemwise};
@@ -25,30 +27,70 @@ pub struct AttentionGeometry {
     pub max_keys: usize,
 }
 
+/// Which kernel runs a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// [`attention_plane_kernel`](fn@crate::attention_plane::attention_plane_kernel): key groups
+    /// of `lanes` units (a plane's slice), `vecs` vectors of a row per unit, `steps` keys per
+    /// key group per iteration.
+    Plane {
+        /// Units per key (a power of two, at most the device's smallest plane).
+        lanes: usize,
+        /// Vectors of a head row per unit.
+        vecs: usize,
+        /// Keys each key group loads per iteration.
+        steps: usize,
+    },
+    /// [`attention_kernel`](fn@crate::attention::attention_kernel), for devices without plane
+    /// operations: one key per unit per tile of `units` keys.
+    Portable,
+}
+
 /// How a call is launched: derived from its geometry and the device by [`AttentionLaunch::of`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionLaunch {
+    /// The kernel and its shape.
+    pub kernel: AttentionKernel,
     /// Elements per vector load.
     pub vector: usize,
-    /// Units per cube, and keys per tile.
+    /// Units per cube.
     pub units: usize,
+    /// Q heads per cube (a divisor of the GQA group).
+    pub heads: usize,
     /// Chunks each query's keys are split into (1: no split, no merge).
     pub chunks: usize,
-    /// Keys per chunk (a multiple of `units`).
+    /// Keys per chunk (a multiple of the kernel's keys per iteration).
     pub chunk_keys: usize,
 }
 
 /// The most cubes a split aims for (more chunks cost the merge more than they gain).
 const TARGET_CUBES: usize = 1024;
-/// The fewest cubes a split aims for: two per multiprocessor of a large GPU.
+/// Portable kernel: the fewest cubes a split aims for, two per multiprocessor of a large GPU.
 const MIN_CUBES: usize = 256;
-/// The most key tiles a chunk holds while the split can still reach [`MIN_CUBES`]: each cube's
-/// fixed cost (its queries' load, the final sums, the merge's read of its partial) is paid
-/// over several tiles. The H200 sweep of `benches/NOTES.md` entry 23 chose 4 and the cube
-/// counts above.
+/// Portable kernel: the most key tiles a chunk holds while the split can still reach
+/// [`MIN_CUBES`]: each cube's fixed cost (its queries' load, the final sums, the merge's read of
+/// its partial) is paid over several tiles. The H200 sweep of `benches/NOTES.md` entry 23 chose
+/// 4 and the cube counts above.
 const MAX_CHUNK_TILES: usize = 4;
-/// Units per cube (keys per tile), unless a head row has more vectors.
+/// Portable kernel: units per cube (keys per tile), unless a head row has more vectors.
 const UNITS: usize = 128;
+/// Plane kernel: units per cube.
+const PLANE_UNITS: usize = 256;
+/// Plane kernel: the fewest iterations (`key groups × steps` keys) a chunk holds.
+const PLANE_MIN_CHUNK_TILES: usize = 4;
+/// Plane kernel: the most vectors a unit holds per head row and kind (q, running values) for
+/// all its heads; more heads than this allows are split over cubes.
+const PLANE_REGISTER_VECTORS: usize = 8;
+/// Plane kernel: the vectors of a row a unit loads per tensor per iteration, over its steps.
+const PLANE_LOADS: usize = 4;
+
+/// The largest divisor of `group` that is at most `cap` (at least 1).
+fn heads_dividing(group: usize, cap: usize) -> usize {
+    (1..=cap.clamp(1, group.max(1)))
+        .rev()
+        .find(|h| group.is_multiple_of(*h))
+        .unwrap_or(1)
+}
 
 impl AttentionLaunch {
     /// The launch of `geometry` for `elem_size`-byte elements on `client`'s device.
@@ -69,10 +111,60 @@ impl AttentionLaunch {
             .find(|&n| n > 0 && d.is_multiple_of(n))
             .unwrap_or(1);
         let row_vectors = d / vector;
-        let units = row_vectors.next_power_of_two().max(UNITS);
-        let work = (geometry.num_tokens * geometry.num_kv_heads).max(1);
-        let keys = geometry.max_keys.max(1);
+        let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
+        let properties = client.properties();
+        let shared = properties.hardware.max_shared_memory_size;
+        let plane_size = properties.hardware.plane_size_min as usize;
+        let vector_bytes = vector * 4;
+        let planes = properties.features.plane.contains(Plane::Ops) && plane_size.is_power_of_two();
         let target = tuning.attention_cubes.unwrap_or(TARGET_CUBES);
+        let keys = geometry.max_keys.max(1);
+        let rows = geometry.num_tokens * geometry.num_kv_heads;
+        if planes && !tuning.attention_portable {
+            let lanes = row_vectors.next_power_of_two().min(plane_size);
+            let vecs = row_vectors.div_ceil(lanes);
+            let steps = (PLANE_LOADS / vecs).max(1);
+            let heads = heads_dividing(group, PLANE_REGISTER_VECTORS / vecs);
+            // The final merge holds every unit's vectors of one head row in shared memory.
+            let mut units = tuning.attention_units.unwrap_or(PLANE_UNITS).max(lanes);
+            while units > lanes && units * vecs * vector_bytes + 8 * units * heads > shared / 2 {
+                units /= 2;
+            }
+            let tile = units / lanes * steps;
+            let min_tiles = tuning
+                .attention_chunk_tiles
+                .unwrap_or(PLANE_MIN_CHUNK_TILES)
+                .max(1);
+            let work = (rows * (group / heads)).max(1);
+            let tiles = keys.div_ceil(tile);
+            let mut chunks = 1;
+            if work < target {
+                chunks = target.div_ceil(work).min(tiles.div_ceil(min_tiles)).max(1);
+            }
+            let chunk_keys = keys.div_ceil(chunks).div_ceil(tile) * tile;
+            return Self {
+                kernel: AttentionKernel::Plane { lanes, vecs, steps },
+                vector,
+                units,
+                heads,
+                chunks: keys.div_ceil(chunk_keys),
+                chunk_keys,
+            };
+        }
+        let units = row_vectors.next_power_of_two().max(UNITS);
+        // Shared memory: the block's queries, two score rows per head, the tile's rows and the
+        // units' value vectors.
+        let bytes = |heads: usize| {
+            heads * row_vectors * vector_bytes
+                + 8 * heads * units
+                + 4 * units
+                + units * vector_bytes
+        };
+        let heads = (1..=group)
+            .rev()
+            .find(|&h| group.is_multiple_of(h) && bytes(h) <= shared / 2)
+            .unwrap_or(1);
+        let work = (rows * (group / heads)).max(1);
         let max_tiles = tuning
             .attention_chunk_tiles
             .unwrap_or(MAX_CHUNK_TILES)
@@ -85,11 +177,12 @@ impl AttentionLaunch {
             chunks = tiles.div_ceil(chunk_tiles).min(target.div_ceil(work));
         }
         let chunk_keys = keys.div_ceil(chunks).div_ceil(units) * units;
-        let chunks = keys.div_ceil(chunk_keys);
         Self {
+            kernel: AttentionKernel::Portable,
             vector,
             units,
-            chunks,
+            heads,
+            chunks: keys.div_ceil(chunk_keys),
             chunk_keys,
         }
     }
@@ -156,49 +249,87 @@ pub unsafe fn launch_attention(
         return;
     }
     let AttentionLaunch {
+        kernel,
         vector,
         units,
+        heads,
         chunks,
         chunk_keys,
     } = launch;
     let row_vectors = head_dim / vector;
-    let group = num_qo_heads / num_kv_heads;
+    let head_blocks = num_qo_heads / num_kv_heads / heads;
     let split = chunks > 1;
-    let cubes = num_tokens * num_kv_heads * chunks;
+    let cubes = num_tokens * num_kv_heads * head_blocks * chunks;
     let cube_dim = CubeDim::new_1d(units as u32);
     let cube_count = calculate_cube_count_elemwise(client, cubes * units, cube_dim);
     let len = (geometry.pool_size.max(num_tokens) * num_qo_heads.max(num_kv_heads) * head_dim)
         .max(chunks * num_tokens * num_qo_heads * head_dim);
     let soft_cap = scalars.soft_cap.unwrap_or(1.0);
     let first = args();
-    unsafe {
-        attention_kernel::launch_unchecked(
-            client,
-            cube_count,
-            cube_dim,
-            AddressType::from_len(len),
-            vector,
-            first.q,
-            first.k_pool,
-            first.v_pool,
-            first.kv_indices,
-            first.ranges,
-            first.out,
-            first.lse,
-            first.part_out,
-            first.part_lse,
-            scalars.sm_scale,
-            soft_cap,
-            f32::NEG_INFINITY,
-            chunk_keys as u32,
-            chunks as u32,
-            group,
-            units,
-            row_vectors,
-            split,
-            scalars.soft_cap.is_some(),
-            float,
-        );
+    match kernel {
+        AttentionKernel::Plane { lanes, vecs, steps } => unsafe {
+            attention_plane_kernel::launch_unchecked(
+                client,
+                cube_count,
+                cube_dim,
+                AddressType::from_len(len),
+                vector,
+                first.q,
+                first.k_pool,
+                first.v_pool,
+                first.kv_indices,
+                first.ranges,
+                first.out,
+                first.lse,
+                first.part_out,
+                first.part_lse,
+                scalars.sm_scale,
+                soft_cap,
+                f32::NEG_INFINITY,
+                chunk_keys as u32,
+                chunks as u32,
+                head_blocks as u32,
+                heads,
+                units,
+                lanes,
+                vecs,
+                steps,
+                row_vectors,
+                split,
+                scalars.soft_cap.is_some(),
+                float,
+            );
+        },
+        AttentionKernel::Portable => unsafe {
+            attention_kernel::launch_unchecked(
+                client,
+                cube_count,
+                cube_dim,
+                AddressType::from_len(len),
+                vector,
+                first.q,
+                first.k_pool,
+                first.v_pool,
+                first.kv_indices,
+                first.ranges,
+                first.out,
+                first.lse,
+                first.part_out,
+                first.part_lse,
+                scalars.sm_scale,
+                soft_cap,
+                f32::NEG_INFINITY,
+                chunk_keys as u32,
+                chunks as u32,
+                head_blocks as u32,
+                heads,
+                units,
+                row_vectors,
+                split,
+                scalars.soft_cap.is_some(),
+                float,
+            );
+        },
     }
     if split {
         let args = args();

@@ -6,6 +6,7 @@
 pub mod angle;
 pub mod attention;
 mod attention_launch;
+pub mod attention_plane;
 mod launch;
 pub mod rope_pool;
 mod table;
@@ -13,7 +14,8 @@ mod tuning;
 
 pub use angle::{TURN_PARTS, host_angle, split_turns};
 pub use attention_launch::{
-    AttentionArgs, AttentionGeometry, AttentionLaunch, AttentionScalars, launch_attention,
+    AttentionArgs, AttentionGeometry, AttentionKernel, AttentionLaunch, AttentionScalars,
+    launch_attention,
 };
 pub use launch::{
     RopePoolArgs, RopePoolGeometry, heads_per_unit, launch_append_max, launch_rope_pool,

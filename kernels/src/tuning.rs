@@ -14,10 +14,16 @@ pub struct LaunchTuning {
     pub cube_dim: Option<usize>,
     /// Cap on the vector width, in elements (`ROPE_POOL_VECTOR`).
     pub max_vector: Option<usize>,
-    /// Attention: the most key tiles a split chunk holds (`ROPE_POOL_ATTENTION_CHUNK_TILES`).
+    /// Attention: the most key tiles a split chunk holds (portable kernel), the fewest
+    /// iterations (plane kernel) (`ROPE_POOL_ATTENTION_CHUNK_TILES`).
     pub attention_chunk_tiles: Option<usize>,
     /// Attention: the most cubes a split aims for (`ROPE_POOL_ATTENTION_CUBES`).
     pub attention_cubes: Option<usize>,
+    /// Attention, plane kernel: units per cube (`ROPE_POOL_ATTENTION_UNITS`).
+    pub attention_units: Option<usize>,
+    /// Attention: the portable kernel even where planes exist
+    /// (`ROPE_POOL_ATTENTION_PORTABLE=1`).
+    pub attention_portable: bool,
 }
 
 #[cfg(feature = "tuning")]
@@ -35,6 +41,8 @@ impl LaunchTuning {
                 max_vector: number("ROPE_POOL_VECTOR"),
                 attention_chunk_tiles: number("ROPE_POOL_ATTENTION_CHUNK_TILES"),
                 attention_cubes: number("ROPE_POOL_ATTENTION_CUBES"),
+                attention_units: number("ROPE_POOL_ATTENTION_UNITS"),
+                attention_portable: number("ROPE_POOL_ATTENTION_PORTABLE") == Some(1),
             }
         })
     }

@@ -6,8 +6,8 @@ mod kv_pool;
 mod slots;
 
 pub use attention::{
-    PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionOutputs,
-    PoolAttentionPlan, pool_attention, reference,
+    MAX_HEAD_DIM, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs,
+    PoolAttentionOutputs, PoolAttentionPlan, pool_attention, reference,
 };
 pub use kv_pool::KvPool;
 pub use slots::{SeqId, SeqToken, SlotAllocator};

@@ -103,17 +103,28 @@ fn tensor(values: &[f64], dims: [usize; 3], device: &Device, dtype: DType) -> Te
 
 #[test]
 fn random_batches_match_the_reference() {
-    let head_dims = [16usize, 64, 80, 96, 128, 256];
+    let head_dims = [16usize, 64, 80, 96, 128, 256, 512];
     let mut rng = Rng::new(20_261_204);
     for (device_name, device) in devices() {
-        for case in 0..24 {
+        for case in 0..28 {
             let d = head_dims[case % head_dims.len()];
             let hkv = 1 + rng.below(2) as usize;
-            let hq = hkv * (1 + rng.below(4) as usize);
+            // Now and then a large GQA group (heads split over cubes).
+            let group = if case % 9 == 4 {
+                48
+            } else {
+                1 + rng.below(4) as usize
+            };
+            let hq = hkv * group;
             let causal = rng.below(4) != 0;
             let mut config = PoolAttentionConfig::new(hq, hkv, d).with_causal(causal);
             if rng.below(3) == 0 {
-                config.sliding_window = Some(1 + rng.below(8) as usize);
+                // Small windows, and windows past any position (no wrap-around).
+                config.sliding_window = Some(match rng.below(6) {
+                    0 => usize::MAX,
+                    1 => 1 << 63,
+                    _ => 1 + rng.below(8) as usize,
+                });
             }
             if rng.below(3) == 0 {
                 config.logits_soft_cap = Some(0.5 + rng.below(30) as f64);
@@ -315,6 +326,30 @@ fn documented_errors_in_order() {
         good,
         idx,
         "invalid attention parameter: logits_soft_cap must be positive and finite, got -1",
+    );
+    let huge_scale = cfg.clone().with_sm_scale(Some(1e39));
+    expect_error(
+        d,
+        &huge_scale,
+        good,
+        idx,
+        "invalid attention parameter: sm_scale must be positive and finite in f32, got 1e39",
+    );
+    let tiny_cap = cfg.clone().with_logits_soft_cap(Some(1e-50));
+    expect_error(
+        d,
+        &tiny_cap,
+        good,
+        idx,
+        "invalid attention parameter: logits_soft_cap must be positive and finite in f32, got 1e-50",
+    );
+    let wide = PoolAttentionConfig::new(4, 2, 520);
+    expect_error(
+        d,
+        &wide,
+        [&[3, 4, 520], &[16, 2, 520], &[16, 2, 520]],
+        idx,
+        "invalid attention parameter: head_dim 520 is larger than 512, the most pool_attention runs",
     );
     let bad_window = cfg.clone().with_sliding_window(Some(0));
     expect_error(

@@ -88,14 +88,24 @@ fn dims(t: &DispatchTensor) -> Dims {
     Dims(t.shape().to_vec())
 }
 
+/// The kernels compute in f32: a parameter must be positive and finite there too.
 fn positive(name: &str, value: Option<f64>) -> Result<(), PoolAttentionError> {
     match value {
         Some(v) if !(v.is_finite() && v > 0.0) => Err(PoolAttentionError::Parameter {
             what: format!("{name} must be positive and finite, got {v}"),
         }),
+        Some(v) if !((v as f32).is_finite() && v as f32 > 0.0) => {
+            Err(PoolAttentionError::Parameter {
+                what: format!("{name} must be positive and finite in f32, got {v:e}"),
+            })
+        }
         _ => Ok(()),
     }
 }
+
+/// The largest `head_dim` the op runs (the kernels hold a head row per unit group in
+/// registers and shared memory; 512 covers every model we know of).
+pub const MAX_HEAD_DIM: usize = 512;
 
 /// Checks 16 to 26, in order, then the dtype, device and checked-mode checks.
 fn check(
@@ -145,6 +155,11 @@ fn check(
     }
     if d == 0 || hq == 0 {
         return parameter("head_dim and num_qo_heads must be positive");
+    }
+    if d > MAX_HEAD_DIM {
+        return parameter(&format!(
+            "head_dim {d} is larger than {MAX_HEAD_DIM}, the most pool_attention runs"
+        ));
     }
     if !matches!(dtypes[0], DType::F32 | DType::F16 | DType::BF16) {
         return Err(PoolAttentionError::FloatDtype { dtype: dtypes[0] });

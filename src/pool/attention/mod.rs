@@ -18,6 +18,8 @@ mod flex;
 mod plan;
 pub mod reference;
 
-pub use api::{PoolAttentionConfig, PoolAttentionInputs, PoolAttentionOutputs, pool_attention};
+pub use api::{
+    MAX_HEAD_DIM, PoolAttentionConfig, PoolAttentionInputs, PoolAttentionOutputs, pool_attention,
+};
 pub use error::PoolAttentionError;
 pub use plan::PoolAttentionPlan;

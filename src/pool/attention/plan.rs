@@ -39,6 +39,9 @@ pub(crate) struct Ranges {
 
 type RangesKey = (usize, bool, Option<usize>);
 
+/// How many (token count, causal, window) settings a plan keeps ranges for.
+const CACHED_RANGES: usize = 4;
+
 /// One step's batch as attention reads it: sequence `b`'s queries are rows
 /// `qo_indptr[b]..qo_indptr[b + 1]` of `q`, its keys the pool rows
 /// `kv_indices[kv_indptr[b]..kv_indptr[b + 1]]`, in position order. Built once per step from
@@ -52,7 +55,7 @@ pub struct PoolAttentionPlan {
     device: Device,
     /// `kv_indices` on the device, i32; an entry outside `0..=i32::MAX` becomes -1 (masked).
     indices_on_device: Tensor<1, Int>,
-    ranges: Mutex<Option<(RangesKey, Arc<Ranges>)>>,
+    ranges: Mutex<Vec<(RangesKey, Arc<Ranges>)>>,
 }
 
 impl PoolAttentionPlan {
@@ -84,7 +87,7 @@ impl PoolAttentionPlan {
             ),
             kv_indices,
             device: device.clone(),
-            ranges: Mutex::new(None),
+            ranges: Mutex::new(Vec::new()),
         }
     }
 
@@ -170,7 +173,11 @@ impl PoolAttentionPlan {
             for i in 0..n {
                 let p = len - n + i;
                 let hi = if causal { (p + 1).min(len) } else { len };
-                let lo = window.map_or(0, |w| (p - w as i64 + 1).max(0));
+                // Saturating: a window of any size (up to usize::MAX) means "no earlier limit".
+                let lo = window.map_or(0, |w| {
+                    let w = i64::try_from(w).unwrap_or(i64::MAX);
+                    p.saturating_sub(w).saturating_add(1).max(0)
+                });
                 let count = (hi - lo).max(0);
                 ranges.push([k[0] + lo, count]);
             }
@@ -191,9 +198,7 @@ impl PoolAttentionPlan {
             .ranges
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some((k, ranges)) = cached.as_ref()
-            && *k == key
-        {
+        if let Some((_, ranges)) = cached.iter().find(|(k, _)| *k == key) {
             return ranges.clone();
         }
         let host = self.query_ranges(causal, window);
@@ -209,7 +214,11 @@ impl PoolAttentionPlan {
             ranges: Tensor::from_data(TensorData::new(flat, [rows, 2]), (&self.device, DType::I32)),
             max_keys,
         });
-        *cached = Some((key, ranges.clone()));
+        // A model may alternate a few settings (sliding and global layers): keep the last few.
+        if cached.len() == CACHED_RANGES {
+            cached.remove(0);
+        }
+        cached.push((key, ranges.clone()));
         ranges
     }
 }

@@ -53,7 +53,10 @@ pub fn pool_attention_reference(
             let t = (q0 + i) as usize;
             let p = len - n + i;
             let visible = |j: i64| {
-                (!config.causal || j <= p) && config.sliding_window.is_none_or(|w| j > p - w as i64)
+                (!config.causal || j <= p)
+                    && config
+                        .sliding_window
+                        .is_none_or(|w| j > p.saturating_sub(i64::try_from(w).unwrap_or(i64::MAX)))
             };
             let keys: Vec<usize> = (0..len)
                 .filter(|&j| visible(j))
