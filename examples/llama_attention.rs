@@ -214,7 +214,13 @@ fn main() -> ExitCode {
             "random weights"
         }
     );
-    let mut layer = cfg.init(&device);
+    let mut layer = match cfg.init(&device) {
+        Ok(layer) => layer,
+        Err(e) => {
+            eprintln!("invalid layer: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if let Some(path) = &args.weights {
         if let Err(e) = load_weights(&mut layer, &cfg, path, &device) {
             eprintln!("cannot load {}: {e}", path.display());

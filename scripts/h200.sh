@@ -33,9 +33,12 @@ case "${1:-run}" in
       cargo build --release "$@" --message-format=json |
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
     }
-    strip -o .dev/attention "$(executable --bench pool_attention)"
-    strip -o .dev/attention-vulkan "$(executable --bench pool_attention --features vulkan)"
-    xz -T2 -6 -f .dev/attention .dev/attention-vulkan
+    # `tuning`: the launch knobs from ROPE_POOL_* (for `SWEEP`); the defaults are the shipped
+    # launch. The test suite (WGSL build) checks the kernels on the GPU itself.
+    strip -o .dev/attention "$(executable --bench pool_attention --features tuning)"
+    strip -o .dev/attention-vulkan "$(executable --bench pool_attention --features vulkan,tuning)"
+    strip -o .dev/suite "$(executable --test suite)"
+    xz -T2 -6 -f .dev/attention .dev/attention-vulkan .dev/suite
     cp ../shared/anchors/pool_attention_anchor.py .dev/
     ls -la .dev
     ;;
@@ -46,19 +49,33 @@ case "${1:-run}" in
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
     export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
     export XDG_RUNTIME_DIR=/tmp
-    for b in attention attention-vulkan; do
+    for b in attention attention-vulkan suite; do
+      [ -f ".dev/$b.xz" ] || continue
       xz -d -c ".dev/$b.xz" > "/tmp/$b"
       chmod +x "/tmp/$b"
     done
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
     out=${OUT:-/tmp}
     shift || true
+    if [ -x /tmp/suite ] && [ -z "${SKIP_TESTS:-}" ]; then
+      # The attention tests (goldens, random batches, fuzz) with the GPU as the wgpu device.
+      /tmp/suite pool_attention 2>&1 | grep -v XDG_RUNTIME | tail -15 | tee "$out/suite.txt"
+    fi
     /tmp/attention-vulkan --device vulkan --json "$out/attention-vulkan.json" "$@" 2>"$out/attention.log" |
       tee "$out/attention-vulkan.md"
     /tmp/attention --device wgpu --json "$out/attention-wgpu.json" "$@" 2>>"$out/attention.log" |
       tee "$out/attention-wgpu.md"
     if [ -z "${SKIP_ANCHOR:-}" ]; then
       python3 .dev/pool_attention_anchor.py 2>&1 | tee "$out/attention-anchor.txt"
+    fi
+    if [ -n "${SWEEP:-}" ]; then
+      # Knob sets separated by `;`, decode rows of the SPIR-V build, f16.
+      IFS=';' read -r -a sweep <<< "$SWEEP"
+      for knobs in "${sweep[@]}"; do
+        echo "## knobs: $knobs" | tee -a "$out/sweep.md"
+        env $knobs /tmp/attention-vulkan --device vulkan --decode-only --no-gather --quick \
+          --dtypes f16 2>>"$out/attention.log" | grep -E '^\| decode' | tee -a "$out/sweep.md"
+      done
     fi
     ;;
   run | sweep)

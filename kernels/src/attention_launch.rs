@@ -75,14 +75,17 @@ const MAX_CHUNK_TILES: usize = 4;
 /// Portable kernel: units per cube (keys per tile), unless a head row has more vectors.
 const UNITS: usize = 128;
 /// Plane kernel: units per cube.
-const PLANE_UNITS: usize = 256;
+const PLANE_UNITS: usize = 128;
 /// Plane kernel: the fewest iterations (`key groups × steps` keys) a chunk holds.
-const PLANE_MIN_CHUNK_TILES: usize = 4;
+const PLANE_MIN_CHUNK_TILES: usize = 8;
 /// Plane kernel: the most vectors a unit holds per head row and kind (q, running values) for
 /// all its heads; more heads than this allows are split over cubes.
-const PLANE_REGISTER_VECTORS: usize = 8;
-/// Plane kernel: the vectors of a row a unit loads per tensor per iteration, over its steps.
+const PLANE_REGISTER_VECTORS: usize = 16;
+/// Plane kernel: the vectors of keys (and as many of values) a unit loads per iteration, over
+/// its steps (the H200 sweep of `benches/NOTES.md` entry 24: 4 beat 8 and 16).
 const PLANE_LOADS: usize = 4;
+/// Plane kernel: the most units per key.
+const PLANE_LANES: usize = 16;
 
 /// The largest divisor of `group` that is at most `cap` (at least 1).
 fn heads_dividing(group: usize, cap: usize) -> usize {
@@ -121,9 +124,13 @@ impl AttentionLaunch {
         let keys = geometry.max_keys.max(1);
         let rows = geometry.num_tokens * geometry.num_kv_heads;
         if planes && !tuning.attention_portable {
-            let lanes = row_vectors.next_power_of_two().min(plane_size);
+            let max_lanes = tuning.attention_lanes.unwrap_or(PLANE_LANES);
+            let lanes = row_vectors
+                .next_power_of_two()
+                .min(plane_size)
+                .min(max_lanes.max(1).next_power_of_two());
             let vecs = row_vectors.div_ceil(lanes);
-            let steps = (PLANE_LOADS / vecs).max(1);
+            let steps = tuning.attention_steps.unwrap_or(PLANE_LOADS / vecs).max(1);
             let heads = heads_dividing(group, PLANE_REGISTER_VECTORS / vecs);
             // The final merge holds every unit's vectors of one head row in shared memory.
             let mut units = tuning.attention_units.unwrap_or(PLANE_UNITS).max(lanes);

@@ -20,6 +20,20 @@
 use crate::attention::lane_sum;
 use cubecl::prelude::*;
 
+/// The pool row of key `j` of a query whose keys start at entry `first` of `kv_indices`, or -1
+/// when `j` is past `hi` or the row is outside the pool (masked, never read).
+#[cube]
+fn pool_row(kv_indices: &Tensor<i32>, first: usize, j: usize, hi: usize, pool_size: usize) -> i32 {
+    let mut row = i32::new(-1);
+    if j < hi {
+        let r = kv_indices[first + j];
+        if r >= 0 && usize::cast_from(r) < pool_size {
+            row = r;
+        }
+    }
+    row
+}
+
 /// The attention of one (query row, head block, chunk) per cube (see the module doc). Shapes as
 /// [`attention_kernel`](fn@crate::attention::attention_kernel): `q [T, Hq, D]`, pools
 /// `[P, Hkv, D]` (as vectors of `N`), `kv_indices [nnz]`, `ranges [T, 2]`; direct or split
@@ -111,24 +125,23 @@ pub fn attention_plane_kernel<F: Float, N: Size>(
     }
 
     let stride = comptime!(key_groups * steps);
+    // The pool rows of this key group's keys for the first iteration; each iteration then loads
+    // the next one's while its keys and values are on their way (the row indices are one memory
+    // round trip ahead of the rows themselves).
+    let mut rows = Array::<i32>::new(steps);
+    #[unroll]
+    for s in 0..steps {
+        rows[s] = pool_row(kv_indices, first, lo + s * key_groups + kg, hi, pool_size);
+    }
     let mut base = lo;
     // The loop's bounds are the same in every unit: the shuffles run in uniform control flow.
     while base < hi {
-        // Loads first: `steps` keys and values of this key group.
-        let mut rows = Array::<i32>::new(steps);
+        // Loads first: `steps` keys and values of this key group, and the next rows.
         let mut ks = Array::<Vector<f32, N>>::new(steps * vecs);
         let mut vs = Array::<Vector<f32, N>>::new(steps * vecs);
         #[unroll]
         for s in 0..steps {
-            let j = base + s * key_groups + kg;
-            let mut row = i32::new(-1);
-            if j < hi {
-                let r = kv_indices[first + j];
-                if r >= 0 && usize::cast_from(r) < pool_size {
-                    row = r;
-                }
-            }
-            rows[s] = row;
+            let row = rows[s];
             #[unroll]
             for i in 0..vecs {
                 let e = lane + i * lanes;
@@ -142,6 +155,17 @@ pub fn attention_plane_kernel<F: Float, N: Size>(
                 ks[s * vecs + i] = kx;
                 vs[s * vecs + i] = vx;
             }
+        }
+        let mut next = Array::<i32>::new(steps);
+        #[unroll]
+        for s in 0..steps {
+            next[s] = pool_row(
+                kv_indices,
+                first,
+                base + stride + s * key_groups + kg,
+                hi,
+                pool_size,
+            );
         }
         // Scores: the units' partial dots, summed over the key group's lanes.
         let mut scores = Array::<f32>::new(steps * heads);
@@ -192,6 +216,10 @@ pub fn attention_plane_kernel<F: Float, N: Size>(
                 }
             }
             l[h] = sum;
+        }
+        #[unroll]
+        for s in 0..steps {
+            rows[s] = next[s];
         }
         base += stride;
     }

@@ -21,6 +21,11 @@ pub struct LaunchTuning {
     pub attention_cubes: Option<usize>,
     /// Attention, plane kernel: units per cube (`ROPE_POOL_ATTENTION_UNITS`).
     pub attention_units: Option<usize>,
+    /// Attention, plane kernel: keys per key group per iteration
+    /// (`ROPE_POOL_ATTENTION_STEPS`).
+    pub attention_steps: Option<usize>,
+    /// Attention, plane kernel: the most units per key (`ROPE_POOL_ATTENTION_LANES`).
+    pub attention_lanes: Option<usize>,
     /// Attention: the portable kernel even where planes exist
     /// (`ROPE_POOL_ATTENTION_PORTABLE=1`).
     pub attention_portable: bool,
@@ -42,6 +47,8 @@ impl LaunchTuning {
                 attention_chunk_tiles: number("ROPE_POOL_ATTENTION_CHUNK_TILES"),
                 attention_cubes: number("ROPE_POOL_ATTENTION_CUBES"),
                 attention_units: number("ROPE_POOL_ATTENTION_UNITS"),
+                attention_steps: number("ROPE_POOL_ATTENTION_STEPS"),
+                attention_lanes: number("ROPE_POOL_ATTENTION_LANES"),
                 attention_portable: number("ROPE_POOL_ATTENTION_PORTABLE") == Some(1),
             }
         })

@@ -7,12 +7,13 @@
 use crate::op::RopePoolConfig;
 use crate::op::unfused::rotate_unfused;
 use crate::pool::{
-    KvPool, KvPoolError, PoolAttentionConfig, PoolAttentionInputs, PoolAttentionPlan, SeqId,
-    SeqToken, pool_attention,
+    KvPool, KvPoolError, MAX_HEAD_DIM, PoolAttentionConfig, PoolAttentionError,
+    PoolAttentionInputs, PoolAttentionPlan, SeqId, SeqToken, pool_attention,
 };
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::activation::softmax;
+use burn::tensor::{Bool, DType, Device, Int, Tensor, TensorData};
 
 /// The layer's geometry.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,14 +50,28 @@ impl LlamaAttentionConfig {
             .with_k_rot(false)
     }
 
-    /// A layer with random weights (burn's default Linear initialisation).
-    pub fn init(&self, device: &Device) -> LlamaAttention {
+    /// A layer with random weights (burn's default Linear initialisation). Refused, before
+    /// anything is allocated, when the heads do not group (`num_qo_heads` a positive multiple of
+    /// a positive `num_kv_heads`) or `head_dim` is outside `1..=MAX_HEAD_DIM`.
+    pub fn init(&self, device: &Device) -> Result<LlamaAttention, PoolAttentionError> {
+        let (hq, hkv, d) = (self.num_qo_heads, self.num_kv_heads, self.head_dim);
+        if hq == 0 || hkv == 0 || !hq.is_multiple_of(hkv) {
+            return Err(PoolAttentionError::HeadRatio {
+                num_qo_heads: hq,
+                num_kv_heads: hkv,
+            });
+        }
+        if d == 0 || d > MAX_HEAD_DIM {
+            return Err(PoolAttentionError::Parameter {
+                what: format!("head_dim must be in 1..={MAX_HEAD_DIM}, got {d}"),
+            });
+        }
         let linear = |i, o| LinearConfig::new(i, o).with_bias(false).init(device);
         let (q, kv) = (
             self.num_qo_heads * self.head_dim,
             self.num_kv_heads * self.head_dim,
         );
-        LlamaAttention {
+        Ok(LlamaAttention {
             q_proj: linear(self.hidden, q),
             k_proj: linear(self.hidden, kv),
             v_proj: linear(self.hidden, kv),
@@ -65,7 +80,7 @@ impl LlamaAttentionConfig {
             num_kv_heads: self.num_kv_heads,
             head_dim: self.head_dim,
             rope_base: self.rope_base,
-        }
+        })
     }
 }
 
@@ -93,8 +108,9 @@ impl LlamaAttention {
     }
 
     /// The same layer without the fused op or a pool: plain tensor ops (NeoX rotation, keys and
-    /// values of the whole sequence kept as they are) over one sequence `x: [n, hidden]` starting
-    /// at position 0. The reference the fused path is checked against.
+    /// values of the whole sequence kept as they are, kv heads expanded, causal softmax in f32)
+    /// over one sequence `x: [n, hidden]` starting at position 0. The reference the fused path
+    /// is checked against; it runs on any backend, Autodiff included.
     pub fn forward_unfused(&self, x: Tensor<2>) -> Tensor<2> {
         let [n, _] = x.dims();
         let device = x.device();
@@ -105,19 +121,25 @@ impl LlamaAttention {
         let q = self.q_proj.forward(x.clone()).reshape([n, hq, d]);
         let k = self.k_proj.forward(x.clone()).reshape([n, hkv, d]);
         let v = self.v_proj.forward(x).reshape([n, hkv, d]);
-        let q = rotate_unfused(q, positions.clone(), &rope);
+        let q = rotate_unfused(q, positions.clone(), &rope).swap_dims(0, 1);
         let k = rotate_unfused(k, positions, &rope);
-        // The whole sequence as one "pool" of rows 0..n.
-        let n64 = n as i64;
-        let plan = PoolAttentionPlan::new(
-            TensorData::from([0, n64].as_slice()),
-            TensorData::from([0, n64].as_slice()),
-            TensorData::new((0..n64).collect::<Vec<i64>>(), [n]),
-            &device,
-        );
-        let out = pool_attention(PoolAttentionInputs::new(q, k, v), &plan, &self.attention())
-            .expect("the layer's own shapes");
-        self.o_proj.forward(out.out.reshape([n, hq * d]))
+        // Each kv head repeated for the q heads that read it: [hq, n, d].
+        let expand = |x: Tensor<3>| {
+            x.reshape([n, hkv, 1, d])
+                .expand([n, hkv, hq / hkv, d])
+                .reshape([n, hq, d])
+                .swap_dims(0, 1)
+        };
+        let scores = q.matmul(expand(k).swap_dims(1, 2)) * self.attention().scale();
+        let future: Vec<bool> = (0..n).flat_map(|i| (0..n).map(move |j| j > i)).collect();
+        let future = Tensor::<3, Bool>::from_data(TensorData::new(future, [1, n, n]), &device);
+        let dtype = scores.dtype();
+        let scores = scores
+            .cast(DType::F32)
+            .mask_fill(future.expand([hq, n, n]), f32::NEG_INFINITY);
+        let out = softmax(scores, 2).cast(dtype).matmul(expand(v));
+        self.o_proj
+            .forward(out.swap_dims(0, 1).reshape([n, hq * d]))
     }
 
     /// Forward over a ragged batch: `hidden: [T, hidden]`, `tokens[t]` the sequence and position
@@ -217,9 +239,16 @@ impl LlamaAttention {
             &device,
         );
         let inputs = PoolAttentionInputs::new(q_rot, pool.k().clone(), pool.v().clone());
-        let attended = pool_attention(inputs, &plan, &self.attention())?
-            .out
-            .reshape([t, hq * d]);
+        let attended = match pool_attention(inputs, &plan, &self.attention()) {
+            Ok(out) => out.out.reshape([t, hq * d]),
+            Err(e) => {
+                // Refused (an Autodiff device, say): the batch leaves no rows behind.
+                for token in tokens {
+                    pool.slots.free_last(token.seq, 1)?;
+                }
+                return Err(e.into());
+            }
+        };
         let attended = if in_order {
             attended
         } else {

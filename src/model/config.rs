@@ -30,9 +30,103 @@ pub struct DecoderConfig {
     pub qk_norm: bool,
     /// Heads, head size and RoPE variant: the fused op's config.
     pub rope: RopePoolConfig,
+    /// Sliding-window attention, if the config turns it on (Mistral's `sliding_window`;
+    /// Qwen2/Qwen3's `use_sliding_window` with `max_window_layers` or `layer_types`).
+    pub sliding_window: Option<SlidingWindow>,
+}
+
+/// Which layers attend over a window of the last `size` positions (query at `p` sees keys
+/// `j > p - size`, transformers' convention); the others attend over the whole context.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlidingWindow {
+    /// Window size in positions (at least 1).
+    pub size: usize,
+    /// The layers it applies to.
+    pub layers: WindowLayers,
+}
+
+/// The layers a [`SlidingWindow`] applies to.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WindowLayers {
+    /// Every layer (Mistral).
+    All,
+    /// Layers from this index on (Qwen2/Qwen3 `max_window_layers`).
+    From(usize),
+    /// Per layer, from `layer_types` (`true`: `"sliding_attention"`).
+    Listed(Vec<bool>),
+}
+
+/// The sliding window `config` turns on, as transformers reads it: Mistral applies a non-null
+/// `sliding_window` to every layer; Qwen2/Qwen3 only with `use_sliding_window`, to the layers
+/// `layer_types` marks `"sliding_attention"` or else those from `max_window_layers` on; Llama
+/// has none.
+fn sliding_window(
+    config: &Value,
+    model_type: &str,
+    num_layers: usize,
+) -> Result<Option<SlidingWindow>, String> {
+    let size = match &config["sliding_window"] {
+        Value::Null => return Ok(None),
+        v => v.as_u64().filter(|&w| w >= 1).ok_or_else(|| {
+            format!("`sliding_window` must be a positive integer or null, got {v}")
+        })?,
+    };
+    let size = usize::try_from(size).unwrap_or(usize::MAX);
+    let layers = match model_type {
+        "mistral" => WindowLayers::All,
+        "qwen2" | "qwen3" => {
+            if !config["use_sliding_window"].as_bool().unwrap_or(false) {
+                return Ok(None);
+            }
+            match &config["layer_types"] {
+                Value::Null => {
+                    let first = config["max_window_layers"].as_u64().ok_or_else(|| {
+                        "`use_sliding_window` needs an integer `max_window_layers` or \
+                         `layer_types`"
+                            .to_string()
+                    })?;
+                    WindowLayers::From(usize::try_from(first).unwrap_or(usize::MAX))
+                }
+                Value::Array(types) => {
+                    if types.len() != num_layers {
+                        return Err(format!(
+                            "`layer_types` has {} entries for {num_layers} layers",
+                            types.len()
+                        ));
+                    }
+                    let layers = types
+                        .iter()
+                        .map(|t| match t.as_str() {
+                            Some("sliding_attention") => Ok(true),
+                            Some("full_attention") => Ok(false),
+                            _ => Err(format!(
+                                "`layer_types` entries must be \"sliding_attention\" or \
+                                 \"full_attention\", got {t}"
+                            )),
+                        })
+                        .collect::<Result<_, _>>()?;
+                    WindowLayers::Listed(layers)
+                }
+                v => return Err(format!("`layer_types` must be a list, got {v}")),
+            }
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(SlidingWindow { size, layers }))
 }
 
 impl DecoderConfig {
+    /// The window of layer `layer`, if it has one.
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        let window = self.sliding_window.as_ref()?;
+        let on = match &window.layers {
+            WindowLayers::All => true,
+            WindowLayers::From(first) => layer >= *first,
+            WindowLayers::Listed(layers) => layers.get(layer).copied().unwrap_or(false),
+        };
+        on.then_some(window.size)
+    }
+
     /// Reads a `config.json` (either rope form); an unsupported `model_type` or a missing field
     /// is an error naming it.
     pub fn from_hf_config(config: &Value) -> Result<Self, DecoderError> {
@@ -51,11 +145,14 @@ impl DecoderConfig {
         };
         let flag = |name: &str, default: bool| config[name].as_bool().unwrap_or(default);
         let attention_bias = flag("attention_bias", false);
+        let num_layers = count("num_hidden_layers")?;
+        let sliding_window = sliding_window(config, &model_type, num_layers).map_err(bad)?;
         Ok(Self {
             vocab_size: count("vocab_size")?,
             hidden_size: count("hidden_size")?,
             intermediate_size: count("intermediate_size")?,
-            num_layers: count("num_hidden_layers")?,
+            num_layers,
+            sliding_window,
             rms_norm_eps: config["rms_norm_eps"].as_f64().unwrap_or(1e-6),
             tie_word_embeddings: flag("tie_word_embeddings", false),
             qkv_bias: model_type == "qwen2" || attention_bias,

@@ -382,7 +382,14 @@ impl Decoder {
                 }
             };
             let inputs = PoolAttentionInputs::new(q_rot, kp.clone(), vp.clone());
-            let attended = pool_attention(inputs, &plan, &attention);
+            let window = self.config.window(l);
+            let attended = match window {
+                None => pool_attention(inputs, &plan, &attention),
+                Some(w) => {
+                    let windowed = attention.clone().with_sliding_window(Some(w));
+                    pool_attention(inputs, &plan, &windowed)
+                }
+            };
             (*k_pool, *v_pool) = (Some(kp), Some(vp));
             let attended = attended?.out.reshape([t, hq * d]);
             x = x + layer.o.forward(attended);

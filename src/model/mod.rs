@@ -11,7 +11,7 @@ mod weights;
 
 pub use attention::{LlamaAttention, LlamaAttentionConfig};
 pub use checkpoint::{Checkpoint, CheckpointError};
-pub use config::DecoderConfig;
+pub use config::{DecoderConfig, SlidingWindow, WindowLayers};
 pub use decoder::{Decoder, DecoderError, KvCache, StepToken};
 pub use generate::{GenerateError, GenerateOptions, Generated, Request, Stats, generate};
 #[cfg(feature = "testing")]

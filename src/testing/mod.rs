@@ -36,6 +36,7 @@ pub fn llama3_8b() -> DecoderConfig {
         rope: RopePoolConfig::new(128, 32, 8)
             .with_rope_base(500_000.0)
             .with_k_rot(false),
+        sliding_window: None,
     }
 }
 

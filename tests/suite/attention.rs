@@ -23,7 +23,7 @@ fn max_abs(a: Tensor<2>, b: Tensor<2>) -> f32 {
 
 fn check_device(device: &Device) {
     let cfg = config();
-    let layer = cfg.init(device);
+    let layer = cfg.init(device).expect("a valid layer");
     let (a_len, b_len) = (7usize, 4usize);
     let xa = Tensor::<2>::random(
         [a_len + 3, cfg.hidden],
@@ -155,7 +155,7 @@ fn attention_layer_matches_the_unfused_path() {
 fn positions_that_skip_or_repeat_are_refused() {
     let device = Device::flex();
     let cfg = config();
-    let layer = cfg.init(&device);
+    let layer = cfg.init(&device).expect("a valid layer");
     let mut pool = KvPool::new(cfg.rope(), 16, &device, DType::F32);
     let x = |n: usize| Tensor::<2>::random([n, cfg.hidden], Distribution::Default, &device);
     let at = |seq, position| SeqToken { seq, position };
@@ -183,4 +183,51 @@ fn positions_that_skip_or_repeat_are_refused() {
     }
     assert_eq!(pool.slots.available(), 14, "a refused batch took no rows");
     assert!(pool.slots.rows(2).is_none());
+}
+
+/// Heads that do not group, or a head size past the op's, are refused by `init` (they panicked
+/// in a reshape); on Autodiff the unfused reference runs and the pooled forward is refused
+/// without keeping the rows it took.
+#[test]
+fn layers_that_cannot_run_are_refused() {
+    let device = Device::flex();
+    let bad = |num_qo_heads, num_kv_heads, head_dim| {
+        LlamaAttentionConfig {
+            num_qo_heads,
+            num_kv_heads,
+            head_dim,
+            ..config()
+        }
+        .init(&device)
+        .err()
+        .map(|e| e.to_string())
+    };
+    assert_eq!(
+        bad(6, 4, 16).as_deref(),
+        Some("num_qo_heads must be a multiple of num_kv_heads, got 6 and 4")
+    );
+    assert_eq!(
+        bad(4, 0, 16).as_deref(),
+        Some("num_qo_heads must be a multiple of num_kv_heads, got 4 and 0")
+    );
+    assert_eq!(
+        bad(4, 2, 1024).as_deref(),
+        Some("invalid attention parameter: head_dim must be in 1..=512, got 1024")
+    );
+    #[cfg(feature = "autodiff")]
+    {
+        let device = Device::flex().autodiff();
+        let cfg = config();
+        let layer = cfg.init(&device).expect("a valid layer");
+        let x = Tensor::<2>::random([3, cfg.hidden], Distribution::Default, &device);
+        assert_eq!(layer.forward_unfused(x.clone()).dims(), [3, cfg.hidden]);
+        let mut pool = KvPool::new(cfg.rope(), 8, &device, DType::F32);
+        let tokens: Vec<SeqToken> = (0..3)
+            .map(|position| SeqToken { seq: 1, position })
+            .collect();
+        let err = layer.forward(x, &tokens, &mut pool).unwrap_err();
+        assert!(err.to_string().contains("inference only"), "{err}");
+        assert_eq!(pool.slots.available(), 8, "a refused batch took no rows");
+        assert!(pool.slots.rows(1).is_none());
+    }
 }

@@ -301,3 +301,75 @@ fn impossible_limits_are_refused() {
         )
     );
 }
+
+/// Sliding windows as transformers reads them from `config.json`, and the decoder applying
+/// them: a window wider than every context changes nothing; a narrow one on the layers it
+/// names changes the logits; bad window fields are refused with the field's name.
+#[test]
+fn sliding_windows_follow_the_config() {
+    let device = Device::flex();
+    let (requests, want) = expected("qwen2_tiny");
+    let with = |edit: &dyn Fn(&mut Value)| {
+        let mut checkpoint = Checkpoint::open(model_dir("qwen2_tiny")).unwrap();
+        edit(&mut checkpoint.config);
+        Decoder::load(&checkpoint, &device, DType::F32)
+    };
+    // Off unless `use_sliding_window` (Qwen2), whatever `sliding_window` says.
+    let off = with(&|c| c["sliding_window"] = 2.into()).unwrap();
+    assert_eq!(off.config.window(0), None);
+    assert_same(&run(&off, &requests, None), &want, 1e-4, "window off");
+    // Wider than any context: the same generations.
+    let wide = with(&|c| {
+        c["use_sliding_window"] = true.into();
+        c["sliding_window"] = 4096.into();
+        c["layer_types"] = Value::Null;
+        c["max_window_layers"] = 0.into();
+    })
+    .unwrap();
+    assert_eq!(wide.config.window(2), Some(4096));
+    assert_same(&run(&wide, &requests, None), &want, 1e-4, "wide window");
+    // Two positions on the last layer only (`layer_types`): different logits.
+    let narrow = with(&|c| {
+        c["use_sliding_window"] = true.into();
+        c["sliding_window"] = 2.into();
+        c["layer_types"] =
+            serde_json::json!(["full_attention", "full_attention", "sliding_attention"]);
+    })
+    .unwrap();
+    let windows: Vec<_> = (0..3).map(|l| narrow.config.window(l)).collect();
+    assert_eq!(windows, [None, None, Some(2)]);
+    let long = requests
+        .iter()
+        .position(|r| r.prompt.len() > 2)
+        .expect("a prompt longer than the window");
+    let got = run(&narrow, &requests[long..=long], None);
+    let a: Vec<f64> = got[0].logits[0].iter().map(|&x| x as f64).collect();
+    let b: Vec<f64> = want[long].logits[0].iter().map(|&x| x as f64).collect();
+    assert!(
+        norm_relative_error(&a, &b) > 1e-3,
+        "the window changed nothing"
+    );
+    for (edit, message) in [
+        (
+            serde_json::json!({"model_type": "mistral", "sliding_window": 0}),
+            "config.json: `sliding_window` must be a positive integer or null, got 0",
+        ),
+        (
+            serde_json::json!({"use_sliding_window": true, "sliding_window": 8, "layer_types": ["full_attention"]}),
+            "config.json: `layer_types` has 1 entries for 3 layers",
+        ),
+        (
+            serde_json::json!({"use_sliding_window": true, "sliding_window": 8, "layer_types": ["full_attention", "x", "full_attention"]}),
+            "config.json: `layer_types` entries must be \"sliding_attention\" or \"full_attention\", got \"x\"",
+        ),
+    ] {
+        let err = with(&|c| {
+            for (k, v) in edit.as_object().unwrap() {
+                c[k] = v.clone();
+            }
+        })
+        .err()
+        .map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some(message));
+    }
+}
