@@ -28,7 +28,7 @@ use burn_rope_pool::pool::{
 };
 use burn_rope_pool::testing::{Rng, device_by_name, dtype_by_name};
 use clap::Parser;
-use instruments::{copy_bandwidth, time_per_call, wall_per_call};
+use instruments::{copy_bandwidth, copy_time, time_per_call, wall_per_call};
 use serde::Serialize;
 
 #[derive(Parser)]
@@ -228,9 +228,13 @@ fn main() {
     let device = device_by_name(&args.device).expect("device");
     let windows = if args.quick { 5 } else { 15 };
     let bandwidth = copy_bandwidth(&device, 1 << 26, windows);
+    // The device time of one launch doing nearly nothing (`x + 1` on one f32): what a call's
+    // fixed cost is measured against (a split call launches twice).
+    let one_launch = copy_time(&device, 8, windows, DType::F32);
     println!(
-        "device {device:?}\ncopy bandwidth {:.0} GB/s\n",
-        bandwidth / 1e9
+        "device {device:?}\ncopy bandwidth {:.0} GB/s\none launch (x + 1, one element) {:.1} µs\n",
+        bandwidth / 1e9,
+        one_launch.as_secs_f64() * 1e6
     );
     println!(
         "| kind | dtype | batch | keys | queries | device µs | GB/s | floor µs | % of floor | gather µs | host µs/call | plan µs |"

@@ -63,8 +63,14 @@ pub struct AttentionLaunch {
     pub chunk_keys: usize,
 }
 
-/// The most cubes a split aims for (more chunks cost the merge more than they gain).
+/// Portable kernel: the most cubes a split aims for (more chunks cost the merge more than they
+/// gain).
 const TARGET_CUBES: usize = 1024;
+/// The most chunks a query's keys are split into (the merge holds a weight per chunk in shared
+/// memory).
+const MAX_CHUNKS: usize = 1024;
+/// Units per cube of the merge (one cube per query head), unless a head row has more vectors.
+const MERGE_UNITS: usize = 128;
 /// Portable kernel: the fewest cubes a split aims for, two per multiprocessor of a large GPU.
 const MIN_CUBES: usize = 256;
 /// Portable kernel: the most key tiles a chunk holds while the split can still reach
@@ -74,6 +80,9 @@ const MIN_CUBES: usize = 256;
 const MAX_CHUNK_TILES: usize = 4;
 /// Portable kernel: units per cube (keys per tile), unless a head row has more vectors.
 const UNITS: usize = 128;
+/// Plane kernel: the most cubes a split aims for (the H200 sweep of `benches/NOTES.md` entry
+/// 24: 512 beat 256 and 1024 on every decode row).
+const PLANE_TARGET_CUBES: usize = 512;
 /// Plane kernel: units per cube.
 const PLANE_UNITS: usize = 128;
 /// Plane kernel: the fewest iterations (`key groups × steps` keys) a chunk holds.
@@ -119,11 +128,21 @@ impl AttentionLaunch {
         let shared = properties.hardware.max_shared_memory_size;
         let plane_size = properties.hardware.plane_size_min as usize;
         let vector_bytes = vector * 4;
-        let planes = properties.features.plane.contains(Plane::Ops) && plane_size.is_power_of_two();
-        let target = tuning.attention_cubes.unwrap_or(TARGET_CUBES);
+        let plane = properties.features.plane.contains(Plane::Ops)
+            && plane_size.is_power_of_two()
+            && !tuning.attention_portable;
+        let default_target = if plane {
+            PLANE_TARGET_CUBES
+        } else {
+            TARGET_CUBES
+        };
+        let target = tuning
+            .attention_cubes
+            .unwrap_or(default_target)
+            .min(MAX_CHUNKS);
         let keys = geometry.max_keys.max(1);
         let rows = geometry.num_tokens * geometry.num_kv_heads;
-        if planes && !tuning.attention_portable {
+        if plane {
             let max_lanes = tuning.attention_lanes.unwrap_or(PLANE_LANES);
             let lanes = row_vectors
                 .next_power_of_two()
@@ -340,13 +359,14 @@ pub unsafe fn launch_attention(
     }
     if split {
         let args = args();
-        let merge_units = num_tokens * num_qo_heads * row_vectors;
-        let cube_dim = CubeDim::new(client, merge_units);
+        let merge_units = row_vectors.next_power_of_two().max(MERGE_UNITS);
+        let heads = num_tokens * num_qo_heads;
+        let merge_dim = CubeDim::new_1d(merge_units as u32);
         unsafe {
             attention_merge::launch_unchecked(
                 client,
-                calculate_cube_count_elemwise(client, merge_units, cube_dim),
-                cube_dim,
+                calculate_cube_count_elemwise(client, heads * merge_units, merge_dim),
+                merge_dim,
                 AddressType::from_len(len),
                 vector,
                 args.part_out,
@@ -355,6 +375,8 @@ pub unsafe fn launch_attention(
                 args.lse,
                 f32::NEG_INFINITY,
                 chunks as u32,
+                merge_units,
+                chunks.next_power_of_two(),
                 row_vectors,
                 float,
             );
