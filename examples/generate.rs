@@ -11,7 +11,7 @@
 use burn::tensor::DType;
 use burn_rope_pool::model::Checkpoint;
 use burn_rope_pool::model::Decoder;
-use burn_rope_pool::model::{GenerateOptions, Generated, Request, generate};
+use burn_rope_pool::model::{GenerateOptions, Generated, generate, requests_from_json};
 use burn_rope_pool::testing::{device_by_name, dtype_by_name};
 use clap::Parser;
 use std::process::ExitCode;
@@ -43,11 +43,6 @@ struct Args {
     quiet: bool,
 }
 
-#[derive(serde::Deserialize)]
-struct Requests {
-    sequences: Vec<Request>,
-}
-
 #[derive(serde::Serialize)]
 struct Output {
     sequences: Vec<Generated>,
@@ -58,11 +53,11 @@ fn run(args: Args) -> Result<(), String> {
     let dtype = args.dtype;
     let text = std::fs::read_to_string(&args.requests)
         .map_err(|e| format!("cannot read {}: {e}", args.requests.display()))?;
-    let requests: Requests =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", args.requests.display()))?;
+    let requests =
+        requests_from_json(&text).map_err(|e| format!("{}: {e}", args.requests.display()))?;
     let checkpoint = Checkpoint::open(&args.model).map_err(|e| e.to_string())?;
     let model = Decoder::load(&checkpoint, &device, dtype).map_err(|e| e.to_string())?;
-    let total: usize = requests.sequences.iter().map(|r| r.max_new_tokens).sum();
+    let total: usize = requests.iter().map(|r| r.max_new_tokens).sum();
     let bar = if args.quiet {
         indicatif::ProgressBar::hidden()
     } else {
@@ -76,8 +71,9 @@ fn run(args: Args) -> Result<(), String> {
     let options = GenerateOptions {
         pool_rows: args.pool_rows,
         keep_logits: true,
+        ..GenerateOptions::default()
     };
-    let (results, stats) = generate(&model, &requests.sequences, &options, |stats| {
+    let (results, stats) = generate(&model, &requests, &options, |stats| {
         bar.set_position(stats.generated as u64);
         bar.set_message(format!(
             "prefill {:.0} tok/s, decode {:.0} tok/s, {} done",

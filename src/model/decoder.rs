@@ -198,6 +198,22 @@ impl Decoder {
         &self.device
     }
 
+    /// The bytes of [`Self::new_cache`]`(pool_rows)`: keys and values of every layer (`None`
+    /// past `u64::MAX`).
+    pub fn cache_bytes(&self, pool_rows: usize) -> Option<u64> {
+        let rope = &self.config.rope;
+        [
+            pool_rows,
+            rope.num_kv_heads,
+            rope.head_dim,
+            self.dtype.size(),
+            2,
+            self.layers.len(),
+        ]
+        .iter()
+        .try_fold(1u64, |acc, &n| acc.checked_mul(u64::try_from(n).ok()?))
+    }
+
     /// Empty pools of `pool_rows` rows for every layer.
     pub fn new_cache(&self, pool_rows: usize) -> KvCache {
         let rope = &self.config.rope;

@@ -19,6 +19,19 @@ pub struct Request {
     pub max_new_tokens: usize,
 }
 
+/// The requests of a request file: `{"sequences": [{"prompt": [ids], "max_new_tokens": n},
+/// ...]}` (ids and counts non-negative integers; other fields, such as an `expected.json`'s
+/// `generated` and `logits`, are ignored).
+pub fn requests_from_json(text: &str) -> Result<Vec<Request>, GenerateError> {
+    #[derive(serde::Deserialize)]
+    struct Requests {
+        sequences: Vec<Request>,
+    }
+    serde_json::from_str::<Requests>(text)
+        .map(|r| r.sequences)
+        .map_err(|e| GenerateError::RequestFile(e.to_string()))
+}
+
 /// What a request generated.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Generated {
@@ -31,6 +44,9 @@ pub struct Generated {
 /// Why generation stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
+    /// A request file that is not valid JSON of the requests' format.
+    #[error("invalid request file: {0}")]
+    RequestFile(String),
     /// A request has an empty prompt.
     #[error("request {0} has an empty prompt")]
     EmptyPrompt(usize),
@@ -53,6 +69,26 @@ pub enum GenerateError {
         /// The most rows a pool can have (`i32::MAX`).
         max: usize,
     },
+    /// The pools of `rows` rows (keys and values of every layer) need more memory than the
+    /// limit: [`GenerateOptions::max_pool_bytes`], or on Flex the memory the system has
+    /// available.
+    #[error(
+        "a pool of {rows} rows needs {} bytes (keys and values of every layer), more than the {limit} bytes {source_of_limit}",
+        bytes.map_or("more than u64::MAX".to_string(), |b| b.to_string())
+    )]
+    PoolMemory {
+        /// The rows asked for.
+        rows: usize,
+        /// The bytes they need (`None`: past `u64::MAX`).
+        bytes: Option<u64>,
+        /// The limit.
+        limit: u64,
+        /// Where the limit comes from.
+        source_of_limit: &'static str,
+    },
+    /// A step's results could not be read back from the device.
+    #[error("reading a step's results back from the device failed: {0}")]
+    ReadBack(String),
     /// The model refused a step.
     #[error(transparent)]
     Decoder(#[from] DecoderError),
@@ -66,6 +102,52 @@ pub struct GenerateOptions {
     /// Keep the logits of every generated token (read back each step); without, the argmax
     /// runs on the device and only the ids are read.
     pub keep_logits: bool,
+    /// The most bytes the pools may take (default: on Flex, the memory the system has
+    /// available; elsewhere no limit but the device's own). Checked before anything is
+    /// allocated.
+    pub max_pool_bytes: Option<u64>,
+}
+
+/// The memory the system reports available (`MemAvailable` of `/proc/meminfo`), where it can be
+/// read: what a Flex (CPU) pool can take without the allocation aborting the process.
+fn system_available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// The limit on the pools' bytes for `model`'s device, and where it comes from: the option;
+/// else on Flex the memory the system has available; on a CubeCL device the memory its runtime
+/// reports it can hold, and, since each layer's key and value pools are one allocation each,
+/// the largest allocation it can make times their number.
+fn pool_limit(model: &Decoder, options: &GenerateOptions) -> Option<(u64, &'static str)> {
+    use burn::backend::DispatchDevice;
+    if let Some(limit) = options.max_pool_bytes {
+        return Some((limit, "of max_pool_bytes"));
+    }
+    match model.device().as_dispatch().clone().inner() {
+        #[cfg(feature = "flex")]
+        DispatchDevice::Flex(_) => {
+            system_available_memory().map(|m| (m, "the system has available"))
+        }
+        #[cfg(feature = "cube")]
+        DispatchDevice::Cube(cube) => {
+            let client = cube.client();
+            let memory = &client.properties().memory;
+            let tensors = 2 * model.config.num_layers as u64;
+            let per_allocation = memory.max_page_size.saturating_mul(tensors);
+            Some(match memory.max_memory() {
+                Some(total) if total < per_allocation => (total, "the device can hold"),
+                _ => (
+                    per_allocation,
+                    "the device's largest allocation allows, per pool",
+                ),
+            })
+        }
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
 }
 
 /// Throughput of a run. A step that holds any prefill token counts as prefill time, a step of
@@ -149,6 +231,17 @@ pub fn generate(
             max,
         });
     }
+    if let Some((limit, source_of_limit)) = pool_limit(model, options) {
+        let bytes = model.cache_bytes(pool_rows);
+        if bytes.is_none_or(|b| b > limit) {
+            return Err(GenerateError::PoolMemory {
+                rows: pool_rows,
+                bytes,
+                limit,
+                source_of_limit,
+            });
+        }
+    }
     if let Some((request, r)) = requests
         .iter()
         .enumerate()
@@ -219,9 +312,10 @@ pub fn generate(
             let [s, vocab] = logits.dims();
             let values = logits
                 .cast(DType::F32)
-                .into_data()
+                .try_into_data()
+                .map_err(|e| GenerateError::ReadBack(format!("the logits: {e:?}")))?
                 .try_into_vec::<f32>()
-                .map_err(|e| DecoderError::Step(format!("reading the logits back: {e:?}")))?;
+                .map_err(|e| GenerateError::ReadBack(format!("the logits: {e:?}")))?;
             (0..s)
                 .map(|i| {
                     let row = values[i * vocab..(i + 1) * vocab].to_vec();
@@ -231,10 +325,11 @@ pub fn generate(
         } else {
             let ids = logits
                 .argmax(1)
-                .into_data()
+                .try_into_data()
+                .map_err(|e| GenerateError::ReadBack(format!("the ids: {e:?}")))?
                 .convert::<i64>()
                 .try_into_vec::<i64>()
-                .map_err(|e| DecoderError::Step(format!("reading the ids back: {e:?}")))?;
+                .map_err(|e| GenerateError::ReadBack(format!("the ids: {e:?}")))?;
             ids.into_iter().map(|id| (id as u32, Vec::new())).collect()
         };
         let elapsed = start.elapsed();

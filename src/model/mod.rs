@@ -13,6 +13,8 @@ pub use attention::{LlamaAttention, LlamaAttentionConfig};
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use config::{DecoderConfig, SlidingWindow, WindowLayers};
 pub use decoder::{Decoder, DecoderError, KvCache, StepToken};
-pub use generate::{GenerateError, GenerateOptions, Generated, Request, Stats, generate};
+pub use generate::{
+    GenerateError, GenerateOptions, Generated, Request, Stats, generate, requests_from_json,
+};
 #[cfg(feature = "testing")]
 pub(crate) use weights::Random;

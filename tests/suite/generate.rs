@@ -64,6 +64,7 @@ fn run(model: &Decoder, requests: &[Request], pool_rows: Option<usize>) -> Vec<G
     let options = GenerateOptions {
         pool_rows,
         keep_logits: true,
+        ..GenerateOptions::default()
     };
     generate(model, requests, &options, |_| {}).unwrap().0
 }
@@ -125,6 +126,7 @@ fn a_small_pool_queues_requests_and_reuses_rows() {
             &GenerateOptions {
                 pool_rows: Some(largest - 1),
                 keep_logits: false,
+                ..GenerateOptions::default()
             },
             |_| {},
         )
@@ -287,6 +289,32 @@ fn impossible_limits_are_refused() {
         let err = generate(&model, &requests, &GenerateOptions::default(), |_| {}).unwrap_err();
         assert!(matches!(err, GenerateError::PoolTooLarge { .. }), "{err}");
     }
+    // Addressable but past what memory holds: refused before the allocation (a billion rows of
+    // this model's pools aborted the process on Flex).
+    let err = generate(
+        &model,
+        &[request(1_000_000_000)],
+        &GenerateOptions::default(),
+        |_| {},
+    )
+    .unwrap_err();
+    assert!(matches!(err, GenerateError::PoolMemory { .. }), "{err}");
+    assert!(
+        err.to_string().contains("the system has available"),
+        "{err}"
+    );
+    let options = GenerateOptions {
+        max_pool_bytes: Some(1000),
+        ..GenerateOptions::default()
+    };
+    let err = generate(&model, &[request(4)], &options, |_| {}).unwrap_err();
+    let bytes = model.cache_bytes(6).unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "a pool of 6 rows needs {bytes} bytes (keys and values of every layer), more than the 1000 bytes of max_pool_bytes"
+        )
+    );
     let options = GenerateOptions {
         pool_rows: Some(usize::MAX),
         ..GenerateOptions::default()

@@ -12,6 +12,7 @@ mod generate;
 mod golden;
 mod hf_configs;
 mod kv_pool;
+mod model_fuzz;
 mod pool_attention;
 mod pools;
 mod properties;
