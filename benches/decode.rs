@@ -7,7 +7,9 @@
 //!  [--steps 64] [--layers 32] [--json OUT]`
 
 use burn::tensor::DType;
-use burn_rope_pool::model::{Decoder, DecoderConfig, GenerateOptions, Request, Stats, generate};
+use burn_rope_pool::model::{
+    Decoder, DecoderConfig, GenerateOptions, Request, Stats, StepToken, generate,
+};
 use burn_rope_pool::testing::{Rng, device_by_name, llama3_8b, random_decoder};
 use clap::Parser;
 
@@ -27,6 +29,9 @@ struct Args {
     /// Decoder layers (32 for the real shape; fewer for a quick run on a CPU).
     #[arg(long, default_value_t = 32)]
     layers: usize,
+    /// Vocabulary size (128256 for the real shape; smaller for a quick run on a CPU).
+    #[arg(long, default_value_t = 128_256)]
+    vocab: usize,
     /// Only the fused path.
     #[arg(long)]
     fused_only: bool,
@@ -34,6 +39,11 @@ struct Args {
     /// for m = 1, 8, 64, 32768 — what a decode or prefill step is made of.
     #[arg(long)]
     matmul_probe: bool,
+    /// After the table, profile a few decode steps per batch: every kernel launched, its
+    /// device time (CubeCL's launch observer, device timestamps), by kernel; and the step's
+    /// wall time against the time the device was busy.
+    #[arg(long)]
+    profile: bool,
     /// Write the rows as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -86,6 +96,7 @@ fn main() {
     };
     let config = DecoderConfig {
         num_layers: args.layers,
+        vocab_size: args.vocab,
         ..llama3_8b()
     };
     println!(
@@ -148,7 +159,132 @@ fn main() {
             ));
         }
     }
+    if args.profile {
+        model = model.with_fused(true);
+        for &batch in &args.batches {
+            profile(&model, batch, &args);
+        }
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, format!("[\n{}\n]\n", rows.join(",\n"))).expect("write json");
+    }
+}
+
+/// Every launch's name and its device-time measurement, kept unread until the steps are over.
+#[derive(Default)]
+struct Launches(std::sync::Mutex<Vec<(&'static str, Option<cubecl::logging::ProfileDuration>)>>);
+
+impl cubecl::logging::LaunchObserver for Launches {
+    fn launched(&self, kernel: &'static str) {
+        self.0.lock().unwrap().push((kernel, None));
+    }
+    fn timing(&self) -> cubecl::logging::TimingRequest {
+        cubecl::logging::TimingRequest::Deferred
+    }
+    fn profiled(&self, kernel: &'static str, profile: cubecl::logging::ProfileDuration) {
+        let mut launches = self.0.lock().unwrap();
+        if let Some(last) = launches.iter_mut().rev().find(|(k, p)| *k == kernel && p.is_none()) {
+            last.1 = Some(profile);
+        }
+    }
+}
+
+/// Profiles `STEPS` decode steps of `batch` sequences (prompts prefilled first): launches and
+/// device time by kernel, the device's busy time against the steps' wall time.
+fn profile(model: &Decoder, batch: usize, args: &Args) {
+    const STEPS: usize = 4;
+    let vocab = model.config.vocab_size;
+    let requests = requests(batch, args.prompt, STEPS + 4, vocab);
+    let mut cache = model.new_cache(batch * (args.prompt + STEPS + 4));
+    let step = |cache: &mut burn_rope_pool::model::KvCache, tokens: Vec<StepToken>| {
+        let logits = model.step(&tokens, cache).expect("step");
+        let ids = logits.argmax(1).into_data().convert::<i64>();
+        ids.iter::<i64>().map(|i| i as u32).collect::<Vec<u32>>()
+    };
+    let prefill: Vec<StepToken> = requests
+        .iter()
+        .enumerate()
+        .flat_map(|(seq, r)| {
+            r.prompt.iter().enumerate().map(move |(p, &token)| StepToken {
+                seq: seq as u64,
+                token,
+                position: p,
+            })
+        })
+        .collect();
+    let mut next = step(&mut cache, prefill);
+    let mut position = args.prompt;
+    let decode_tokens = |next: &[u32], position: usize| -> Vec<StepToken> {
+        next.iter()
+            .enumerate()
+            .map(|(seq, &token)| StepToken {
+                seq: seq as u64,
+                token,
+                position,
+            })
+            .collect()
+    };
+    // Warm-up steps (kernels compiled, matmuls tuned at this batch).
+    for _ in 0..2 {
+        next = step(&mut cache, decode_tokens(&next, position));
+        position += 1;
+    }
+    let launches = std::sync::Arc::new(Launches::default());
+    let start = std::time::Instant::now();
+    {
+        let _watch = cubecl::logging::LaunchObservation::new(launches.clone());
+        for _ in 0..STEPS {
+            next = step(&mut cache, decode_tokens(&next, position));
+            position += 1;
+        }
+    }
+    let wall = start.elapsed().as_secs_f64() / STEPS as f64;
+    let launches = std::mem::take(&mut *launches.0.lock().unwrap());
+    let count = launches.len();
+    let mut by_kernel: std::collections::BTreeMap<String, (usize, f64)> = Default::default();
+    let (mut busy, mut untimed, mut system) = (0.0, 0, 0);
+    for (kernel, measured) in launches {
+        let name = cubecl::config::type_name_format(
+            kernel,
+            cubecl::config::TypeNameFormatLevel::Short,
+        );
+        let entry = by_kernel.entry(name).or_default();
+        entry.0 += 1;
+        let Some(measured) = measured else {
+            untimed += 1;
+            continue;
+        };
+        if measured.timing_method() == cubecl::logging::TimingMethod::System {
+            system += 1;
+        }
+        match futures_lite::future::block_on(measured.resolve()) {
+            Some(ticks) => {
+                let t = ticks.duration().as_secs_f64();
+                entry.1 += t;
+                busy += t;
+            }
+            None => untimed += 1,
+        }
+    }
+    println!(
+        "\nprofile, batch {batch}: {STEPS} decode steps, {:.2} ms wall per step (launch \
+         timing on), {:.1} launches per step, device busy {:.2} ms per step ({:.0}% of the \
+         wall); {untimed} launches untimed, {system} timed by the host clock",
+        wall * 1e3,
+        count as f64 / STEPS as f64,
+        busy * 1e3 / STEPS as f64,
+        100.0 * busy / STEPS as f64 / wall
+    );
+    println!("| kernel | launches per step | device µs per step | µs per launch |");
+    println!("| --- | ---: | ---: | ---: |");
+    let mut rows: Vec<_> = by_kernel.into_iter().collect();
+    rows.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
+    for (name, (n, t)) in rows {
+        println!(
+            "| {name} | {:.1} | {:.1} | {:.1} |",
+            n as f64 / STEPS as f64,
+            t * 1e6 / STEPS as f64,
+            t * 1e6 / n.max(1) as f64
+        );
     }
 }
