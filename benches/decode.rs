@@ -183,7 +183,11 @@ impl cubecl::logging::LaunchObserver for Launches {
     }
     fn profiled(&self, kernel: &'static str, profile: cubecl::logging::ProfileDuration) {
         let mut launches = self.0.lock().unwrap();
-        if let Some(last) = launches.iter_mut().rev().find(|(k, p)| *k == kernel && p.is_none()) {
+        if let Some(last) = launches
+            .iter_mut()
+            .rev()
+            .find(|(k, p)| *k == kernel && p.is_none())
+        {
             last.1 = Some(profile);
         }
     }
@@ -205,11 +209,14 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
         .iter()
         .enumerate()
         .flat_map(|(seq, r)| {
-            r.prompt.iter().enumerate().map(move |(p, &token)| StepToken {
-                seq: seq as u64,
-                token,
-                position: p,
-            })
+            r.prompt
+                .iter()
+                .enumerate()
+                .map(move |(p, &token)| StepToken {
+                    seq: seq as u64,
+                    token,
+                    position: p,
+                })
         })
         .collect();
     let mut next = step(&mut cache, prefill);
@@ -244,10 +251,8 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
     let mut by_kernel: std::collections::BTreeMap<String, (usize, f64)> = Default::default();
     let (mut busy, mut untimed, mut system) = (0.0, 0, 0);
     for (kernel, measured) in launches {
-        let name = cubecl::config::type_name_format(
-            kernel,
-            cubecl::config::TypeNameFormatLevel::Short,
-        );
+        let name =
+            cubecl::config::type_name_format(kernel, cubecl::config::TypeNameFormatLevel::Short);
         let entry = by_kernel.entry(name).or_default();
         entry.0 += 1;
         let Some(measured) = measured else {

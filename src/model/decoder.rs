@@ -6,6 +6,7 @@
 //! together — and [`pool_attention`] reads the pool rows of each token's sequence in place (one
 //! plan per step, used by every layer).
 
+use crate::model::norm::{rms_norm, rms_norm_tensor_ops};
 use crate::model::weights::{FromCheckpoint, Layer, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
 use crate::op::unfused::rope_pool_unfused;
@@ -41,12 +42,6 @@ pub enum DecoderError {
 
 /// RMSNorm over the last axis of `x: [n, d]`, computed in f32 and scaled by `w` in `x`'s dtype
 /// (as transformers does).
-fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
-    let dtype = x.dtype();
-    let x = x.cast(DType::F32);
-    let scale = (x.clone().powi_scalar(2).mean_dim(1) + eps).sqrt().recip();
-    (x * scale).cast(dtype) * w.clone().unsqueeze::<2>()
-}
 
 /// The pools of every layer and the allocator of their rows (one row per token, shared by all
 /// layers).
@@ -356,6 +351,16 @@ impl Decoder {
         );
         let slots = ints(slots, [t], device);
         let eps = self.config.rms_norm_eps;
+        // The unfused mode is Burn tensor ops throughout (the oracle); the fused one runs the
+        // norm kernel where there is one.
+        let fused = self.fused;
+        let rms_norm = |x: Tensor<2>, w: &Tensor<1>, eps: f64| {
+            if fused {
+                rms_norm(x, w, eps)
+            } else {
+                rms_norm_tensor_ops(x, w, eps)
+            }
+        };
         let mut x = self.embed.clone().select(0, ids);
         for (l, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(x.clone(), &layer.input_norm, eps);

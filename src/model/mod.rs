@@ -7,6 +7,7 @@ mod checkpoint;
 mod config;
 mod decoder;
 mod generate;
+mod norm;
 mod weights;
 
 pub use attention::{LlamaAttention, LlamaAttentionConfig};
@@ -16,5 +17,6 @@ pub use decoder::{Decoder, DecoderError, KvCache, StepToken};
 pub use generate::{
     GenerateError, GenerateOptions, Generated, Request, Stats, generate, requests_from_json,
 };
+pub use norm::rms_norm;
 #[cfg(feature = "testing")]
 pub(crate) use weights::Random;

@@ -401,3 +401,50 @@ fn sliding_windows_follow_the_config() {
         assert_eq!(err.as_deref(), Some(message));
     }
 }
+
+/// The decoder's RMSNorm (one kernel on CubeCL devices, tensor ops on Flex) against float64
+/// with transformers' rounding (normalised row rounded to the dtype, then times the weight), on
+/// odd widths and many rows.
+#[test]
+fn rms_norm_matches_float64() {
+    use burn::tensor::{Tensor, TensorData};
+    use burn_rope_pool::model::rms_norm;
+    let mut rng = burn_rope_pool::testing::Rng::new(77);
+    for (name, device) in crate::common::devices() {
+        for (rows, hidden) in [(1usize, 4096usize), (3, 7), (17, 96), (5, 5000), (64, 128)] {
+            for dtype in [DType::F32, DType::F16] {
+                if !device.supports_dtype(dtype) {
+                    continue;
+                }
+                let round = |v: f64| crate::common::round_to(v, dtype);
+                let x: Vec<f64> = rng.values(rows * hidden).into_iter().map(round).collect();
+                let w: Vec<f64> = rng.values(hidden).into_iter().map(round).collect();
+                let eps = 1e-5;
+                let xt = Tensor::<2>::from_data(
+                    TensorData::new(x.iter().map(|&v| v as f32).collect(), [rows, hidden]),
+                    (&device, dtype),
+                );
+                let wt = Tensor::<1>::from_data(
+                    TensorData::new(w.iter().map(|&v| v as f32).collect(), [hidden]),
+                    (&device, dtype),
+                );
+                let got: Vec<f64> = rms_norm(xt, &wt, eps).into_data().iter::<f64>().collect();
+                for r in 0..rows {
+                    let row = &x[r * hidden..][..hidden];
+                    let mean = row.iter().map(|v| v * v).sum::<f64>() / hidden as f64;
+                    let inv = 1.0 / (mean + eps).sqrt();
+                    for c in 0..hidden {
+                        let want = round(round(row[c] * inv) * w[c]);
+                        let a = got[r * hidden + c];
+                        let tol =
+                            if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + want.abs());
+                        assert!(
+                            (a - want).abs() <= tol,
+                            "{name} {dtype:?} [{rows}, {hidden}] at ({r}, {c}): {a} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -99,8 +99,9 @@ pub enum PoolAttentionError {
         /// v_pool's dtype.
         v_pool: DType,
     },
-    /// `sm_scale` or the soft cap is not positive and finite, the sliding window is 0, or
-    /// `head_dim` is 0 (check 26).
+    /// `sm_scale` or the soft cap is not positive and finite (in f64, or once rounded to the
+    /// f32 the kernels use), the sliding window is 0, or `head_dim` is 0 or above
+    /// [`MAX_HEAD_DIM`](crate::pool::MAX_HEAD_DIM) (check 26).
     #[error("invalid attention parameter: {what}")]
     Parameter {
         /// What is wrong.

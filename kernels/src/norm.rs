@@ -1,0 +1,101 @@
+//! RMSNorm of rows (LLaMA's, as transformers computes it): `out = w * cast(x * rsqrt(mean(x²) +
+//! eps))`, the sum and the scaling in f32, the normalised row rounded once to the storage type
+//! and multiplied by the weight there. One cube per row; the units sum strided vectors of the
+//! row, a tree in shared memory adds their sums.
+
+use crate::attention::lane_sum;
+use cubecl::client::Client;
+use cubecl::ir::{AddressType, ElemType};
+use cubecl::prelude::*;
+use cubecl::{CubeDim, calculate_cube_count_elemwise};
+
+/// One row of `x [rows, hidden]` per cube into `out` (same shape), `w [hidden]`, all as vectors
+/// of `N`; a row is `row_vectors` vectors, `inv_hidden` is `1 / hidden`. `units` is a power of
+/// two.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn rms_norm_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
+    out: &mut Tensor<Vector<F, N>>,
+    eps: f32,
+    inv_hidden: f32,
+    #[comptime] units: usize,
+    #[comptime] row_vectors: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let row = CUBE_POS;
+    if row >= x.shape(0) {
+        terminate!();
+    }
+    let u = UNIT_POS as usize;
+    let base = row * row_vectors;
+    let mut sum = f32::new(0.0);
+    for i in range_stepped(u, row_vectors, units) {
+        let v = Vector::<f32, N>::cast_from(x[base + i]);
+        sum += lane_sum::<N>(v * v);
+    }
+    let mut red = Shared::<[f32]>::new_slice(units);
+    red[u] = sum;
+    sync_cube();
+    #[unroll]
+    for level in 0..comptime!(units.trailing_zeros()) {
+        let stride = comptime!(units >> (level + 1));
+        if u < stride {
+            red[u] += red[u + stride];
+        }
+        sync_cube();
+    }
+    let inv = f32::new(1.0) / f32::sqrt(red[0] * inv_hidden + eps);
+    for i in range_stepped(u, row_vectors, units) {
+        let v = Vector::<f32, N>::cast_from(x[base + i]) * Vector::new(inv);
+        out[base + i] = Vector::<F, N>::cast_from(v) * w[i];
+    }
+}
+
+/// Enqueues the RMSNorm of the `rows` rows of `hidden` elements of `x` (contiguous, float
+/// `float`) with weight `w [hidden]` into `out` (contiguous, `x`'s shape). Does nothing for an
+/// empty input.
+///
+/// # Safety
+/// The tensors must be live and contiguous with those shapes, and `out` must not alias `x` or
+/// `w`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_rms_norm(
+    client: &Client,
+    float: ElemType,
+    elem_size: usize,
+    rows: usize,
+    hidden: usize,
+    eps: f32,
+    x: TensorArg,
+    w: TensorArg,
+    out: TensorArg,
+) {
+    if rows == 0 || hidden == 0 {
+        return;
+    }
+    let vector = client
+        .io_optimized_vector_sizes(elem_size)
+        .find(|&n| n > 0 && hidden.is_multiple_of(n))
+        .unwrap_or(1);
+    let row_vectors = hidden / vector;
+    let units = row_vectors.next_power_of_two().clamp(32, 256);
+    let cube_dim = CubeDim::new_1d(units as u32);
+    unsafe {
+        rms_norm_kernel::launch_unchecked(
+            client,
+            calculate_cube_count_elemwise(client, rows * units, cube_dim),
+            cube_dim,
+            AddressType::from_len(rows * hidden),
+            vector,
+            x,
+            w,
+            out,
+            eps,
+            1.0 / hidden as f32,
+            units,
+            row_vectors,
+            float,
+        );
+    }
+}
