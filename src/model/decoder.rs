@@ -40,9 +40,6 @@ pub enum DecoderError {
     Step(String),
 }
 
-/// RMSNorm over the last axis of `x: [n, d]`, computed in f32 and scaled by `w` in `x`'s dtype
-/// (as transformers does).
-
 /// The pools of every layer and the allocator of their rows (one row per token, shared by all
 /// layers).
 pub struct KvCache {
