@@ -104,34 +104,46 @@ fn main() {
         args.layers, args.prompt, args.steps
     );
     if args.matmul_probe {
-        println!("| matmul [m, 4096] × [4096, 14336] | m | µs | weight GB/s | TFLOPS |");
-        println!("| --- | ---: | ---: | ---: | ---: |");
+        // Row-major weight `[k, n]` (as `nn::Linear` stores it) and the same weight stored
+        // `[n, k]` and read transposed (column-major: what cubek's matrix-vector path ranks first).
+        println!(
+            "| matmul [m, 4096] × [4096, 14336] | weight layout | m | µs | weight GB/s | TFLOPS |"
+        );
+        println!("| --- | --- | ---: | ---: | ---: | ---: |");
         let dist = burn::tensor::Distribution::Normal(0.0, 0.02);
         let w = burn::tensor::Tensor::<2>::random([4096, 14_336], dist, (&device, dtype));
-        for m in [1usize, 8, 64, 32_768] {
-            let x = burn::tensor::Tensor::<2>::random([m, 4096], dist, (&device, dtype));
-            let mut samples = Vec::new();
-            for _ in 0..7 {
-                let (_, duration) = device
-                    .profile_with(burn::tensor::ProfileOptions::default().flush(), || {
-                        let _ = x.clone().matmul(w.clone());
-                    })
-                    .expect("profile window");
-                if let Some(t) = futures_lite::future::block_on(duration.resolve()) {
-                    samples.push(t.duration().as_secs_f64());
+        let w_t = burn::tensor::Tensor::<2>::random([14_336, 4096], dist, (&device, dtype));
+        for (layout, column_major) in [("row-major [k, n]", false), ("column-major [n, k]ᵀ", true)]
+        {
+            for m in [1usize, 8, 64, 32_768] {
+                let x = burn::tensor::Tensor::<2>::random([m, 4096], dist, (&device, dtype));
+                let mut samples = Vec::new();
+                for _ in 0..7 {
+                    let (_, duration) = device
+                        .profile_with(burn::tensor::ProfileOptions::default().flush(), || {
+                            let _ = if column_major {
+                                x.clone().matmul(w_t.clone().transpose())
+                            } else {
+                                x.clone().matmul(w.clone())
+                            };
+                        })
+                        .expect("profile window");
+                    if let Some(t) = futures_lite::future::block_on(duration.resolve()) {
+                        samples.push(t.duration().as_secs_f64());
+                    }
                 }
+                samples.drain(..2.min(samples.len()));
+                samples.sort_by(f64::total_cmp);
+                let t = samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN);
+                let bytes = 4096.0 * 14_336.0 * dtype.size() as f64;
+                let flops = 2.0 * m as f64 * 4096.0 * 14_336.0;
+                println!(
+                    "| {dtype:?} | {layout} | {m} | {:.1} | {:.0} | {:.1} |",
+                    t * 1e6,
+                    bytes / t / 1e9,
+                    flops / t / 1e12
+                );
             }
-            samples.drain(..2.min(samples.len()));
-            samples.sort_by(f64::total_cmp);
-            let t = samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN);
-            let bytes = 4096.0 * 14_336.0 * dtype.size() as f64;
-            let flops = 2.0 * m as f64 * 4096.0 * 14_336.0;
-            println!(
-                "| {dtype:?} | {m} | {:.1} | {:.0} | {:.1} |",
-                t * 1e6,
-                bytes / t / 1e9,
-                flops / t / 1e12
-            );
         }
         println!();
     }

@@ -8,6 +8,7 @@ pub mod attention;
 mod attention_launch;
 pub mod attention_plane;
 mod launch;
+pub mod matvec;
 pub mod norm;
 pub mod rope_pool;
 mod table;
@@ -22,6 +23,7 @@ pub use launch::{
     RopePoolArgs, RopePoolGeometry, heads_per_unit, launch_append_max, launch_rope_pool,
     vector_size,
 };
+pub use matvec::{MATVEC_MAX_ROWS, launch_matvec, matvec_fits};
 pub use norm::launch_rms_norm;
 pub use table::{RopeTable, RopeVariant};
 pub use tuning::LaunchTuning;

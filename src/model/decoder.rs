@@ -7,7 +7,7 @@
 //! plan per step, used by every layer).
 
 use crate::model::norm::{rms_norm, rms_norm_tensor_ops};
-use crate::model::weights::{FromCheckpoint, Layer, Weights};
+use crate::model::weights::{FromCheckpoint, Layer, Linear, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
 use crate::op::unfused::rope_pool_unfused;
 use crate::op::{
@@ -75,7 +75,7 @@ pub struct Decoder {
     embed: Tensor<2>,
     layers: Vec<Layer>,
     norm: Tensor<1>,
-    lm_head: Tensor<2>,
+    lm_head: Linear,
     device: Device,
     dtype: DType,
     fused: bool,
@@ -160,11 +160,12 @@ impl Decoder {
         }
         let embed = weights.embed(config.vocab_size, h)?;
         let lm_head = if config.tie_word_embeddings {
-            embed.clone().transpose()
+            Linear {
+                w_t: embed.clone(),
+                b: None,
+            }
         } else {
-            weights
-                .linear(&[("lm_head", config.vocab_size)], h, false)?
-                .w
+            weights.linear(&[("lm_head", config.vocab_size)], h, false)?
         };
         Ok(Self {
             embed,
@@ -358,6 +359,13 @@ impl Decoder {
                 rms_norm_tensor_ops(x, w, eps)
             }
         };
+        let project = |linear: &Linear, x: Tensor<2>| {
+            if fused {
+                linear.forward(x)
+            } else {
+                linear.forward_matmul(x)
+            }
+        };
         let mut x = self.embed.clone().select(0, ids);
         for (l, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(x.clone(), &layer.input_norm, eps);
@@ -366,7 +374,7 @@ impl Decoder {
                 None => y.reshape([t, heads, d]),
             };
             // One projection; q, k and v are views of its columns (the op reads them in place).
-            let qkv = layer.qkv.forward(h);
+            let qkv = project(&layer.qkv, h);
             let (q_end, k_end) = (hq * d, (hq + hkv) * d);
             let q = head_norm(qkv.clone().slice([0..t, 0..q_end]), hq, &layer.q_norm);
             let k = head_norm(qkv.clone().slice([0..t, q_end..k_end]), hkv, &layer.k_norm);
@@ -410,14 +418,14 @@ impl Decoder {
             };
             (*k_pool, *v_pool) = (Some(kp), Some(vp));
             let attended = attended?.out.reshape([t, hq * d]);
-            x = x + layer.o.forward(attended);
+            x = x + project(&layer.o, attended);
             let h = rms_norm(x.clone(), &layer.post_norm, eps);
-            let gate_up = layer.gate_up.forward(h);
+            let gate_up = project(&layer.gate_up, h);
             let m = self.config.intermediate_size;
             let mlp = silu(gate_up.clone().slice([0..t, 0..m])) * gate_up.slice([0..t, m..2 * m]);
-            x = x + layer.down.forward(mlp);
+            x = x + project(&layer.down, mlp);
         }
         let last = rms_norm(x.select(0, last), &self.norm, eps);
-        Ok(last.matmul(self.lm_head.clone()))
+        Ok(project(&self.lm_head, last))
     }
 }

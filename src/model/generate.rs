@@ -6,7 +6,7 @@
 //! does not fit yet waits (first come, first served).
 
 use crate::model::{Decoder, DecoderError, KvCache, StepToken};
-use burn::tensor::DType;
+use burn::tensor::{DType, Int, Tensor};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -208,6 +208,35 @@ fn argmax(row: &[f32]) -> u32 {
     best as u32
 }
 
+/// Row-wise argmax of `logits [s, vocab]` (`[s, 1]`, the first index on ties), in two short
+/// reductions: the best of each block of 256, then the best block. Burn's one-pass argmax over
+/// a 128K-wide row ran as one long reduction, 3.4 ms a step on the H200 (`benches/NOTES.md`
+/// entry 25).
+pub fn argmax_rows(logits: Tensor<2>) -> Tensor<2, Int> {
+    const BLOCK: usize = 256;
+    let [s, vocab] = logits.dims();
+    if vocab <= 4 * BLOCK {
+        return logits.argmax(1);
+    }
+    let blocks = vocab.div_ceil(BLOCK);
+    let pad = blocks * BLOCK - vocab;
+    let logits = if pad > 0 {
+        let low = Tensor::full(
+            [s, pad],
+            f32::NEG_INFINITY,
+            (&logits.device(), logits.dtype()),
+        );
+        Tensor::cat(vec![logits, low], 1)
+    } else {
+        logits
+    };
+    let blocked = logits.reshape([s, blocks, BLOCK]);
+    let within = blocked.clone().argmax(2);
+    let block = blocked.max_dim(2).argmax(1);
+    let index = within.gather(1, block.clone());
+    (block * BLOCK as i64 + index).reshape([s, 1])
+}
+
 /// Runs every request greedily through one continuous batch; results in request order.
 /// `on_step` sees the running totals after every step (for a progress line).
 pub fn generate(
@@ -323,8 +352,7 @@ pub fn generate(
                 })
                 .collect()
         } else {
-            let ids = logits
-                .argmax(1)
+            let ids = argmax_rows(logits)
                 .try_into_data()
                 .map_err(|e| GenerateError::ReadBack(format!("the ids: {e:?}")))?
                 .convert::<i64>()

@@ -7,6 +7,7 @@ mod checkpoint;
 mod config;
 mod decoder;
 mod generate;
+mod matvec;
 mod norm;
 mod weights;
 
@@ -14,9 +15,14 @@ pub use attention::{LlamaAttention, LlamaAttentionConfig};
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use config::{DecoderConfig, SlidingWindow, WindowLayers};
 pub use decoder::{Decoder, DecoderError, KvCache, StepToken};
+/// The greedy step's argmax (`testing` builds, for the tests).
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use generate::argmax_rows;
 pub use generate::{
     GenerateError, GenerateOptions, Generated, Request, Stats, generate, requests_from_json,
 };
+pub use matvec::project;
 pub use norm::rms_norm;
 #[cfg(feature = "testing")]
 pub(crate) use weights::Random;

@@ -1,21 +1,32 @@
 //! A decoder's weights: its layers' tensors, read from a checkpoint (or, for benchmarks behind
 //! the `testing` feature, drawn at random), and the layer's building blocks.
 
+use crate::model::matvec::project;
 use crate::model::{Checkpoint, DecoderError};
 #[cfg(feature = "testing")]
 use burn::tensor::Distribution;
 use burn::tensor::{DType, Device, Tensor};
 
-/// `x @ w (+ b)` with `w` stored `[in, out]`.
+/// `x · w_tᵀ (+ b)` with the weight stored `[out, in]` (contiguous, HuggingFace's layout): a
+/// matrix-vector kernel for decode-sized batches where the device has one, Burn's matmul on the
+/// transposed view otherwise.
 #[derive(Debug, Clone)]
 pub(crate) struct Linear {
-    pub(crate) w: Tensor<2>,
+    pub(crate) w_t: Tensor<2>,
     pub(crate) b: Option<Tensor<1>>,
 }
 
 impl Linear {
     pub(crate) fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        let y = x.matmul(self.w.clone());
+        self.bias(project(x, &self.w_t))
+    }
+
+    /// [`Self::forward`] through Burn's matmul alone (the decoder's tensor-op mode).
+    pub(crate) fn forward_matmul(&self, x: Tensor<2>) -> Tensor<2> {
+        self.bias(x.matmul(self.w_t.clone().transpose()))
+    }
+
+    fn bias(&self, y: Tensor<2>) -> Tensor<2> {
         match &self.b {
             Some(b) => y + b.clone().unsqueeze::<2>(),
             None => y,
@@ -74,8 +85,7 @@ impl Weights for FromCheckpoint<'_> {
         i: usize,
         bias: bool,
     ) -> Result<Linear, DecoderError> {
-        // HF stores projections `[out, in]`: stacked along `out`, then multiplied by the
-        // transposed view `[in, out]`.
+        // HF stores projections `[out, in]`: stacked along `out`, kept so.
         let mut ws = Vec::with_capacity(parts.len());
         let mut bs = Vec::with_capacity(parts.len());
         for &(name, o) in parts {
@@ -90,7 +100,7 @@ impl Weights for FromCheckpoint<'_> {
             }
         }
         Ok(Linear {
-            w: Tensor::cat(ws, 0).transpose(),
+            w_t: Tensor::cat(ws, 0),
             b: bias.then(|| Tensor::cat(bs, 0)),
         })
     }
@@ -128,7 +138,7 @@ impl Weights for Random<'_> {
         let o = parts.iter().map(|(_, o)| o).sum();
         let normal = Distribution::Normal(0.0, 0.02);
         Ok(Linear {
-            w: Tensor::random([i, o], normal, (self.device, self.dtype)),
+            w_t: Tensor::random([o, i], normal, (self.device, self.dtype)),
             b: bias.then(|| Tensor::zeros([o], (self.device, self.dtype))),
         })
     }

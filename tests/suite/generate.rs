@@ -448,3 +448,92 @@ fn rms_norm_matches_float64() {
         }
     }
 }
+
+/// The decoder's projection `x · w_tᵀ` (a matrix-vector kernel for up to 16 rows where the
+/// device has plane operations, Burn's matmul otherwise) against float64, across the row limit
+/// and odd widths.
+#[test]
+fn projections_match_float64() {
+    use burn::tensor::{Tensor, TensorData};
+    use burn_rope_pool::model::project;
+    let mut rng = burn_rope_pool::testing::Rng::new(78);
+    for (name, device) in crate::common::devices() {
+        for (m, k, n) in [
+            (1usize, 4096usize, 300usize),
+            (3, 7, 9),
+            (16, 130, 33),
+            (17, 64, 5),
+            (8, 4100, 1),
+        ] {
+            for dtype in [DType::F32, DType::F16] {
+                if !device.supports_dtype(dtype) {
+                    continue;
+                }
+                let round = |v: f64| crate::common::round_to(v, dtype);
+                let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();
+                let w: Vec<f64> = rng.values(n * k).into_iter().map(round).collect();
+                let tensor = |v: &[f64], dims: [usize; 2]| {
+                    Tensor::<2>::from_data(
+                        TensorData::new(v.iter().map(|&a| a as f32).collect(), dims),
+                        (&device, dtype),
+                    )
+                };
+                let got: Vec<f64> = project(tensor(&x, [m, k]), &tensor(&w, [n, k]))
+                    .into_data()
+                    .iter::<f64>()
+                    .collect();
+                for r in 0..m {
+                    for c in 0..n {
+                        let dot: f64 = (0..k).map(|i| x[r * k + i] * w[c * k + i]).sum();
+                        let scale: f64 = (0..k).map(|i| (x[r * k + i] * w[c * k + i]).abs()).sum();
+                        let want = round(dot);
+                        let tol = if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + scale);
+                        let a = got[r * n + c];
+                        assert!(
+                            (a - want).abs() <= tol,
+                            "{name} {dtype:?} [{m}, {k}]·[{n}, {k}]ᵀ at ({r}, {c}): {a} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The greedy step's two-stage argmax equals a host argmax (first index on ties), with and
+/// without padding of the last block.
+#[test]
+fn argmax_in_two_stages_is_the_first_maximum() {
+    use burn::tensor::{Tensor, TensorData};
+    use burn_rope_pool::model::argmax_rows;
+    let mut rng = burn_rope_pool::testing::Rng::new(79);
+    for (name, device) in crate::common::devices() {
+        for vocab in [1000usize, 1025, 4096, 128_256] {
+            let rows = 3;
+            let mut x: Vec<f32> = rng
+                .values(rows * vocab)
+                .into_iter()
+                .map(|v| v as f32)
+                .collect();
+            // Ties: row 1's maximum twice, in different blocks; row 2's in one block.
+            x[vocab + 5] = 100.0;
+            x[vocab + vocab - 1] = 100.0;
+            x[2 * vocab + 700] = 50.0;
+            x[2 * vocab + 701] = 50.0;
+            let t = Tensor::<2>::from_data(TensorData::new(x.clone(), [rows, vocab]), &device);
+            let got: Vec<i64> = argmax_rows(t)
+                .into_data()
+                .convert::<i64>()
+                .iter::<i64>()
+                .collect();
+            for r in 0..rows {
+                let row = &x[r * vocab..][..vocab];
+                let best = row
+                    .iter()
+                    .enumerate()
+                    .fold(0, |b, (i, v)| if *v > row[b] { i } else { b });
+                assert_eq!(got[r], best as i64, "{name} vocab {vocab} row {r}");
+            }
+        }
+    }
+}
