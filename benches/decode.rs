@@ -8,7 +8,7 @@
 
 use burn::tensor::DType;
 use burn_rope_pool::model::{
-    Decoder, DecoderConfig, GenerateOptions, Request, Stats, StepToken, generate,
+    Decoder, DecoderConfig, GenerateOptions, Request, Stats, StepToken, argmax_rows, generate,
 };
 use burn_rope_pool::testing::{Rng, device_by_name, llama3_8b, random_decoder};
 use clap::Parser;
@@ -214,7 +214,7 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
     let mut cache = model.new_cache(batch * (args.prompt + STEPS + 4));
     let step = |cache: &mut burn_rope_pool::model::KvCache, tokens: Vec<StepToken>| {
         let logits = model.step(&tokens, cache).expect("step");
-        let ids = logits.argmax(1).into_data().convert::<i64>();
+        let ids = argmax_rows(logits).into_data().convert::<i64>();
         ids.iter::<i64>().map(|i| i as u32).collect::<Vec<u32>>()
     };
     let prefill: Vec<StepToken> = requests

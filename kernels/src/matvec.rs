@@ -1,6 +1,7 @@
 //! Matrix-vector products for decode: `out [m, n] = x [m, k] · wᵀ` with the weight stored
-//! `w [n, k]` (HuggingFace's `[out, in]`), for a few rows `m`. One plane per output column: its
-//! units read the column's weight row in coalesced vectors (each byte of the weight once for
+//! `w [n, k]` (HuggingFace's `[out, in]`), for a few rows `m`. One plane per output column (a
+//! few adjacent columns when there are several rows): its units read the column's weight row
+//! in coalesced vectors (each byte of the weight once for
 //! all `m` rows), multiply by the rows of `x` (small, served from cache), accumulate in f32 and
 //! add their partial sums with a plane sum. No shared memory, no synchronisation: the weight
 //! streams at the memory bus's pace where Burn's tiled matmul, built for large `m`, reaches a
@@ -17,55 +18,68 @@ use cubecl::prelude::*;
 pub const MATVEC_MAX_ROWS: usize = 16;
 /// Planes (output columns) per cube.
 const PLANES_PER_CUBE: usize = 8;
-/// Weight vectors each unit loads per iteration (in flight together).
-const UNROLL: usize = 4;
+/// Weight vectors each unit loads per iteration (in flight together), over its columns.
+const LOADS: usize = 4;
+/// The most accumulators (rows × columns, vectors) a unit keeps.
+const ACCUMULATORS: usize = 16;
 
 /// `out [rows, n] = x [rows, k] · wᵀ`, `w [n, k]`; `x` and `w` as vectors of `N`, a row
-/// `k_vectors` of them. The cube is `(plane size, planes)` units: plane `UNIT_POS_Y` computes
-/// column `CUBE_POS * planes + UNIT_POS_Y`.
+/// `k_vectors` of them. The cube is `(plane size, planes)` units; plane `UNIT_POS_Y` of cube
+/// `CUBE_POS` computes the `cols` adjacent columns from `(CUBE_POS * planes + UNIT_POS_Y) *
+/// cols` (several columns per plane share each load of `x`). Each unit keeps `unroll * cols`
+/// weight loads in flight.
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn matvec_kernel<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
     w: &Tensor<Vector<F, N>>,
     out: &mut Tensor<F>,
     #[comptime] rows: usize,
+    #[comptime] cols: usize,
+    #[comptime] unroll: usize,
     #[comptime] k_vectors: usize,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = w.shape(0);
-    let col = CUBE_POS * CUBE_DIM_Y as usize + UNIT_POS_Y as usize;
-    // A whole plane leaves together (one column per plane): the plane sum below stays uniform.
-    if col >= n {
+    let col0 = (CUBE_POS * CUBE_DIM_Y as usize + UNIT_POS_Y as usize) * cols;
+    // A whole plane leaves together (its columns are the plane's): the plane sums below stay
+    // uniform.
+    if col0 >= n {
         terminate!();
     }
     let lane = UNIT_POS_X as usize;
     let lanes = CUBE_DIM_X as usize;
-    let mut acc = Array::<Vector<f32, N>>::new(rows);
+    let mut acc = Array::<Vector<f32, N>>::new(rows * cols);
     #[unroll]
-    for r in 0..rows {
-        acc[r] = Vector::new(f32::new(0.0));
+    for a in 0..rows * cols {
+        acc[a] = Vector::new(f32::new(0.0));
     }
-    let row = col * k_vectors;
-    let step = lanes * UNROLL;
+    let step = lanes * unroll;
     let mut base = lane;
     while base < k_vectors {
-        let mut ws = Array::<Vector<f32, N>>::new(UNROLL);
+        let mut ws = Array::<Vector<f32, N>>::new(unroll * cols);
         #[unroll]
-        for u in 0..UNROLL {
+        for u in 0..unroll {
             let i = base + u * lanes;
-            let mut v = Vector::<f32, N>::new(f32::new(0.0));
-            if i < k_vectors {
-                v = Vector::<f32, N>::cast_from(w[row + i]);
+            #[unroll]
+            for c in 0..cols {
+                let mut v = Vector::<f32, N>::new(f32::new(0.0));
+                if i < k_vectors && col0 + c < n {
+                    v = Vector::<f32, N>::cast_from(w[(col0 + c) * k_vectors + i]);
+                }
+                ws[u * cols + c] = v;
             }
-            ws[u] = v;
         }
         #[unroll]
-        for u in 0..UNROLL {
+        for u in 0..unroll {
             let i = base + u * lanes;
             if i < k_vectors {
                 #[unroll]
                 for r in 0..rows {
-                    acc[r] += Vector::<f32, N>::cast_from(x[r * k_vectors + i]) * ws[u];
+                    let xv = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
+                    #[unroll]
+                    for c in 0..cols {
+                        acc[r * cols + c] += xv * ws[u * cols + c];
+                    }
                 }
             }
         }
@@ -73,9 +87,12 @@ pub fn matvec_kernel<F: Float, N: Size>(
     }
     #[unroll]
     for r in 0..rows {
-        let s = plane_sum(lane_sum::<N>(acc[r]));
-        if lane == 0 {
-            out[r * n + col] = F::cast_from(s);
+        #[unroll]
+        for c in 0..cols {
+            let s = plane_sum(lane_sum::<N>(acc[r * cols + c]));
+            if lane == 0 && col0 + c < n {
+                out[r * n + col0 + c] = F::cast_from(s);
+            }
         }
     }
 }
@@ -118,7 +135,11 @@ pub unsafe fn launch_matvec(
         .unwrap_or(1);
     let lanes = client.properties().hardware.plane_size_min;
     let cube_dim = CubeDim::new_2d(lanes, PLANES_PER_CUBE as u32);
-    let cubes = n.div_ceil(PLANES_PER_CUBE);
+    // Columns per plane: each load of x serves them all (x's loads, not the weight's, bound a
+    // many-row product), as many as the accumulators allow.
+    let cols = (ACCUMULATORS / rows).clamp(1, 4);
+    let unroll = (LOADS / cols).max(1);
+    let cubes = n.div_ceil(PLANES_PER_CUBE * cols);
     unsafe {
         matvec_kernel::launch_unchecked(
             client,
@@ -130,6 +151,8 @@ pub unsafe fn launch_matvec(
             w,
             out,
             rows,
+            cols,
+            unroll,
             k / vector,
             float,
         );
