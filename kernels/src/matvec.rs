@@ -136,8 +136,14 @@ pub unsafe fn launch_matvec(
     let lanes = client.properties().hardware.plane_size_min;
     let cube_dim = CubeDim::new_2d(lanes, PLANES_PER_CUBE as u32);
     // Columns per plane: each load of x serves them all (x's loads, not the weight's, bound a
-    // many-row product), as many as the accumulators allow.
-    let cols = (ACCUMULATORS / rows).clamp(1, 4);
+    // many-row product); one row streams best one column per plane with four loads in flight.
+    // The H200 runs of `benches/NOTES.md` entry 25: at 8 rows two columns took 87 µs a launch
+    // against 102 with one; at 1 row four columns took 59 against 37 with one.
+    let cols = if rows == 1 {
+        1
+    } else {
+        (ACCUMULATORS / rows).clamp(1, 2)
+    };
     let unroll = (LOADS / cols).max(1);
     let cubes = n.div_ceil(PLANES_PER_CUBE * cols);
     unsafe {
