@@ -6,6 +6,7 @@
 //! does not fit yet waits (first come, first served).
 
 use crate::model::{Decoder, DecoderError, KvCache, StepToken};
+use crate::pool::{KvPoolError, check_pool_memory};
 use burn::tensor::{DType, Int, Tensor};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -60,32 +61,10 @@ pub enum GenerateError {
         /// The pool size.
         pool_rows: usize,
     },
-    /// The pool the requests need (or `pool_rows` asks for) has more rows than slots can
-    /// address.
-    #[error("a pool of {rows} rows is more than the {max} rows slots can address")]
-    PoolTooLarge {
-        /// The rows asked for (saturated at `usize::MAX`).
-        rows: usize,
-        /// The most rows a pool can have (`i32::MAX`).
-        max: usize,
-    },
-    /// The pools of `rows` rows (keys and values of every layer) need more memory than the
-    /// limit: [`GenerateOptions::max_pool_bytes`], or on Flex the memory the system has
-    /// available.
-    #[error(
-        "a pool of {rows} rows needs {} bytes (keys and values of every layer), more than the {limit} bytes {source_of_limit}",
-        bytes.map_or("more than u64::MAX".to_string(), |b| b.to_string())
-    )]
-    PoolMemory {
-        /// The rows asked for.
-        rows: usize,
-        /// The bytes they need (`None`: past `u64::MAX`).
-        bytes: Option<u64>,
-        /// The limit.
-        limit: u64,
-        /// Where the limit comes from.
-        source_of_limit: &'static str,
-    },
+    /// The pools the requests need (or `pool_rows` asks for) are more rows than slots address,
+    /// or more memory than the device (on Flex, the system) can give.
+    #[error(transparent)]
+    Pool(#[from] KvPoolError),
     /// A step's results could not be read back from the device.
     #[error("reading a step's results back from the device failed: {0}")]
     ReadBack(String),
@@ -102,52 +81,9 @@ pub struct GenerateOptions {
     /// Keep the logits of every generated token (read back each step); without, the argmax
     /// runs on the device and only the ids are read.
     pub keep_logits: bool,
-    /// The most bytes the pools may take (default: on Flex, the memory the system has
-    /// available; elsewhere no limit but the device's own). Checked before anything is
-    /// allocated.
+    /// The most bytes the pools may take (default: what the device can hold,
+    /// [`memory_limit`](crate::pool::memory_limit)). Checked before anything is allocated.
     pub max_pool_bytes: Option<u64>,
-}
-
-/// The memory the system reports available (`MemAvailable` of `/proc/meminfo`), where it can be
-/// read: what a Flex (CPU) pool can take without the allocation aborting the process.
-fn system_available_memory() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
-/// The limit on the pools' bytes for `model`'s device, and where it comes from: the option;
-/// else on Flex the memory the system has available; on a CubeCL device the memory its runtime
-/// reports it can hold, and, since each layer's key and value pools are one allocation each,
-/// the largest allocation it can make times their number.
-fn pool_limit(model: &Decoder, options: &GenerateOptions) -> Option<(u64, &'static str)> {
-    use burn::backend::DispatchDevice;
-    if let Some(limit) = options.max_pool_bytes {
-        return Some((limit, "of max_pool_bytes"));
-    }
-    match model.device().as_dispatch().clone().inner() {
-        #[cfg(feature = "flex")]
-        DispatchDevice::Flex(_) => {
-            system_available_memory().map(|m| (m, "the system has available"))
-        }
-        #[cfg(feature = "cube")]
-        DispatchDevice::Cube(cube) => {
-            let client = cube.client();
-            let memory = &client.properties().memory;
-            let tensors = 2 * model.config.num_layers as u64;
-            let per_allocation = memory.max_page_size.saturating_mul(tensors);
-            Some(match memory.max_memory() {
-                Some(total) if total < per_allocation => (total, "the device can hold"),
-                _ => (
-                    per_allocation,
-                    "the device's largest allocation allows, per pool",
-                ),
-            })
-        }
-        #[allow(unreachable_patterns)]
-        _ => None,
-    }
 }
 
 /// Throughput of a run. A step that holds any prefill token counts as prefill time, a step of
@@ -253,24 +189,14 @@ pub fn generate(
         .map(rows_needed)
         .fold(0usize, usize::saturating_add);
     let pool_rows = options.pool_rows.unwrap_or(total).max(1);
-    let max = i32::MAX as usize;
-    if pool_rows > max {
-        return Err(GenerateError::PoolTooLarge {
-            rows: pool_rows,
-            max,
-        });
-    }
-    if let Some((limit, source_of_limit)) = pool_limit(model, options) {
-        let bytes = model.cache_bytes(pool_rows);
-        if bytes.is_none_or(|b| b > limit) {
-            return Err(GenerateError::PoolMemory {
-                rows: pool_rows,
-                bytes,
-                limit,
-                source_of_limit,
-            });
-        }
-    }
+    // Slot addressing and memory, before anything is allocated.
+    check_pool_memory(
+        model.device(),
+        pool_rows,
+        model.cache_bytes(pool_rows),
+        2 * model.config.num_layers as u64,
+        options.max_pool_bytes,
+    )?;
     if let Some((request, r)) = requests
         .iter()
         .enumerate()

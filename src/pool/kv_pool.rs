@@ -1,7 +1,7 @@
 //! A layer's KV pool: the k/v pool tensors the op writes, and the allocator of their rows.
 
 use crate::op::{RopePoolConfig, RopePoolInputs, try_rope_pool_fused};
-use crate::pool::{KvPoolError, SlotAllocator};
+use crate::pool::{KvPoolError, SlotAllocator, check_pool_memory};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 /// One attention layer's KV pool: `k`/`v` tensors of `[pool_size, num_kv_heads, head_dim]` and
@@ -18,14 +18,33 @@ pub struct KvPool {
 
 impl KvPool {
     /// An empty pool of `pool_size` rows for a layer of geometry `config`, zero-filled.
+    ///
+    /// # Panics
+    /// Where [`Self::try_new`] refuses the size.
     pub fn new(config: RopePoolConfig, pool_size: usize, device: &Device, dtype: DType) -> Self {
+        Self::try_new(config, pool_size, device, dtype).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::new`], refusing before anything is allocated a pool past i32 slots or past what
+    /// the device can hold ([`memory_limit`](crate::pool::memory_limit)).
+    pub fn try_new(
+        config: RopePoolConfig,
+        pool_size: usize,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self, KvPoolError> {
         let shape = [pool_size, config.num_kv_heads, config.head_dim];
-        Self {
+        let bytes = shape
+            .iter()
+            .chain(&[dtype.size(), 2])
+            .try_fold(1u64, |acc, &n| acc.checked_mul(u64::try_from(n).ok()?));
+        check_pool_memory(device, pool_size, bytes, 2, None)?;
+        Ok(Self {
             k: Some(Tensor::zeros(shape, (device, dtype))),
             v: Some(Tensor::zeros(shape, (device, dtype))),
-            slots: SlotAllocator::new(pool_size),
+            slots: SlotAllocator::try_new(pool_size)?,
             config,
-        }
+        })
     }
 
     /// The op's parameters for this pool.

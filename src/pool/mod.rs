@@ -3,6 +3,7 @@
 
 mod attention;
 mod kv_pool;
+mod memory;
 mod slots;
 
 pub use attention::{
@@ -10,6 +11,7 @@ pub use attention::{
     PoolAttentionOutputs, PoolAttentionPlan, pool_attention, reference,
 };
 pub use kv_pool::KvPool;
+pub use memory::{check_pool_memory, memory_limit};
 pub use slots::{SeqId, SeqToken, SlotAllocator};
 
 use crate::op::RopePoolError;
@@ -41,6 +43,29 @@ pub enum KvPoolError {
         position: usize,
         /// The position its sequence's rows reach.
         expected: usize,
+    },
+    /// A pool of more rows than i32 slots address.
+    #[error("a pool of {rows} rows is more than the {max} rows slots can address")]
+    TooManyRows {
+        /// The rows asked for.
+        rows: usize,
+        /// The most rows a pool can have (`i32::MAX`).
+        max: usize,
+    },
+    /// Pools that need more memory than the device (or, on Flex, the system) can give.
+    #[error(
+        "pools of {rows} rows need {} bytes, more than the {limit} bytes {source_of_limit}",
+        bytes.map_or("more than u64::MAX".to_string(), |b| b.to_string())
+    )]
+    Memory {
+        /// The rows asked for.
+        rows: usize,
+        /// The bytes they need (`None`: past `u64::MAX`).
+        bytes: Option<u64>,
+        /// The limit.
+        limit: u64,
+        /// Where the limit comes from.
+        source_of_limit: &'static str,
     },
     /// The fused op refused the call (the pools are unchanged).
     #[error(transparent)]

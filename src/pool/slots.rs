@@ -25,15 +25,26 @@ pub struct SlotAllocator {
 
 impl SlotAllocator {
     /// An allocator over rows `0..pool_size`, all free. Rows are handed out lowest first.
+    ///
+    /// # Panics
+    /// Past `i32::MAX` rows (slots are i32): [`Self::try_new`] refuses that with an error.
     pub fn new(pool_size: usize) -> Self {
-        assert!(
-            pool_size <= i32::MAX as usize,
-            "pool rows are addressed with i32 slots"
-        );
-        Self {
+        Self::try_new(pool_size).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::new`], refusing more rows than i32 slots address.
+    pub fn try_new(pool_size: usize) -> Result<Self, KvPoolError> {
+        let max = i32::MAX as usize;
+        if pool_size > max {
+            return Err(KvPoolError::TooManyRows {
+                rows: pool_size,
+                max,
+            });
+        }
+        Ok(Self {
             free: (0..pool_size as i32).rev().collect(),
             owned: HashMap::new(),
-        }
+        })
     }
 
     /// Free rows.

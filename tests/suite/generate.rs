@@ -9,6 +9,7 @@ use burn::tensor::{DType, Device};
 use burn_rope_pool::model::Decoder;
 use burn_rope_pool::model::{Checkpoint, CheckpointError};
 use burn_rope_pool::model::{GenerateError, GenerateOptions, Generated, Request, generate};
+use burn_rope_pool::pool::KvPoolError;
 use burn_rope_pool::testing::norm_relative_error;
 use serde_json::Value;
 
@@ -287,7 +288,10 @@ fn impossible_limits_are_refused() {
         vec![request(usize::MAX - 1), request(usize::MAX - 1)],
     ] {
         let err = generate(&model, &requests, &GenerateOptions::default(), |_| {}).unwrap_err();
-        assert!(matches!(err, GenerateError::PoolTooLarge { .. }), "{err}");
+        assert!(
+            matches!(err, GenerateError::Pool(KvPoolError::TooManyRows { .. })),
+            "{err}"
+        );
     }
     // Addressable but past what memory holds: refused before the allocation (a billion rows of
     // this model's pools aborted the process on Flex).
@@ -298,7 +302,10 @@ fn impossible_limits_are_refused() {
         |_| {},
     )
     .unwrap_err();
-    assert!(matches!(err, GenerateError::PoolMemory { .. }), "{err}");
+    assert!(
+        matches!(err, GenerateError::Pool(KvPoolError::Memory { .. })),
+        "{err}"
+    );
     assert!(
         err.to_string().contains("the system has available"),
         "{err}"
@@ -311,9 +318,7 @@ fn impossible_limits_are_refused() {
     let bytes = model.cache_bytes(6).unwrap();
     assert_eq!(
         err.to_string(),
-        format!(
-            "a pool of 6 rows needs {bytes} bytes (keys and values of every layer), more than the 1000 bytes of max_pool_bytes"
-        )
+        format!("pools of 6 rows need {bytes} bytes, more than the 1000 bytes allowed")
     );
     let options = GenerateOptions {
         pool_rows: Some(usize::MAX),

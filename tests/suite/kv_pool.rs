@@ -92,3 +92,25 @@ fn pool_writes_go_through_the_fused_op_and_refusals_change_nothing() {
         );
     }
 }
+
+/// Sizes a pool cannot have are refused before anything is allocated: more rows than i32 slots
+/// address, and more bytes than the system can give (this aborted the process on Flex).
+#[test]
+fn impossible_pools_are_refused() {
+    let device = burn::tensor::Device::flex();
+    let config = RopePoolConfig::new(128, 32, 8);
+    let err = KvPool::try_new(config.clone(), usize::MAX, &device, DType::F16).unwrap_err();
+    assert!(matches!(err, KvPoolError::TooManyRows { .. }), "{err}");
+    assert!(matches!(
+        SlotAllocator::try_new(1 << 40),
+        Err(KvPoolError::TooManyRows { .. })
+    ));
+    let err = KvPool::try_new(config.clone(), 1 << 30, &device, DType::F16).unwrap_err();
+    assert!(matches!(err, KvPoolError::Memory { .. }), "{err}");
+    assert!(
+        err.to_string().contains("the system has available"),
+        "{err}"
+    );
+    let pool = KvPool::try_new(config, 16, &device, DType::F16).unwrap();
+    assert_eq!(pool.slots.available(), 16);
+}
