@@ -211,7 +211,9 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
     const STEPS: usize = 4;
     let vocab = model.config.vocab_size;
     let requests = requests(batch, args.prompt, STEPS + 4, vocab);
-    let mut cache = model.new_cache(batch * (args.prompt + STEPS + 4));
+    let mut cache = model
+        .new_cache(batch * (args.prompt + STEPS + 4))
+        .expect("pools");
     let step = |cache: &mut burn_rope_pool::model::KvCache, tokens: Vec<StepToken>| {
         let logits = model.step(&tokens, cache).expect("step");
         let ids = argmax_rows(logits).into_data().convert::<i64>();

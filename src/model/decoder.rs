@@ -15,7 +15,7 @@ use crate::op::{
 };
 use crate::pool::{
     KvPoolError, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan,
-    SeqId, SlotAllocator, pool_attention,
+    SeqId, SlotAllocator, check_pool_memory, pool_attention,
 };
 use burn::tensor::activation::silu;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
@@ -207,17 +207,28 @@ impl Decoder {
         .try_fold(1u64, |acc, &n| acc.checked_mul(u64::try_from(n).ok()?))
     }
 
-    /// Empty pools of `pool_rows` rows for every layer.
-    pub fn new_cache(&self, pool_rows: usize) -> KvCache {
+    /// Empty pools of `pool_rows` rows for every layer, refused before anything is allocated
+    /// past i32 slots or past what the device can hold
+    /// ([`memory_limit`](crate::pool::memory_limit)).
+    pub fn new_cache(&self, pool_rows: usize) -> Result<KvCache, KvPoolError> {
+        let layers = self.layers.len() as u64;
+        check_pool_memory(
+            &self.device,
+            pool_rows,
+            self.cache_bytes(pool_rows),
+            2 * layers,
+            None,
+        )?;
         let rope = &self.config.rope;
         let shape = [pool_rows, rope.num_kv_heads, rope.head_dim];
+        let slots = SlotAllocator::try_new(pool_rows)?;
         let zeros = || Some(Tensor::<3>::zeros(shape, (&self.device, self.dtype)));
-        KvCache {
+        Ok(KvCache {
             k: (0..self.layers.len()).map(|_| zeros()).collect(),
             v: (0..self.layers.len()).map(|_| zeros()).collect(),
-            slots: SlotAllocator::new(pool_rows),
+            slots,
             pool_rows,
-        }
+        })
     }
 
     /// Runs one step: `tokens` of several sequences, each sequence's tokens contiguous and in

@@ -189,14 +189,6 @@ pub fn generate(
         .map(rows_needed)
         .fold(0usize, usize::saturating_add);
     let pool_rows = options.pool_rows.unwrap_or(total).max(1);
-    // Slot addressing and memory, before anything is allocated.
-    check_pool_memory(
-        model.device(),
-        pool_rows,
-        model.cache_bytes(pool_rows),
-        2 * model.config.num_layers as u64,
-        options.max_pool_bytes,
-    )?;
     if let Some((request, r)) = requests
         .iter()
         .enumerate()
@@ -208,7 +200,20 @@ pub fn generate(
             pool_rows,
         });
     }
-    let mut cache: KvCache = model.new_cache(pool_rows);
+    // Slot addressing and memory are checked before anything is allocated.
+    let mut cache: KvCache = match options.max_pool_bytes {
+        Some(limit) => {
+            check_pool_memory(
+                model.device(),
+                pool_rows,
+                model.cache_bytes(pool_rows),
+                2 * model.config.num_layers as u64,
+                Some(limit),
+            )?;
+            model.new_cache(pool_rows)?
+        }
+        None => model.new_cache(pool_rows)?,
+    };
     let mut budget = pool_rows;
     let mut results = vec![Generated::default(); requests.len()];
     let mut waiting: VecDeque<usize> = (0..requests.len()).collect();

@@ -305,3 +305,18 @@ pub fn env_count(name: &str, default: usize) -> usize {
         .and_then(|n| n.parse().ok())
         .unwrap_or(default)
 }
+
+/// Bytes in use and reserved by this thread's stream on a CubeCL device (None elsewhere): the
+/// other tests, on their own threads and streams, do not count.
+pub fn memory(device: &Device) -> Option<(u64, u64)> {
+    match device.as_dispatch().clone().inner() {
+        burn::backend::DispatchDevice::Cube(cube) => {
+            let usage = cube
+                .client()
+                .memory_report(cubecl::MemoryScope::CurrentStream)
+                .usage();
+            Some((usage.bytes_in_use, usage.bytes_reserved))
+        }
+        _ => None,
+    }
+}

@@ -6,7 +6,7 @@
 //!   `MODEL_FUZZ_CASES` cases (default 300).
 //! - soak: many requests of mixed lengths through a small pool, so requests join while others
 //!   decode and every row is reused many times; each generation equals its run alone, and
-//!   running the whole batch again gives the same results. `MODEL_SOAK_REQUESTS` (default 120)
+//!   running the whole batch again gives the same results. `MODEL_SOAK_REQUESTS` (default 80)
 //!   sets the load.
 
 use crate::common::Rng;
@@ -250,11 +250,19 @@ fn hostile_requests_and_configs_give_errors_or_the_runs_alone() {
 
 #[test]
 fn a_busy_small_pool_gives_every_request_its_run_alone() {
-    let count = env_count("MODEL_SOAK_REQUESTS", 120);
-    let device = Device::flex();
+    let count = env_count("MODEL_SOAK_REQUESTS", 80);
+    for (name, device) in crate::common::devices() {
+        soak(name, &device, count);
+    }
+}
+
+/// `count` mixed requests through a 24-row pool on `device`, three times: each generation
+/// equals its run alone and the other runs; on a CubeCL device the memory in use and reserved
+/// after the third run is no more than after the second (pool rows and buffers reused).
+fn soak(name: &str, device: &Device, count: usize) {
     let model = Decoder::load(
         &Checkpoint::open(model_dir("llama31_tiny")).unwrap(),
-        &device,
+        device,
         DType::F32,
     )
     .unwrap();
@@ -283,16 +291,32 @@ fn a_busy_small_pool_gives_every_request_its_run_alone() {
     let (first, stats) = generate(&model, &requests, &options, |_| {}).unwrap();
     assert_eq!(stats.finished, count);
     let (second, _) = generate(&model, &requests, &options, |_| {}).unwrap();
+    let after_second = crate::common::memory(device);
+    let (third, _) = generate(&model, &requests, &options, |_| {}).unwrap();
+    let after_third = crate::common::memory(device);
+    if let (Some(a), Some(b)) = (after_second, after_third) {
+        assert!(
+            b.0 <= a.0 && b.1 <= a.1,
+            "{name}: memory grew from {a:?} to {b:?}"
+        );
+    }
     for (i, request) in requests.iter().enumerate() {
         let (alone, _) = generate(&model, std::slice::from_ref(request), &options, |_| {}).unwrap();
         assert!(
             same(&first[i], &alone[0], 1e-5),
-            "request {i}: batched vs alone"
+            "{name} request {i}: batched vs alone"
         );
-        assert!(same(&first[i], &second[i], 0.0), "request {i}: run to run");
+        assert!(
+            same(&first[i], &second[i], 0.0),
+            "{name} request {i}: run to run"
+        );
+        assert!(
+            same(&first[i], &third[i], 0.0),
+            "{name} request {i}: run to run"
+        );
     }
     eprintln!(
-        "model soak: {count} requests, {} steps, {rows_used} row uses over {pool_rows} rows ({:.0} per row)",
+        "model soak {name}: {count} requests, {} steps, {rows_used} row uses over {pool_rows} rows ({:.0} per row); memory (in use, reserved) after runs 2 and 3: {after_second:?} {after_third:?}",
         stats.steps,
         rows_used as f64 / pool_rows as f64
     );

@@ -5,8 +5,7 @@
 //! CI runs `ROPE_POOL_SOAK_CALLS` (default 2000) calls per device; the README gives the figures
 //! of a longer run.
 
-use crate::common::{Rng, devices, host};
-use burn::backend::DispatchDevice;
+use crate::common::{Rng, devices, host, memory};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_rope_pool::reference::rope_pool_reference;
 use burn_rope_pool::testing::norm_relative_error;
@@ -89,21 +88,6 @@ fn zero_pools(device: &Device) -> (Tensor<3>, Tensor<3>) {
     let c = config();
     let dims = [POOL_ROWS, c.num_kv_heads, c.head_dim];
     (Tensor::zeros(dims, device), Tensor::zeros(dims, device))
-}
-
-/// Bytes in use and reserved by this thread's stream on a CubeCL device (None elsewhere): the
-/// other tests, on their own threads and streams, do not count.
-fn memory(device: &Device) -> Option<(u64, u64)> {
-    match device.as_dispatch().clone().inner() {
-        DispatchDevice::Cube(cube) => {
-            let usage = cube
-                .client()
-                .memory_report(cubecl::MemoryScope::CurrentStream)
-                .usage();
-            Some((usage.bytes_in_use, usage.bytes_reserved))
-        }
-        _ => None,
-    }
 }
 
 #[test]
