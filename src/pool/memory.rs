@@ -20,6 +20,8 @@ fn system_available_memory() -> Option<u64> {
 /// `None` where nothing is known (the allocation is then the runtime's to refuse).
 pub fn memory_limit(device: &Device, tensors: u64) -> Option<(u64, &'static str)> {
     use burn::backend::DispatchDevice;
+    #[cfg(not(feature = "cube"))]
+    let _ = tensors; // only CubeCL runtimes report a largest allocation
     match device.as_dispatch().clone().inner() {
         #[cfg(feature = "flex")]
         DispatchDevice::Flex(_) => {
