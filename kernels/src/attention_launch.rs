@@ -151,9 +151,18 @@ impl AttentionLaunch {
             let vecs = row_vectors.div_ceil(lanes);
             let steps = tuning.attention_steps.unwrap_or(PLANE_LOADS / vecs).max(1);
             let heads = heads_dividing(group, PLANE_REGISTER_VECTORS / vecs);
-            // The final merge holds every unit's vectors of one head row in shared memory.
-            let mut units = tuning.attention_units.unwrap_or(PLANE_UNITS).max(lanes);
-            while units > lanes && units * vecs * vector_bytes + 8 * units * heads > shared / 2 {
+            // Whole planes (a key group never straddles two, and no plane is partial): a power
+            // of two, at least one plane. The final merge holds every unit's vectors of one head
+            // row in shared memory.
+            let plane_units = plane_size.max(lanes);
+            let mut units = tuning
+                .attention_units
+                .unwrap_or(PLANE_UNITS)
+                .next_power_of_two()
+                .max(plane_units);
+            while units > plane_units
+                && units * vecs * vector_bytes + 8 * units * heads > shared / 2
+            {
                 units /= 2;
             }
             let tile = units / lanes * steps;

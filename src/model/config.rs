@@ -65,6 +65,9 @@ fn sliding_window(
     model_type: &str,
     num_layers: usize,
 ) -> Result<Option<SlidingWindow>, String> {
+    if !matches!(model_type, "mistral" | "qwen2" | "qwen3") {
+        return Ok(None); // Llama has no sliding window: the field is ignored, as transformers does
+    }
     let size = match &config["sliding_window"] {
         Value::Null => return Ok(None),
         v => v.as_u64().filter(|&w| w >= 1).ok_or_else(|| {
@@ -80,11 +83,13 @@ fn sliding_window(
             }
             match &config["layer_types"] {
                 Value::Null => {
-                    let first = config["max_window_layers"].as_u64().ok_or_else(|| {
-                        "`use_sliding_window` needs an integer `max_window_layers` or \
-                         `layer_types`"
-                            .to_string()
-                    })?;
+                    // transformers' default for Qwen2 and Qwen3 is 28.
+                    let first = match &config["max_window_layers"] {
+                        Value::Null => 28,
+                        v => v.as_u64().ok_or_else(|| {
+                            format!("`max_window_layers` must be a non-negative integer, got {v}")
+                        })?,
+                    };
                     WindowLayers::From(usize::try_from(first).unwrap_or(usize::MAX))
                 }
                 Value::Array(types) => {

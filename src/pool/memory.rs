@@ -46,7 +46,10 @@ pub fn memory_limit(device: &Device, tensors: u64) -> Option<(u64, &'static str)
 }
 
 /// Refuses `rows`-row pools of `bytes` in all (as `tensors` equal allocations) that pass i32
-/// slot addressing or `limit` (default: [`memory_limit`] of `device`).
+/// slot addressing or `limit` (default: [`memory_limit`] of `device`). The slot allocator's
+/// free list (4 bytes a row, host memory) is counted too. The limit is the device's capacity,
+/// not what is free after the weights: a pool that fits the capacity but not the free memory
+/// is the runtime's to refuse.
 pub fn check_pool_memory(
     device: &Device,
     rows: usize,
@@ -58,6 +61,7 @@ pub fn check_pool_memory(
     if rows > max {
         return Err(KvPoolError::TooManyRows { rows, max });
     }
+    let bytes = bytes.and_then(|b| b.checked_add(4 * rows as u64));
     let limit = match limit {
         Some(limit) => Some((limit, "allowed")),
         None => memory_limit(device, tensors),

@@ -315,7 +315,7 @@ fn impossible_limits_are_refused() {
         ..GenerateOptions::default()
     };
     let err = generate(&model, &[request(4)], &options, |_| {}).unwrap_err();
-    let bytes = model.cache_bytes(6).unwrap();
+    let bytes = model.cache_bytes(6).unwrap() + 4 * 6; // the pools and the free list
     assert_eq!(
         err.to_string(),
         format!("pools of 6 rows need {bytes} bytes, more than the 1000 bytes allowed")
@@ -540,5 +540,35 @@ fn argmax_in_two_stages_is_the_first_maximum() {
                 assert_eq!(got[r], best as i64, "{name} vocab {vocab} row {r}");
             }
         }
+    }
+}
+
+/// The decoder's kernels read nothing they should not: mismatched shapes panic with the shapes
+/// (documented, as Burn's own ops), on every backend alike, and an empty inner size gives zeros.
+#[test]
+fn kernels_fall_back_on_shapes_they_do_not_take() {
+    use burn::tensor::Tensor;
+    use burn_rope_pool::model::{project, rms_norm};
+    for (name, device) in crate::common::devices() {
+        let x = Tensor::<2>::ones([2, 0], &device);
+        let w = Tensor::<2>::ones([3, 0], &device);
+        let y: Vec<f32> = project(x, &w).into_data().iter::<f32>().collect();
+        assert_eq!(y, vec![0.0; 6], "{name}");
+        let mismatch = std::panic::catch_unwind(|| {
+            let x = Tensor::<2>::ones([1, 64], &device);
+            let _ = project(x, &Tensor::<2>::ones([8, 16], &device)).into_data();
+        });
+        assert!(
+            mismatch.is_err(),
+            "{name}: a [1, 64] · [8, 16]ᵀ product ran"
+        );
+        let mismatch = std::panic::catch_unwind(|| {
+            let x = Tensor::<2>::ones([1, 64], &device);
+            let _ = rms_norm(x, &Tensor::<1>::ones([16], &device), 1e-6).into_data();
+        });
+        assert!(
+            mismatch.is_err(),
+            "{name}: a 16-wide weight normalised 64-wide rows"
+        );
     }
 }

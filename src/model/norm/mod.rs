@@ -13,8 +13,19 @@ use burn::tensor::{DType, Tensor};
 /// RMSNorm of the rows of `x [rows, hidden]` with weight `w [hidden]`, as transformers'
 /// `LlamaRMSNorm`: `w * cast(x * rsqrt(mean(x², row) + eps))`, the mean and the scaling in f32,
 /// the normalised row rounded once to x's dtype. One kernel launch on CubeCL devices (when `w`
-/// has x's dtype), Burn tensor ops elsewhere (Flex, Autodiff).
+/// has x's dtype, length and device), Burn tensor ops elsewhere (Flex, Autodiff) — which also
+/// report a mismatched weight.
+///
+/// # Panics
+/// When `w`'s length is not `x`'s row length (as Burn's own tensor ops do on a shape mismatch).
 pub fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
+    assert_eq!(
+        w.dims()[0],
+        x.dims()[1],
+        "rms_norm: a weight of {} for rows of {}",
+        w.dims()[0],
+        x.dims()[1]
+    );
     #[cfg(feature = "cube")]
     if matches!(
         x.device().as_dispatch(),
