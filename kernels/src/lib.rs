@@ -3,6 +3,7 @@
 //! pool. Depends on CubeCL alone, so the kernels can be launched, tested and compiled to WGSL,
 //! SPIR-V, CUDA or Metal Shading Language without Burn.
 
+pub mod act;
 pub mod angle;
 pub mod attention;
 mod attention_launch;
@@ -14,6 +15,7 @@ pub mod rope_pool;
 mod table;
 mod tuning;
 
+pub use act::launch_silu_mul;
 pub use angle::{TURN_PARTS, host_angle, split_turns};
 pub use attention_launch::{
     AttentionArgs, AttentionGeometry, AttentionKernel, AttentionLaunch, AttentionScalars,

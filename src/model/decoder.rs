@@ -6,7 +6,7 @@
 //! together — and [`pool_attention`] reads the pool rows of each token's sequence in place (one
 //! plan per step, used by every layer).
 
-use crate::model::norm::{rms_norm, rms_norm_tensor_ops};
+use crate::model::kernels::{rms_norm, rms_norm_tensor_ops, silu_mul, silu_mul_tensor_ops};
 use crate::model::weights::{FromCheckpoint, Layer, Linear, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
 use crate::op::unfused::rope_pool_unfused;
@@ -17,7 +17,6 @@ use crate::pool::{
     KvPoolError, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan,
     SeqId, SlotAllocator, check_pool_memory, pool_attention,
 };
-use burn::tensor::activation::silu;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 /// Why a decoder could not be built or run.
@@ -432,8 +431,11 @@ impl Decoder {
             x = x + project(&layer.o, attended);
             let h = rms_norm(x.clone(), &layer.post_norm, eps);
             let gate_up = project(&layer.gate_up, h);
-            let m = self.config.intermediate_size;
-            let mlp = silu(gate_up.clone().slice([0..t, 0..m])) * gate_up.slice([0..t, m..2 * m]);
+            let mlp = if fused {
+                silu_mul(gate_up)
+            } else {
+                silu_mul_tensor_ops(gate_up)
+            };
             x = x + project(&layer.down, mlp);
         }
         let last = rms_norm(x.select(0, last), &self.norm, eps);

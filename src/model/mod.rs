@@ -7,8 +7,7 @@ mod checkpoint;
 mod config;
 mod decoder;
 mod generate;
-mod matvec;
-mod norm;
+mod kernels;
 mod weights;
 
 pub use attention::{LlamaAttention, LlamaAttentionConfig};
@@ -22,7 +21,6 @@ pub use generate::argmax_rows;
 pub use generate::{
     GenerateError, GenerateOptions, Generated, Request, Stats, generate, requests_from_json,
 };
-pub use matvec::project;
-pub use norm::rms_norm;
+pub use kernels::{project, rms_norm, silu_mul};
 #[cfg(feature = "testing")]
 pub(crate) use weights::Random;

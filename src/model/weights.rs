@@ -1,7 +1,7 @@
 //! A decoder's weights: its layers' tensors, read from a checkpoint (or, for benchmarks behind
 //! the `testing` feature, drawn at random), and the layer's building blocks.
 
-use crate::model::matvec::project;
+use crate::model::kernels::project;
 use crate::model::{Checkpoint, DecoderError};
 #[cfg(feature = "testing")]
 use burn::tensor::Distribution;

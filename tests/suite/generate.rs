@@ -572,3 +572,46 @@ fn kernels_fall_back_on_shapes_they_do_not_take() {
         );
     }
 }
+
+/// The MLP activation `cast(silu(gate)) * up` (one kernel on CubeCL devices, tensor ops on
+/// Flex) against float64 with transformers' rounding, odd widths included.
+#[test]
+fn silu_mul_matches_float64() {
+    use burn::tensor::{Tensor, TensorData};
+    use burn_rope_pool::model::silu_mul;
+    let mut rng = burn_rope_pool::testing::Rng::new(80);
+    for (name, device) in crate::common::devices() {
+        for (rows, m) in [(1usize, 14336usize), (3, 7), (17, 96), (64, 130)] {
+            for dtype in [DType::F32, DType::F16] {
+                if !device.supports_dtype(dtype) {
+                    continue;
+                }
+                let round = |v: f64| crate::common::round_to(v, dtype);
+                let x: Vec<f64> = rng
+                    .values(rows * 2 * m)
+                    .into_iter()
+                    .map(|v| round(4.0 * v))
+                    .collect();
+                let t = Tensor::<2>::from_data(
+                    TensorData::new(x.iter().map(|&v| v as f32).collect(), [rows, 2 * m]),
+                    (&device, dtype),
+                );
+                let got: Vec<f64> = silu_mul(t).into_data().iter::<f64>().collect();
+                assert_eq!(got.len(), rows * m, "{name}");
+                for r in 0..rows {
+                    for c in 0..m {
+                        let (g, u) = (x[r * 2 * m + c], x[r * 2 * m + m + c]);
+                        let want = round(round(g / (1.0 + (-g).exp())) * u);
+                        let a = got[r * m + c];
+                        let tol =
+                            if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + want.abs());
+                        assert!(
+                            (a - want).abs() <= tol,
+                            "{name} {dtype:?} [{rows}, {m}] at ({r}, {c}): {a} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

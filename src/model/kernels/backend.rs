@@ -1,0 +1,67 @@
+//! The backend extension of the decoder's kernels: CubeCL (fusion-wrapped or not) only;
+//! elsewhere the decoder runs Burn tensor ops (see the module above).
+
+use burn::backend::{Backend, ExtensionType, backend_extension, tensor::FloatTensor};
+use burn::tensor::Shape;
+use burn_fusion::custom::TensorSpec;
+
+/// RMSNorm's tensors.
+#[derive(Debug, ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub struct NormTensors<B: Backend> {
+    /// Rows to normalise, `[rows, hidden]`.
+    pub x: FloatTensor<B>,
+    /// Weight, `[hidden]`, x's dtype.
+    pub w: FloatTensor<B>,
+}
+
+/// The matrix-vector product's tensors.
+#[derive(Debug, ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub struct MatvecTensors<B: Backend> {
+    /// The rows, `[m, in]`.
+    pub x: FloatTensor<B>,
+    /// The weight, `[out, in]`, x's dtype.
+    pub w_t: FloatTensor<B>,
+}
+
+/// The activation's tensor.
+#[derive(Debug, ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub struct ActTensors<B: Backend> {
+    /// Gate and up projections side by side, `[rows, 2m]`.
+    pub gate_up: FloatTensor<B>,
+}
+
+/// Burn backends with the decoder's kernels.
+#[backend_extension(Cube: cfg(feature = "cube"), Fusion: cfg(feature = "cube"))]
+pub trait DecoderKernels: Backend {
+    /// `w * cast(x * rsqrt(mean(x²) + eps))`, x's shape and dtype.
+    #[fusion(meta = norm_meta)]
+    fn rms_norm(#[extension_type] inputs: NormTensors<Self>, eps: f32) -> FloatTensor<Self>;
+
+    /// `x · w_tᵀ`, `[m, out]` in x's dtype (the caller checked `matvec_fits`).
+    #[fusion(meta = matvec_meta)]
+    fn matvec(#[extension_type] inputs: MatvecTensors<Self>) -> FloatTensor<Self>;
+
+    /// `cast(silu(gate)) * up`, `[rows, m]` in the input's dtype.
+    #[fusion(meta = act_meta)]
+    fn silu_mul(#[extension_type] inputs: ActTensors<Self>) -> FloatTensor<Self>;
+}
+
+/// Output metadata for the lazy (fusion) path.
+fn norm_meta(inputs: &NormTensorsMetadata, _eps: &f32) -> TensorSpec {
+    inputs.x.clone()
+}
+
+/// Output metadata for the lazy (fusion) path.
+fn matvec_meta(inputs: &MatvecTensorsMetadata) -> TensorSpec {
+    let shape = Shape::from(vec![inputs.x.shape[0], inputs.w_t.shape[0]]);
+    TensorSpec::new(shape, inputs.x.dtype)
+}
+
+/// Output metadata for the lazy (fusion) path.
+fn act_meta(inputs: &ActTensorsMetadata) -> TensorSpec {
+    let [rows, width] = [inputs.gate_up.shape[0], inputs.gate_up.shape[1]];
+    TensorSpec::new(Shape::from(vec![rows, width / 2]), inputs.gate_up.dtype)
+}

@@ -1,0 +1,86 @@
+//! The CubeCL implementations: contiguous inputs, a fresh output, one launch each.
+
+use crate::model::kernels::backend::{ActTensors, DecoderKernels, MatvecTensors, NormTensors};
+use burn::backend::TensorMetadata;
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::tensor::Shape;
+use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
+use rope_pool_kernels::{launch_matvec, launch_rms_norm, launch_silu_mul};
+
+/// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
+fn fresh(like: &CubeTensor, shape: Shape) -> CubeTensor {
+    let bytes = shape.num_elements().max(8) * like.dtype.size();
+    CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        shape,
+        like.client.empty(bytes),
+        like.dtype,
+    )
+}
+
+impl DecoderKernels for CubeBackend {
+    fn rms_norm(inputs: NormTensors<Self>, eps: f32) -> CubeTensor {
+        let [x, w] = [inputs.x, inputs.w].map(into_contiguous);
+        let shape = x.shape();
+        let out = fresh(&x, shape.clone());
+        // Safety: x [rows, hidden] and w [hidden] are contiguous and share a dtype (checked by
+        // `rms_norm`); out is a fresh buffer of x's shape.
+        unsafe {
+            launch_rms_norm(
+                &x.client,
+                dtype_to_storage_type(x.dtype),
+                x.dtype.size(),
+                shape[0],
+                shape[1],
+                eps,
+                x.clone().into_tensor_arg(),
+                w.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+            );
+        }
+        out
+    }
+
+    fn matvec(inputs: MatvecTensors<Self>) -> CubeTensor {
+        let [x, w_t] = [inputs.x, inputs.w_t].map(into_contiguous);
+        let (m, k, n) = (x.shape()[0], x.shape()[1], w_t.shape()[0]);
+        let out = fresh(&x, Shape::new([m, n]));
+        // Safety: `project` checked `matvec_fits` for m rows, matching inner sizes k ≥ 1 and
+        // one dtype; x [m, k] and w_t [n, k] are contiguous; out is a fresh [m, n] buffer.
+        unsafe {
+            launch_matvec(
+                &x.client,
+                dtype_to_storage_type(x.dtype),
+                x.dtype.size(),
+                m,
+                k,
+                n,
+                x.clone().into_tensor_arg(),
+                w_t.into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+            );
+        }
+        out
+    }
+
+    fn silu_mul(inputs: ActTensors<Self>) -> CubeTensor {
+        let gate_up = into_contiguous(inputs.gate_up);
+        let (rows, width) = (gate_up.shape()[0], gate_up.shape()[1]);
+        let out = fresh(&gate_up, Shape::new([rows, width / 2]));
+        // Safety: gate_up [rows, 2m] is contiguous with an even width (checked by `silu_mul`);
+        // out is a fresh [rows, m] buffer.
+        unsafe {
+            launch_silu_mul(
+                &gate_up.client,
+                dtype_to_storage_type(gate_up.dtype),
+                gate_up.dtype.size(),
+                rows,
+                width / 2,
+                gate_up.clone().into_tensor_arg(),
+                out.clone().into_tensor_arg(),
+            );
+        }
+        out
+    }
+}
