@@ -27,7 +27,7 @@ pub fn silu_mul_kernel<F: Float, N: Size>(
     out[i] = Vector::<F, N>::cast_from(s) * gate_up[row * 2 * m_vectors + m_vectors + c];
 }
 
-/// Enqueues [`silu_mul_kernel`] for `rows` rows of `m` outputs: `gate_up [rows, 2m]` and `out
+/// Enqueues [`silu_mul_kernel`](fn@silu_mul_kernel) for `rows` rows of `m` outputs: `gate_up [rows, 2m]` and `out
 /// [rows, m]`, contiguous, float `float` (`elem_size` bytes). Does nothing for an empty input.
 ///
 /// # Safety
