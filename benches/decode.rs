@@ -6,12 +6,17 @@
 //! `cargo bench --bench decode -- [--device wgpu] [--dtype f16] [--batches 1,8,64] [--prompt 512]
 //!  [--steps 64] [--layers 32] [--json OUT]`
 
+#[path = "rope_pool/instruments.rs"]
+#[allow(dead_code)] // the decode bench uses the device timing loop only
+mod instruments;
+
 use burn::tensor::DType;
 use burn_rope_pool::model::{
     Decoder, DecoderConfig, GenerateOptions, Request, Stats, StepToken, argmax_rows, generate,
 };
 use burn_rope_pool::testing::{Rng, device_by_name, llama3_8b, random_decoder};
 use clap::Parser;
+use instruments::time_per_call;
 
 #[derive(Parser)]
 struct Args {
@@ -117,24 +122,14 @@ fn main() {
         {
             for m in [1usize, 8, 64, 32_768] {
                 let x = burn::tensor::Tensor::<2>::random([m, 4096], dist, (&device, dtype));
-                let mut samples = Vec::new();
-                for _ in 0..7 {
-                    let (_, duration) = device
-                        .profile_with(burn::tensor::ProfileOptions::default().flush(), || {
-                            let _ = if column_major {
-                                x.clone().matmul(w_t.clone().transpose())
-                            } else {
-                                x.clone().matmul(w.clone())
-                            };
-                        })
-                        .expect("profile window");
-                    if let Some(t) = futures_lite::future::block_on(duration.resolve()) {
-                        samples.push(t.duration().as_secs_f64());
-                    }
-                }
-                samples.drain(..2.min(samples.len()));
-                samples.sort_by(f64::total_cmp);
-                let t = samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN);
+                let t = time_per_call(&device, 5, || {
+                    let _ = if column_major {
+                        x.clone().matmul(w_t.clone().transpose())
+                    } else {
+                        x.clone().matmul(w.clone())
+                    };
+                })
+                .as_secs_f64();
                 let bytes = 4096.0 * 14_336.0 * dtype.size() as f64;
                 let flops = 2.0 * m as f64 * 4096.0 * 14_336.0;
                 println!(

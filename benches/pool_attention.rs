@@ -149,16 +149,7 @@ fn batch(device: &Device, dtype: DType, shape: Shape, rng: &mut Rng) -> Batch {
     rows.truncate(shape.seqs * shape.keys);
     let normal = Distribution::Normal(0.0, 1.0);
     let tokens = shape.seqs * shape.queries;
-    let qo: Vec<i64> = (0..=shape.seqs)
-        .map(|b| (b * shape.queries) as i64)
-        .collect();
-    let kv: Vec<i64> = (0..=shape.seqs).map(|b| (b * shape.keys) as i64).collect();
-    let plan = PoolAttentionPlan::new(
-        TensorData::from(qo.as_slice()),
-        TensorData::from(kv.as_slice()),
-        TensorData::from(rows.as_slice()),
-        device,
-    );
+    let plan = batch_plan(device, shape, &rows);
     Batch {
         q: Tensor::random([tokens, HQ, D], normal, (device, dtype)),
         k_pool: Tensor::random([pool, HKV, D], normal, (device, dtype)),

@@ -7,15 +7,24 @@
 # `pack-attention` / `run-attention` do the same for the pool_attention bench and its anchor.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The path of the binary a release build of "$@" produces (the last one cargo reports).
+executable() {
+  cargo build --release "$@" --message-format=json |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
+}
+# On the H200 machine: the Vulkan loader from the packages carried in .gl, and NVIDIA's ICD.
+vulkan_env() {
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  export XDG_RUNTIME_DIR=/tmp
+}
 case "${1:-run}" in
   pack)
     # Builds the bench and the replay example twice — burn's `wgpu` (WGSL) and `vulkan` (SPIR-V)
     # paths — strips them and compresses them into .dev for the device tool to carry.
     mkdir -p .dev
-    executable() {
-      cargo build --release "$@" --message-format=json |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
-    }
     # The bench is built with `tuning` (launch knobs from ROPE_POOL_* for the sweep); the shipped
     # kernel and launch are the same as without it.
     strip -o .dev/bench "$(executable --bench rope_pool --features tuning)"
@@ -29,10 +38,6 @@ case "${1:-run}" in
   pack-attention)
     # The pool_attention bench, WGSL and SPIR-V builds, for `run-attention`.
     mkdir -p .dev
-    executable() {
-      cargo build --release "$@" --message-format=json |
-        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
-    }
     # `tuning`: the launch knobs from ROPE_POOL_* (for `SWEEP`); the defaults are the shipped
     # launch. The test suite (WGSL build) checks the kernels on the GPU itself.
     strip -o .dev/attention "$(executable --bench pool_attention --features tuning)"
@@ -44,11 +49,7 @@ case "${1:-run}" in
     ;;
   run-attention)
     # Both builds of the pool_attention bench, then PyTorch's gather + SDPA anchor, in one call.
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-    export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-    export XDG_RUNTIME_DIR=/tmp
+    vulkan_env
     for b in attention attention-vulkan suite; do
       [ -f ".dev/$b.xz" ] || continue
       xz -d -c ".dev/$b.xz" > "/tmp/$b"
@@ -79,11 +80,7 @@ case "${1:-run}" in
     fi
     ;;
   run | sweep)
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-    export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-    export XDG_RUNTIME_DIR=/tmp
+    vulkan_env
     for f in .dev/*.xz; do
       b=$(basename "$f" .xz)
       [ "$b" = bench-cuda ] && continue # measurement-only CUDA build: unpacked where it is used

@@ -3,6 +3,7 @@
 //! storage type, the product in the storage type (as transformers computes
 //! `act_fn(gate_proj(x)) * up_proj(x)`). One unit per output vector.
 
+use crate::launch::widest_vector;
 use cubecl::client::Client;
 use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
@@ -45,10 +46,7 @@ pub unsafe fn launch_silu_mul(
     if rows == 0 || m == 0 {
         return;
     }
-    let vector = client
-        .io_optimized_vector_sizes(elem_size)
-        .find(|&v| v > 0 && m.is_multiple_of(v))
-        .unwrap_or(1);
+    let vector = widest_vector(client, elem_size, |n| m.is_multiple_of(n));
     let units = rows * m / vector;
     let cube_dim = CubeDim::new(client, units);
     unsafe {

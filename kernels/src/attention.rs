@@ -19,6 +19,7 @@
 //! writes a normalised partial output and its log-sum-exp per chunk; [`attention_merge`](fn@attention_merge)
 //! combines them. A key whose pool row is outside the pool is masked, never read.
 
+use crate::reduce::{cube_max, cube_sum};
 use cubecl::prelude::*;
 
 /// Sum of the lanes of `x`.
@@ -30,6 +31,24 @@ pub(crate) fn lane_sum<N: Size>(x: Vector<f32, N>) -> f32 {
         sum += x.extract(l);
     }
     sum
+}
+
+/// This cube's share of an attention call: `(t, g, head0, chunk)` — query row `t`, kv head `g`,
+/// the first q head `head0` of its block, and the chunk of the row's keys. Cubes run row
+/// fastest, then head block (a kv head's `blocks` blocks of `heads` q heads adjacent), then
+/// chunk; a cube past the last chunk has `chunk >= num_chunks` and leaves.
+#[cube]
+pub(crate) fn cube_work(
+    num_tokens: usize,
+    num_kv_heads: usize,
+    blocks: usize,
+    #[comptime] heads: usize,
+) -> (usize, usize, usize, usize) {
+    let t = CUBE_POS % num_tokens;
+    let rest = CUBE_POS / num_tokens;
+    let block = rest % (num_kv_heads * blocks);
+    let chunk = rest / (num_kv_heads * blocks);
+    (t, block / blocks, block * heads, chunk)
 }
 
 /// The attention of one (query row, head block, chunk) per cube (see the module doc);
@@ -68,17 +87,10 @@ pub fn attention_kernel<F: Float, N: Size>(
     let num_qo_heads = q.shape(1);
     let pool_size = k_pool.shape(0);
     let num_kv_heads = k_pool.shape(1);
-    let blocks = head_blocks as usize;
-    let t = CUBE_POS % num_tokens;
-    let rest = CUBE_POS / num_tokens;
-    let block = rest % (num_kv_heads * blocks);
-    let chunk = rest / (num_kv_heads * blocks);
+    let (t, g, head0, chunk) = cube_work(num_tokens, num_kv_heads, head_blocks as usize, heads);
     if chunk >= num_chunks as usize {
         terminate!();
     }
-    // The kv head and the block's first q head (blocks of one kv head are adjacent).
-    let g = block / blocks;
-    let head0 = block * heads;
     let u = UNIT_POS as usize;
     let first = usize::cast_from(ranges[2 * t]);
     let count = usize::cast_from(ranges[2 * t + 1]);
@@ -206,18 +218,8 @@ pub fn attention_kernel<F: Float, N: Size>(
     // groups). One head at a time through shared memory.
     #[unroll]
     for h in 0..heads {
-        max_s[u] = l[h];
         acc_s[u] = acc[h];
-        sync_cube();
-        #[unroll]
-        for level in 0..comptime!(units.trailing_zeros()) {
-            let stride = comptime!(units >> (level + 1));
-            if u < stride {
-                max_s[u] += max_s[u + stride];
-            }
-            sync_cube();
-        }
-        let total = max_s[0];
+        let total = cube_sum(&mut max_s, l[h], units);
         let mut value = Vector::<f32, N>::new(f32::new(0.0));
         if u < row_vectors {
             for k in 0..key_groups {
@@ -289,19 +291,7 @@ pub fn attention_merge<F: Float, N: Size>(
         let x = part_lse[c * heads + head];
         m = select(x > m, x, m);
     }
-    red[u] = m;
-    sync_cube();
-    #[unroll]
-    for level in 0..comptime!(units.trailing_zeros()) {
-        let stride = comptime!(units >> (level + 1));
-        if u < stride {
-            let a = red[u];
-            let b = red[u + stride];
-            red[u] = select(b > a, b, a);
-        }
-        sync_cube();
-    }
-    let top = red[0];
+    let top = cube_max(&mut red, m, units);
     let seen = top != neg_inf;
     sync_cube();
     // 2. Each chunk's weight against it, and their sum.
@@ -312,17 +302,7 @@ pub fn attention_merge<F: Float, N: Size>(
         w_s[c] = w;
         sum += w;
     }
-    red[u] = sum;
-    sync_cube();
-    #[unroll]
-    for level in 0..comptime!(units.trailing_zeros()) {
-        let stride = comptime!(units >> (level + 1));
-        if u < stride {
-            red[u] += red[u + stride];
-        }
-        sync_cube();
-    }
-    let total = red[0];
+    let total = cube_sum(&mut red, sum, units);
     // 3. The weighted partial outputs: chunk group `u / row_vectors`, vector `u % row_vectors`.
     let groups = comptime!(units / row_vectors);
     let cg = u / row_vectors;

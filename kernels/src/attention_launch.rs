@@ -3,6 +3,7 @@
 
 use crate::attention::{attention_kernel, attention_merge};
 use crate::attention_plane::attention_plane_kernel;
+use crate::launch::widest_vector;
 use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
 use cubecl::features::Plane;
@@ -96,11 +97,11 @@ const PLANE_LOADS: usize = 4;
 /// Plane kernel: the most units per key.
 const PLANE_LANES: usize = 16;
 
-/// The largest divisor of `group` that is at most `cap` (at least 1).
-fn heads_dividing(group: usize, cap: usize) -> usize {
-    (1..=cap.clamp(1, group.max(1)))
+/// The largest divisor of `group` that `fits` accepts (1 when none does).
+fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {
+    (1..=group)
         .rev()
-        .find(|h| group.is_multiple_of(*h))
+        .find(|&h| group.is_multiple_of(h) && fits(h))
         .unwrap_or(1)
 }
 
@@ -118,10 +119,7 @@ impl AttentionLaunch {
         tuning: &LaunchTuning,
     ) -> Self {
         let d = geometry.head_dim.max(1);
-        let vector = client
-            .io_optimized_vector_sizes(elem_size)
-            .find(|&n| n > 0 && d.is_multiple_of(n))
-            .unwrap_or(1);
+        let vector = widest_vector(client, elem_size, |n| d.is_multiple_of(n));
         let row_vectors = d / vector;
         let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
         let properties = client.properties();
@@ -142,7 +140,9 @@ impl AttentionLaunch {
             .min(MAX_CHUNKS);
         let keys = geometry.max_keys.max(1);
         let rows = geometry.num_tokens * geometry.num_kv_heads;
-        if plane {
+        // The kernel, its cube, the q heads per cube, the keys per iteration (a chunk holds a
+        // whole number of them) and the chunks each query's keys are split into.
+        let (kernel, units, heads, tile, chunks) = if plane {
             let max_lanes = tuning.attention_lanes.unwrap_or(PLANE_LANES);
             let lanes = row_vectors
                 .next_power_of_two()
@@ -150,7 +150,7 @@ impl AttentionLaunch {
                 .min(max_lanes.max(1).next_power_of_two());
             let vecs = row_vectors.div_ceil(lanes);
             let steps = tuning.attention_steps.unwrap_or(PLANE_LOADS / vecs).max(1);
-            let heads = heads_dividing(group, PLANE_REGISTER_VECTORS / vecs);
+            let heads = largest_divisor(group, |h| h <= PLANE_REGISTER_VECTORS / vecs);
             // Whole planes (a key group never straddles two, and no plane is partial): a power
             // of two, at least one plane. The final merge holds every unit's vectors of one head
             // row in shared memory.
@@ -176,44 +176,36 @@ impl AttentionLaunch {
             if work < target {
                 chunks = target.div_ceil(work).min(tiles.div_ceil(min_tiles)).max(1);
             }
-            let chunk_keys = keys.div_ceil(chunks).div_ceil(tile) * tile;
-            return Self {
-                kernel: AttentionKernel::Plane { lanes, vecs, steps },
-                vector,
-                units,
-                heads,
-                chunks: keys.div_ceil(chunk_keys),
-                chunk_keys,
+            let kernel = AttentionKernel::Plane { lanes, vecs, steps };
+            (kernel, units, heads, tile, chunks)
+        } else {
+            let units = row_vectors.next_power_of_two().max(UNITS);
+            // Shared memory: the block's queries, two score rows per head, the tile's rows and
+            // the units' value vectors.
+            let bytes = |heads: usize| {
+                heads * row_vectors * vector_bytes
+                    + 8 * heads * units
+                    + 4 * units
+                    + units * vector_bytes
             };
-        }
-        let units = row_vectors.next_power_of_two().max(UNITS);
-        // Shared memory: the block's queries, two score rows per head, the tile's rows and the
-        // units' value vectors.
-        let bytes = |heads: usize| {
-            heads * row_vectors * vector_bytes
-                + 8 * heads * units
-                + 4 * units
-                + units * vector_bytes
+            let heads = largest_divisor(group, |h| bytes(h) <= shared / 2);
+            let work = (rows * (group / heads)).max(1);
+            let max_tiles = tuning
+                .attention_chunk_tiles
+                .unwrap_or(MAX_CHUNK_TILES)
+                .max(1);
+            let tiles = keys.div_ceil(units);
+            let mut chunks = 1;
+            if work < target && tiles > 1 {
+                // As many tiles per chunk as still leave MIN_CUBES cubes, at most `max_tiles`.
+                let chunk_tiles = (tiles / MIN_CUBES.div_ceil(work)).clamp(1, max_tiles);
+                chunks = tiles.div_ceil(chunk_tiles).min(target.div_ceil(work));
+            }
+            (AttentionKernel::Portable, units, heads, units, chunks)
         };
-        let heads = (1..=group)
-            .rev()
-            .find(|&h| group.is_multiple_of(h) && bytes(h) <= shared / 2)
-            .unwrap_or(1);
-        let work = (rows * (group / heads)).max(1);
-        let max_tiles = tuning
-            .attention_chunk_tiles
-            .unwrap_or(MAX_CHUNK_TILES)
-            .max(1);
-        let tiles = keys.div_ceil(units);
-        let mut chunks = 1;
-        if work < target && tiles > 1 {
-            // As many tiles per chunk as still leave MIN_CUBES cubes, at most `max_tiles`.
-            let chunk_tiles = (tiles / MIN_CUBES.div_ceil(work)).clamp(1, max_tiles);
-            chunks = tiles.div_ceil(chunk_tiles).min(target.div_ceil(work));
-        }
-        let chunk_keys = keys.div_ceil(chunks).div_ceil(units) * units;
+        let chunk_keys = keys.div_ceil(chunks).div_ceil(tile) * tile;
         Self {
-            kernel: AttentionKernel::Portable,
+            kernel,
             vector,
             units,
             heads,

@@ -17,7 +17,7 @@
 //! [`attention_merge`](fn@crate::attention::attention_merge). A key whose pool row is outside
 //! the pool is masked, never read.
 
-use crate::attention::lane_sum;
+use crate::attention::{cube_work, lane_sum};
 use cubecl::prelude::*;
 
 /// The pool row of key `j` of a query whose keys start at entry `first` of `kv_indices`, or -1
@@ -73,17 +73,10 @@ pub fn attention_plane_kernel<F: Float, N: Size>(
     let num_qo_heads = q.shape(1);
     let pool_size = k_pool.shape(0);
     let num_kv_heads = k_pool.shape(1);
-    let blocks = head_blocks as usize;
-    let t = CUBE_POS % num_tokens;
-    let rest = CUBE_POS / num_tokens;
-    let block = rest % (num_kv_heads * blocks);
-    let chunk = rest / (num_kv_heads * blocks);
+    let (t, g, head0, chunk) = cube_work(num_tokens, num_kv_heads, head_blocks as usize, heads);
     if chunk >= num_chunks as usize {
         terminate!();
     }
-    // The kv head and the block's first q head (blocks of one kv head are adjacent).
-    let g = block / blocks;
-    let head0 = block * heads;
     let u = UNIT_POS as usize;
     let lane = u % lanes;
     let kg = u / lanes;

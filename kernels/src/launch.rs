@@ -82,9 +82,19 @@ pub fn vector_size(
             && geometry.head_dim.is_multiple_of(n)
             && geometry.token_strides.iter().all(|s| s.is_multiple_of(n))
     };
+    widest_vector(client, elem_size, |n| n <= max && divides(n))
+}
+
+/// The widest vector, in elements, that `client`'s device loads well for `elem_size`-byte
+/// elements and that `fits` accepts (1 when none does).
+pub(crate) fn widest_vector(
+    client: &Client,
+    elem_size: usize,
+    fits: impl Fn(usize) -> bool,
+) -> usize {
     client
         .io_optimized_vector_sizes(elem_size)
-        .find(|&n| n > 0 && n <= max && divides(n))
+        .find(|&n| n > 0 && fits(n))
         .unwrap_or(1)
 }
 

@@ -11,6 +11,7 @@ pub mod attention_plane;
 mod launch;
 pub mod matvec;
 pub mod norm;
+mod reduce;
 pub mod rope_pool;
 mod table;
 mod tuning;

@@ -8,6 +8,7 @@
 //! fraction of it (`benches/NOTES.md` entry 25).
 
 use crate::attention::lane_sum;
+use crate::launch::widest_vector;
 use cubecl::calculate_cube_count_elemwise;
 use cubecl::client::Client;
 use cubecl::features::Plane;
@@ -129,10 +130,7 @@ pub unsafe fn launch_matvec(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
-    let vector = client
-        .io_optimized_vector_sizes(elem_size)
-        .find(|&v| v > 0 && k.is_multiple_of(v))
-        .unwrap_or(1);
+    let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
     let lanes = client.properties().hardware.plane_size_min;
     let cube_dim = CubeDim::new_2d(lanes, PLANES_PER_CUBE as u32);
     // Columns per plane: each load of x serves them all (x's loads, not the weight's, bound a

@@ -4,6 +4,8 @@
 //! row, a tree in shared memory adds their sums.
 
 use crate::attention::lane_sum;
+use crate::launch::widest_vector;
+use crate::reduce::cube_sum;
 use cubecl::client::Client;
 use cubecl::ir::{AddressType, ElemType};
 use cubecl::prelude::*;
@@ -35,17 +37,8 @@ pub fn rms_norm_kernel<F: Float, N: Size>(
         sum += lane_sum::<N>(v * v);
     }
     let mut red = Shared::<[f32]>::new_slice(units);
-    red[u] = sum;
-    sync_cube();
-    #[unroll]
-    for level in 0..comptime!(units.trailing_zeros()) {
-        let stride = comptime!(units >> (level + 1));
-        if u < stride {
-            red[u] += red[u + stride];
-        }
-        sync_cube();
-    }
-    let inv = f32::new(1.0) / f32::sqrt(red[0] * inv_hidden + eps);
+    let total = cube_sum(&mut red, sum, units);
+    let inv = f32::new(1.0) / f32::sqrt(total * inv_hidden + eps);
     for i in range_stepped(u, row_vectors, units) {
         let v = Vector::<f32, N>::cast_from(x[base + i]) * Vector::new(inv);
         out[base + i] = Vector::<F, N>::cast_from(v) * w[i];
@@ -74,10 +67,7 @@ pub unsafe fn launch_rms_norm(
     if rows == 0 || hidden == 0 {
         return;
     }
-    let vector = client
-        .io_optimized_vector_sizes(elem_size)
-        .find(|&n| n > 0 && hidden.is_multiple_of(n))
-        .unwrap_or(1);
+    let vector = widest_vector(client, elem_size, |n| hidden.is_multiple_of(n));
     let row_vectors = hidden / vector;
     let units = row_vectors.next_power_of_two().clamp(32, 256);
     let cube_dim = CubeDim::new_1d(units as u32);

@@ -65,9 +65,12 @@ fn sliding_window(
     model_type: &str,
     num_layers: usize,
 ) -> Result<Option<SlidingWindow>, String> {
-    if !matches!(model_type, "mistral" | "qwen2" | "qwen3") {
-        return Ok(None); // Llama has no sliding window: the field is ignored, as transformers does
-    }
+    let mistral = match model_type {
+        "mistral" => true,
+        "qwen2" | "qwen3" => false,
+        // Llama has no sliding window: the field is ignored, as transformers does.
+        _ => return Ok(None),
+    };
     let size = match &config["sliding_window"] {
         Value::Null => return Ok(None),
         v => v.as_u64().filter(|&w| w >= 1).ok_or_else(|| {
@@ -75,47 +78,45 @@ fn sliding_window(
         })?,
     };
     let size = usize::try_from(size).unwrap_or(usize::MAX);
-    let layers = match model_type {
-        "mistral" => WindowLayers::All,
-        "qwen2" | "qwen3" => {
-            if !config["use_sliding_window"].as_bool().unwrap_or(false) {
-                return Ok(None);
-            }
-            match &config["layer_types"] {
-                Value::Null => {
-                    // transformers' default for Qwen2 and Qwen3 is 28.
-                    let first = match &config["max_window_layers"] {
-                        Value::Null => 28,
-                        v => v.as_u64().ok_or_else(|| {
-                            format!("`max_window_layers` must be a non-negative integer, got {v}")
-                        })?,
-                    };
-                    WindowLayers::From(usize::try_from(first).unwrap_or(usize::MAX))
-                }
-                Value::Array(types) => {
-                    if types.len() != num_layers {
-                        return Err(format!(
-                            "`layer_types` has {} entries for {num_layers} layers",
-                            types.len()
-                        ));
-                    }
-                    let layers = types
-                        .iter()
-                        .map(|t| match t.as_str() {
-                            Some("sliding_attention") => Ok(true),
-                            Some("full_attention") => Ok(false),
-                            _ => Err(format!(
-                                "`layer_types` entries must be \"sliding_attention\" or \
-                                 \"full_attention\", got {t}"
-                            )),
-                        })
-                        .collect::<Result<_, _>>()?;
-                    WindowLayers::Listed(layers)
-                }
-                v => return Err(format!("`layer_types` must be a list, got {v}")),
-            }
+    let layers = if mistral {
+        WindowLayers::All
+    } else {
+        if !config["use_sliding_window"].as_bool().unwrap_or(false) {
+            return Ok(None);
         }
-        _ => return Ok(None),
+        match &config["layer_types"] {
+            Value::Null => {
+                // transformers' default for Qwen2 and Qwen3 is 28.
+                let first = match &config["max_window_layers"] {
+                    Value::Null => 28,
+                    v => v.as_u64().ok_or_else(|| {
+                        format!("`max_window_layers` must be a non-negative integer, got {v}")
+                    })?,
+                };
+                WindowLayers::From(usize::try_from(first).unwrap_or(usize::MAX))
+            }
+            Value::Array(types) => {
+                if types.len() != num_layers {
+                    return Err(format!(
+                        "`layer_types` has {} entries for {num_layers} layers",
+                        types.len()
+                    ));
+                }
+                let layers = types
+                    .iter()
+                    .map(|t| match t.as_str() {
+                        Some("sliding_attention") => Ok(true),
+                        Some("full_attention") => Ok(false),
+                        _ => Err(format!(
+                            "`layer_types` entries must be \"sliding_attention\" or \
+                             \"full_attention\", got {t}"
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?;
+                WindowLayers::Listed(layers)
+            }
+            v => return Err(format!("`layer_types` must be a list, got {v}")),
+        }
     };
     Ok(Some(SlidingWindow { size, layers }))
 }

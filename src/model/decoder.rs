@@ -15,7 +15,7 @@ use crate::op::{
 };
 use crate::pool::{
     KvPoolError, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan,
-    SeqId, SlotAllocator, check_pool_memory, pool_attention,
+    SeqId, SlotAllocator, check_pool_memory, pool_attention, pool_bytes,
 };
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
@@ -194,30 +194,32 @@ impl Decoder {
     /// past `u64::MAX`).
     pub fn cache_bytes(&self, pool_rows: usize) -> Option<u64> {
         let rope = &self.config.rope;
-        [
+        let tensors = 2 * self.layers.len();
+        pool_bytes(
             pool_rows,
             rope.num_kv_heads,
             rope.head_dim,
-            self.dtype.size(),
-            2,
-            self.layers.len(),
-        ]
-        .iter()
-        .try_fold(1u64, |acc, &n| acc.checked_mul(u64::try_from(n).ok()?))
+            self.dtype,
+            tensors,
+        )
     }
 
     /// Empty pools of `pool_rows` rows for every layer, refused before anything is allocated
     /// past i32 slots or past what the device can hold
     /// ([`memory_limit`](crate::pool::memory_limit)).
     pub fn new_cache(&self, pool_rows: usize) -> Result<KvCache, KvPoolError> {
-        let layers = self.layers.len() as u64;
-        check_pool_memory(
-            &self.device,
-            pool_rows,
-            self.cache_bytes(pool_rows),
-            2 * layers,
-            None,
-        )?;
+        self.new_cache_within(pool_rows, None)
+    }
+
+    /// [`Self::new_cache`], also refused past `limit` bytes if given.
+    pub(crate) fn new_cache_within(
+        &self,
+        pool_rows: usize,
+        limit: Option<u64>,
+    ) -> Result<KvCache, KvPoolError> {
+        let tensors = 2 * self.layers.len() as u64;
+        let bytes = self.cache_bytes(pool_rows);
+        check_pool_memory(&self.device, pool_rows, bytes, tensors, limit)?;
         let rope = &self.config.rope;
         let shape = [pool_rows, rope.num_kv_heads, rope.head_dim];
         let slots = SlotAllocator::try_new(pool_rows)?;

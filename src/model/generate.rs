@@ -6,7 +6,7 @@
 //! does not fit yet waits (first come, first served).
 
 use crate::model::{Decoder, DecoderError, KvCache, StepToken};
-use crate::pool::{KvPoolError, check_pool_memory};
+use crate::pool::KvPoolError;
 use burn::tensor::{DType, Int, Tensor};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -81,8 +81,8 @@ pub struct GenerateOptions {
     /// Keep the logits of every generated token (read back each step); without, the argmax
     /// runs on the device and only the ids are read.
     pub keep_logits: bool,
-    /// The most bytes the pools may take (default: what the device can hold,
-    /// [`memory_limit`](crate::pool::memory_limit)). Checked before anything is allocated.
+    /// The most bytes the pools may take, a bound besides what the device can hold
+    /// ([`memory_limit`](crate::pool::memory_limit)). Checked before anything is allocated.
     pub max_pool_bytes: Option<u64>,
 }
 
@@ -201,19 +201,7 @@ pub fn generate(
         });
     }
     // Slot addressing and memory are checked before anything is allocated.
-    let mut cache: KvCache = match options.max_pool_bytes {
-        Some(limit) => {
-            check_pool_memory(
-                model.device(),
-                pool_rows,
-                model.cache_bytes(pool_rows),
-                2 * model.config.num_layers as u64,
-                Some(limit),
-            )?;
-            model.new_cache(pool_rows)?
-        }
-        None => model.new_cache(pool_rows)?,
-    };
+    let mut cache: KvCache = model.new_cache_within(pool_rows, options.max_pool_bytes)?;
     let mut budget = pool_rows;
     let mut results = vec![Generated::default(); requests.len()];
     let mut waiting: VecDeque<usize> = (0..requests.len()).collect();

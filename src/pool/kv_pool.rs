@@ -1,7 +1,7 @@
 //! A layer's KV pool: the k/v pool tensors the op writes, and the allocator of their rows.
 
 use crate::op::{RopePoolConfig, RopePoolInputs, try_rope_pool_fused};
-use crate::pool::{KvPoolError, SlotAllocator, check_pool_memory};
+use crate::pool::{KvPoolError, SlotAllocator, check_pool_memory, pool_bytes};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 /// One attention layer's KV pool: `k`/`v` tensors of `[pool_size, num_kv_heads, head_dim]` and
@@ -34,10 +34,7 @@ impl KvPool {
         dtype: DType,
     ) -> Result<Self, KvPoolError> {
         let shape = [pool_size, config.num_kv_heads, config.head_dim];
-        let bytes = shape
-            .iter()
-            .chain(&[dtype.size(), 2])
-            .try_fold(1u64, |acc, &n| acc.checked_mul(u64::try_from(n).ok()?));
+        let bytes = pool_bytes(pool_size, config.num_kv_heads, config.head_dim, dtype, 2);
         check_pool_memory(device, pool_size, bytes, 2, None)?;
         Ok(Self {
             k: Some(Tensor::zeros(shape, (device, dtype))),

@@ -2,7 +2,21 @@
 //! the device cannot give is an error, not an aborted process.
 
 use crate::pool::KvPoolError;
-use burn::tensor::Device;
+use burn::tensor::{DType, Device};
+
+/// The bytes of `tensors` pools of `rows` rows of `heads × head_dim` elements of `dtype`
+/// (`None` past `u64::MAX`).
+pub fn pool_bytes(
+    rows: usize,
+    heads: usize,
+    head_dim: usize,
+    dtype: DType,
+    tensors: usize,
+) -> Option<u64> {
+    [rows, heads, head_dim, dtype.size(), tensors]
+        .iter()
+        .try_fold(1u64, |acc, &n| acc.checked_mul(u64::try_from(n).ok()?))
+}
 
 /// The memory the system reports available (`MemAvailable` of `/proc/meminfo`), where it can be
 /// read: what a Flex (CPU) allocation can take without aborting the process.
@@ -46,10 +60,10 @@ pub fn memory_limit(device: &Device, tensors: u64) -> Option<(u64, &'static str)
 }
 
 /// Refuses `rows`-row pools of `bytes` in all (as `tensors` equal allocations) that pass i32
-/// slot addressing or `limit` (default: [`memory_limit`] of `device`). The slot allocator's
-/// free list (4 bytes a row, host memory) is counted too. The limit is the device's capacity,
-/// not what is free after the weights: a pool that fits the capacity but not the free memory
-/// is the runtime's to refuse.
+/// slot addressing, the caller's `limit` if any, or [`memory_limit`] of `device`. The slot
+/// allocator's free list (4 bytes a row, host memory) is counted too. The device's limit is its
+/// capacity, not what is free after the weights: a pool that fits the capacity but not the free
+/// memory is the runtime's to refuse.
 pub fn check_pool_memory(
     device: &Device,
     rows: usize,
@@ -62,19 +76,17 @@ pub fn check_pool_memory(
         return Err(KvPoolError::TooManyRows { rows, max });
     }
     let bytes = bytes.and_then(|b| b.checked_add(4 * rows as u64));
-    let limit = match limit {
-        Some(limit) => Some((limit, "allowed")),
-        None => memory_limit(device, tensors),
-    };
-    if let Some((limit, source_of_limit)) = limit
-        && bytes.is_none_or(|b| b > limit)
-    {
-        return Err(KvPoolError::Memory {
+    let mut limits = limit
+        .map(|limit| (limit, "allowed"))
+        .into_iter()
+        .chain(memory_limit(device, tensors));
+    match limits.find(|&(limit, _)| bytes.is_none_or(|b| b > limit)) {
+        Some((limit, source_of_limit)) => Err(KvPoolError::Memory {
             rows,
             bytes,
             limit,
             source_of_limit,
-        });
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }

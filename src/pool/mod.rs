@@ -11,7 +11,7 @@ pub use attention::{
     PoolAttentionOutputs, PoolAttentionPlan, pool_attention, reference,
 };
 pub use kv_pool::KvPool;
-pub use memory::{check_pool_memory, memory_limit};
+pub use memory::{check_pool_memory, memory_limit, pool_bytes};
 pub use slots::{SeqId, SeqToken, SlotAllocator};
 
 use crate::op::RopePoolError;

@@ -32,6 +32,17 @@ pub fn devices() -> Vec<(&'static str, Device)> {
 
 pub use burn_rope_pool::testing::Rng;
 
+/// `values` as a float tensor of `dims`, stored in `dtype` on `device` (through f32).
+pub fn float_tensor<const D: usize>(
+    values: &[f64],
+    dims: [usize; D],
+    device: &Device,
+    dtype: DType,
+) -> Tensor<D> {
+    let data: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+    Tensor::from_data(TensorData::new(data, dims), (device, dtype))
+}
+
 /// `x` rounded to `dtype` and back.
 pub fn round_to(x: f64, dtype: DType) -> f64 {
     match dtype {

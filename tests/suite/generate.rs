@@ -5,6 +5,7 @@
 //! sequences finishing at different steps — against the same requests run alone; and the errors
 //! of bad checkpoints.
 
+use crate::common::float_tensor;
 use burn::tensor::{DType, Device};
 use burn_rope_pool::model::Decoder;
 use burn_rope_pool::model::{Checkpoint, CheckpointError};
@@ -412,7 +413,6 @@ fn sliding_windows_follow_the_config() {
 /// odd widths and many rows.
 #[test]
 fn rms_norm_matches_float64() {
-    use burn::tensor::{Tensor, TensorData};
     use burn_rope_pool::model::rms_norm;
     let mut rng = burn_rope_pool::testing::Rng::new(77);
     for (name, device) in crate::common::devices() {
@@ -425,14 +425,8 @@ fn rms_norm_matches_float64() {
                 let x: Vec<f64> = rng.values(rows * hidden).into_iter().map(round).collect();
                 let w: Vec<f64> = rng.values(hidden).into_iter().map(round).collect();
                 let eps = 1e-5;
-                let xt = Tensor::<2>::from_data(
-                    TensorData::new(x.iter().map(|&v| v as f32).collect(), [rows, hidden]),
-                    (&device, dtype),
-                );
-                let wt = Tensor::<1>::from_data(
-                    TensorData::new(w.iter().map(|&v| v as f32).collect(), [hidden]),
-                    (&device, dtype),
-                );
+                let xt = float_tensor(&x, [rows, hidden], &device, dtype);
+                let wt = float_tensor(&w, [hidden], &device, dtype);
                 let got: Vec<f64> = rms_norm(xt, &wt, eps).into_data().iter::<f64>().collect();
                 for r in 0..rows {
                     let row = &x[r * hidden..][..hidden];
@@ -459,7 +453,6 @@ fn rms_norm_matches_float64() {
 /// and odd widths.
 #[test]
 fn projections_match_float64() {
-    use burn::tensor::{Tensor, TensorData};
     use burn_rope_pool::model::project;
     let mut rng = burn_rope_pool::testing::Rng::new(78);
     for (name, device) in crate::common::devices() {
@@ -477,12 +470,7 @@ fn projections_match_float64() {
                 let round = |v: f64| crate::common::round_to(v, dtype);
                 let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();
                 let w: Vec<f64> = rng.values(n * k).into_iter().map(round).collect();
-                let tensor = |v: &[f64], dims: [usize; 2]| {
-                    Tensor::<2>::from_data(
-                        TensorData::new(v.iter().map(|&a| a as f32).collect(), dims),
-                        (&device, dtype),
-                    )
-                };
+                let tensor = |v: &[f64], dims: [usize; 2]| float_tensor(v, dims, &device, dtype);
                 let got: Vec<f64> = project(tensor(&x, [m, k]), &tensor(&w, [n, k]))
                     .into_data()
                     .iter::<f64>()
@@ -577,7 +565,6 @@ fn kernels_fall_back_on_shapes_they_do_not_take() {
 /// Flex) against float64 with transformers' rounding, odd widths included.
 #[test]
 fn silu_mul_matches_float64() {
-    use burn::tensor::{Tensor, TensorData};
     use burn_rope_pool::model::silu_mul;
     let mut rng = burn_rope_pool::testing::Rng::new(80);
     for (name, device) in crate::common::devices() {
@@ -592,10 +579,7 @@ fn silu_mul_matches_float64() {
                     .into_iter()
                     .map(|v| round(4.0 * v))
                     .collect();
-                let t = Tensor::<2>::from_data(
-                    TensorData::new(x.iter().map(|&v| v as f32).collect(), [rows, 2 * m]),
-                    (&device, dtype),
-                );
+                let t = float_tensor(&x, [rows, 2 * m], &device, dtype);
                 let got: Vec<f64> = silu_mul(t).into_data().iter::<f64>().collect();
                 assert_eq!(got.len(), rows * m, "{name}");
                 for r in 0..rows {

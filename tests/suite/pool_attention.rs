@@ -3,7 +3,7 @@
 //! sequences, shared and unsorted rows, indices outside the pool, windows, caps, every head_dim
 //! of the contract, f32 and f16), outputs over poisoned memory, and every documented error.
 
-use crate::common::{Rng, devices, round_to};
+use crate::common::{Rng, devices, float_tensor, round_to};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use burn_rope_pool::pool::reference::{BatchIndices, pool_attention_reference};
 use burn_rope_pool::pool::{
@@ -96,11 +96,6 @@ fn random_batch(rng: &mut Rng, pool: usize, max_len: u64, causal: bool) -> Batch
     }
 }
 
-fn tensor(values: &[f64], dims: [usize; 3], device: &Device, dtype: DType) -> Tensor<3> {
-    let data: Vec<f32> = values.iter().map(|&x| x as f32).collect();
-    Tensor::from_data(TensorData::new(data, dims), (device, dtype))
-}
-
 #[test]
 fn random_batches_match_the_reference() {
     let head_dims = [16usize, 64, 80, 96, 128, 256, 512];
@@ -156,9 +151,9 @@ fn random_batches_match_the_reference() {
             let _ = Tensor::<3>::full([batch.num_tokens.max(1), hq, d], f32::NAN, (&device, dtype))
                 .into_data();
             let inputs = PoolAttentionInputs::new(
-                tensor(&q, [batch.num_tokens, hq, d], &device, dtype),
-                tensor(&k_pool, [pool, hkv, d], &device, dtype),
-                tensor(&v_pool, [pool, hkv, d], &device, dtype),
+                float_tensor(&q, [batch.num_tokens, hq, d], &device, dtype),
+                float_tensor(&k_pool, [pool, hkv, d], &device, dtype),
+                float_tensor(&v_pool, [pool, hkv, d], &device, dtype),
             );
             let what = format!(
                 "{device_name} case {case} ({dtype:?}, d {d}, {hq}/{hkv} heads, {config:?})"
@@ -507,9 +502,9 @@ fn fuzzed_plans_give_documented_errors_or_the_reference() {
                 &device,
             );
             let inputs = PoolAttentionInputs::new(
-                tensor(&q, [q_rows, hq, d], &device, DType::F32),
-                tensor(&k_pool, [pool, hkv, d], &device, DType::F32),
-                tensor(&v_pool, [pool, hkv, d], &device, DType::F32),
+                float_tensor(&q, [q_rows, hq, d], &device, DType::F32),
+                float_tensor(&k_pool, [pool, hkv, d], &device, DType::F32),
+                float_tensor(&v_pool, [pool, hkv, d], &device, DType::F32),
             );
             let what = format!("{device_name} case {case} (lie {lie}, {config:?})");
             match pool_attention(inputs, &plan, &config) {

@@ -87,12 +87,11 @@ pub fn project(x: Tensor<2>, w_t: &Tensor<2>) -> Tensor<2> {
 }
 
 /// Whether the kernel takes `x · w_tᵀ`: one dtype and device, a non-empty product, a CubeCL
-/// device whose planes fit `x`'s rows.
+/// device (not Autodiff-wrapped) whose planes fit `x`'s rows.
 #[cfg(feature = "cube")]
 fn matvec_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> bool {
     let ([m, k], [n, _]) = (x.dims(), w_t.dims());
-    on_cube(x)
-        && x.dtype() == w_t.dtype()
+    x.dtype() == w_t.dtype()
         && k > 0
         && n > 0
         && x.device() == w_t.device()
@@ -112,13 +111,13 @@ fn matvec_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> bool {
 /// # Panics
 /// When `gate_up`'s width is odd.
 pub fn silu_mul(gate_up: Tensor<2>) -> Tensor<2> {
-    let [rows, width] = gate_up.dims();
+    let width = gate_up.dims()[1];
     assert!(
         width.is_multiple_of(2),
         "silu_mul: gate and up side by side need an even width, got {width}"
     );
     #[cfg(feature = "cube")]
-    if on_cube(&gate_up) && rows > 0 && width > 0 {
+    if on_cube(&gate_up) && gate_up.dims()[0] > 0 && width > 0 {
         let inputs = backend::ActTensors {
             gate_up: gate_up.into_dispatch(),
         };
