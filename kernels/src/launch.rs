@@ -2,6 +2,7 @@
 //! launch.
 
 use crate::rope_pool::{APPEND_MAX_UNITS, append_max, rope_pool_kernel};
+use crate::rope_pool_norm::rope_pool_norm_kernel;
 use crate::table::{RopeTable, RopeVariant};
 use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
@@ -172,7 +173,27 @@ pub struct RopePoolArgs {
     pub v_pool: TensorArg,
     /// Whether the rotated keys go to `k_out` too (else to the pool rows only).
     pub write_k_out: bool,
+    /// The per-head RMSNorm of q and k before the rotation, when the call has one.
+    pub qk_norm: Option<QkNormArgs>,
 }
+
+/// The q/k norm of a call ([`crate::rope_pool_norm`]): weights `[D]`, float `F`, dense; `D` at
+/// most [`MAX_NORM_HEAD_DIM`].
+pub struct QkNormArgs {
+    /// q's norm weight.
+    pub q_weight: TensorArg,
+    /// k's norm weight.
+    pub k_weight: TensorArg,
+    /// Added to the mean of squares before the reciprocal square root.
+    pub eps: f32,
+}
+
+/// The largest head the q/k norm kernel takes: a (token, head group)'s units must fit one cube
+/// row of at most [`NORM_CUBE_UNITS`] units at vector width 1.
+pub const MAX_NORM_HEAD_DIM: usize = 2 * NORM_CUBE_UNITS;
+
+/// Units of a q/k norm cube (the smallest per-cube limit a WebGPU device may have).
+const NORM_CUBE_UNITS: usize = 256;
 
 /// Enqueues the fused kernel of `rope`'s variant on `client`. `float` and `int` are the element
 /// types of the float tensors and of `positions`/`slots`. `tuning` is [`LaunchTuning::default`]
@@ -221,13 +242,65 @@ pub unsafe fn launch_rope_pool(
         ),
         None => CubeDim::new(client, units),
     };
+    // The tail is whatever of the head the table does not rotate.
+    let variant = RopeVariant {
+        partial: rotary_dim < head_dim,
+        ..rope.variant
+    };
+    let address = AddressType::from_len(geometry.max_len());
+    let scalars = (
+        group as u32,
+        (rotary_dim / vector) as u32,
+        rope.attention_factor,
+        rope.long_from,
+    );
+    if let Some(norm) = args.qk_norm {
+        let row_units = units / (num_tokens * heads.div_ceil(group));
+        let rows = (NORM_CUBE_UNITS / row_units).max(1);
+        let cube_dim = CubeDim::new_2d(row_units as u32, rows as u32);
+        let cubes = (num_tokens * heads.div_ceil(group)).div_ceil(rows);
+        let cube_count = calculate_cube_count_elemwise(client, cubes * row_units * rows, cube_dim);
+        unsafe {
+            rope_pool_norm_kernel::launch_unchecked(
+                client,
+                cube_count,
+                cube_dim,
+                address,
+                vector,
+                args.q,
+                args.k,
+                args.v,
+                args.positions,
+                args.slots,
+                table,
+                norm.q_weight,
+                norm.k_weight,
+                args.q_out,
+                args.k_out,
+                args.k_pool,
+                args.v_pool,
+                scalars.0,
+                scalars.1,
+                scalars.2,
+                scalars.3,
+                norm.eps,
+                variant,
+                args.write_k_out,
+                geometry.strided(),
+                row_units,
+                rows,
+                [float, int],
+            );
+        }
+        return;
+    }
     let cube_count = calculate_cube_count_elemwise(client, units, cube_dim);
     unsafe {
         rope_pool_kernel::launch_unchecked(
             client,
             cube_count,
             cube_dim,
-            AddressType::from_len(geometry.max_len()),
+            address,
             vector,
             args.q,
             args.k,
@@ -239,15 +312,11 @@ pub unsafe fn launch_rope_pool(
             args.k_out,
             args.k_pool,
             args.v_pool,
-            group as u32,
-            (rotary_dim / vector) as u32,
-            rope.attention_factor,
-            rope.long_from,
-            // The tail is whatever of the head the table does not rotate.
-            RopeVariant {
-                partial: rotary_dim < head_dim,
-                ..rope.variant
-            },
+            scalars.0,
+            scalars.1,
+            scalars.2,
+            scalars.3,
+            variant,
             args.write_k_out,
             geometry.strided(),
             [float, int],

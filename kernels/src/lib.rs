@@ -13,6 +13,7 @@ pub mod matvec;
 pub mod norm;
 mod reduce;
 pub mod rope_pool;
+pub mod rope_pool_norm;
 mod table;
 mod tuning;
 
@@ -23,8 +24,8 @@ pub use attention_launch::{
     launch_attention,
 };
 pub use launch::{
-    RopePoolArgs, RopePoolGeometry, heads_per_unit, launch_append_max, launch_rope_pool,
-    vector_size,
+    MAX_NORM_HEAD_DIM, QkNormArgs, RopePoolArgs, RopePoolGeometry, heads_per_unit,
+    launch_append_max, launch_rope_pool, vector_size,
 };
 pub use matvec::{MATVEC_MAX_ROWS, launch_matvec, matvec_fits};
 pub use norm::launch_rms_norm;

@@ -162,8 +162,7 @@ pub fn lane_positions<N: Size>(
 /// vectors of the pass-through tail. Larger groups pay the trigonometry fewer times; smaller ones
 /// put more units in flight.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
-// `if partial { if pass { .. } }`: the outer condition is comptime, the inner one runtime.
-#[allow(clippy::too_many_arguments, clippy::collapsible_if)]
+#[allow(clippy::too_many_arguments)]
 pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     q: &Tensor<Vector<F, N>>,
     k: &Tensor<Vector<F, N>>,
@@ -184,23 +183,13 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     #[comptime] strided: bool,
     #[define(F, I)] _dtypes: [ElemType; 2],
 ) {
-    let RopeVariant {
-        interleaved,
-        partial,
-        mrope,
-        long_short,
-    } = variant;
     let num_tokens = q.shape(0);
     let num_qo_heads = q.shape(1);
     let num_kv_heads = k.shape(1);
     let pool_size = k_pool.shape(0);
     let row_vectors = q.shape(2) / q.vector_size();
     let rotary_vectors = rotary_vectors as usize;
-    let half_vectors = rotary_vectors / 2;
-    let mut unit_vectors = half_vectors;
-    if partial {
-        unit_vectors += (row_vectors - rotary_vectors).div_ceil(2);
-    }
+    let unit_vectors = units_per_row(row_vectors, rotary_vectors, variant.partial);
     let groups = (num_qo_heads + num_kv_heads).div_ceil(heads_per_unit as usize);
     let num_heads = num_qo_heads + num_kv_heads;
 
@@ -212,6 +201,108 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
         terminate!();
     }
 
+    let (lo, hi, pass, pool, angles) = unit_setup::<I, N>(
+        positions,
+        slots,
+        table,
+        token,
+        j,
+        (num_tokens, pool_size, rotary_vectors, row_vectors),
+        attention_factor,
+        long_from,
+        variant,
+    );
+
+    // Outputs are dense; q, k and v may have any token stride (views of one fused QKV
+    // projection): their heads are contiguous within a token.
+    // (`strided` is comptime: dense calls index q, k and v as the outputs, with no stride read.)
+    let vector = q.vector_size();
+    let q_base = token * num_qo_heads * row_vectors;
+    let mut q_in = q_base;
+    if strided {
+        q_in = token * (q.stride(0) / vector);
+    }
+    let mut head = group;
+    while head < num_qo_heads {
+        let row = q_base + head * row_vectors;
+        let row_in = q_in + head * row_vectors;
+        let (a, b) = turn::<F, N>(q[row_in + lo], q[row_in + hi], angles, pass, variant);
+        q_out[row + lo] = a;
+        q_out[row + hi] = b;
+        head += groups;
+    }
+
+    let write = pool < pool_size;
+    let kv_base = token * num_kv_heads * row_vectors;
+    let mut k_in = kv_base;
+    let mut v_in = kv_base;
+    if strided {
+        k_in = token * (k.stride(0) / vector);
+        v_in = token * (v.stride(0) / vector);
+    }
+    let pool_base = pool * num_kv_heads * row_vectors;
+    while head < num_heads {
+        let h = head - num_qo_heads;
+        let row = kv_base + h * row_vectors;
+        let (k_row, v_row) = (k_in + h * row_vectors, v_in + h * row_vectors);
+        // All four loads of the kv head before its first store: the compiler may not move a
+        // load above a store to a buffer it cannot prove distinct, so a v load issued after the
+        // k stores would add a memory round trip to this unit's chain. (v is read even when the
+        // slot is skipped: one unused row read for a padding token, never a write.)
+        let (k1, k2) = (k[k_row + lo], k[k_row + hi]);
+        let (v1, v2) = (v[v_row + lo], v[v_row + hi]);
+        let (a, b) = turn::<F, N>(k1, k2, angles, pass, variant);
+        if write_k_out {
+            k_out[row + lo] = a;
+            k_out[row + hi] = b;
+        }
+        if write {
+            let dst = pool_base + h * row_vectors;
+            k_pool[dst + lo] = a;
+            k_pool[dst + hi] = b;
+            v_pool[dst + lo] = v1;
+            v_pool[dst + hi] = v2;
+        }
+        head += groups;
+    }
+}
+
+/// The part of a unit's work that does not depend on its heads: its two vectors `lo`, `hi`
+/// (offsets in a head row), whether they are pass-through tail vectors, the pool row of its
+/// token ([`pool_row()`]), and the cos/sin of its angles ([`lane_angles`]' four vectors).
+/// `sizes` is `(num_tokens, pool_size, rotary_vectors, row_vectors)`.
+#[cube]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub(crate) fn unit_setup<I: Int, N: Size>(
+    positions: &Tensor<I>,
+    slots: &Tensor<I>,
+    table: &Tensor<Vector<f32, N>>,
+    token: usize,
+    j: usize,
+    sizes: (usize, usize, usize, usize),
+    attention_factor: f32,
+    long_from: i32,
+    #[comptime] variant: RopeVariant,
+) -> (
+    usize,
+    usize,
+    bool,
+    usize,
+    (
+        Vector<f32, N>,
+        Vector<f32, N>,
+        Vector<f32, N>,
+        Vector<f32, N>,
+    ),
+) {
+    let RopeVariant {
+        interleaved,
+        partial,
+        mrope,
+        long_short,
+    } = variant;
+    let (num_tokens, pool_size, rotary_vectors, row_vectors) = sizes;
+    let half_vectors = rotary_vectors / 2;
     // The token's positions and slot are loaded together, up front: none waits on the heads.
     let mut parts = position_parts::<N>(i32::cast_from(positions[token]));
     let pool = pool_row::<I>(slots[token], pool_size);
@@ -259,79 +350,14 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     let angle = rope_angle::<N>(parts, table, set + f, half_vectors);
     let cos = angle.cos() * Vector::new(attention_factor);
     let sin = angle.sin() * Vector::new(attention_factor);
-    let angles = lane_angles::<N>(cos, sin, interleaved);
-
-    // Outputs are dense; q, k and v may have any token stride (views of one fused QKV
-    // projection): their heads are contiguous within a token.
-    // (`strided` is comptime: dense calls index q, k and v as the outputs, with no stride read.)
-    let vector = q.vector_size();
-    let q_base = token * num_qo_heads * row_vectors;
-    let mut q_in = q_base;
-    if strided {
-        q_in = token * (q.stride(0) / vector);
-    }
-    let mut head = group;
-    while head < num_qo_heads {
-        let row = q_base + head * row_vectors;
-        let row_in = q_in + head * row_vectors;
-        let (x1, x2) = (q[row_in + lo], q[row_in + hi]);
-        let (mut a, mut b) = turn::<F, N>(x1, x2, angles, interleaved);
-        if partial {
-            if pass {
-                a = x1;
-                b = x2;
-            }
-        }
-        q_out[row + lo] = a;
-        q_out[row + hi] = b;
-        head += groups;
-    }
-
-    let write = pool < pool_size;
-    let kv_base = token * num_kv_heads * row_vectors;
-    let mut k_in = kv_base;
-    let mut v_in = kv_base;
-    if strided {
-        k_in = token * (k.stride(0) / vector);
-        v_in = token * (v.stride(0) / vector);
-    }
-    let pool_base = pool * num_kv_heads * row_vectors;
-    while head < num_heads {
-        let h = head - num_qo_heads;
-        let row = kv_base + h * row_vectors;
-        let (k_row, v_row) = (k_in + h * row_vectors, v_in + h * row_vectors);
-        // All four loads of the kv head before its first store: the compiler may not move a
-        // load above a store to a buffer it cannot prove distinct, so a v load issued after the
-        // k stores would add a memory round trip to this unit's chain. (v is read even when the
-        // slot is skipped: one unused row read for a padding token, never a write.)
-        let (k1, k2) = (k[k_row + lo], k[k_row + hi]);
-        let (v1, v2) = (v[v_row + lo], v[v_row + hi]);
-        let (mut a, mut b) = turn::<F, N>(k1, k2, angles, interleaved);
-        if partial {
-            if pass {
-                a = k1;
-                b = k2;
-            }
-        }
-        if write_k_out {
-            k_out[row + lo] = a;
-            k_out[row + hi] = b;
-        }
-        if write {
-            let dst = pool_base + h * row_vectors;
-            k_pool[dst + lo] = a;
-            k_pool[dst + hi] = b;
-            v_pool[dst + lo] = v1;
-            v_pool[dst + hi] = v2;
-        }
-        head += groups;
-    }
+    (lo, hi, pass, pool, lane_angles::<N>(cos, sin, interleaved))
 }
 
-/// The rotation of the variant: NeoX halves, or GPT-J lane pairs (with [`lane_angles`]).
+/// The rotation of the variant — NeoX halves, or GPT-J lane pairs (with [`lane_angles`]) — of a
+/// unit's two vectors, or the vectors unchanged when they are `pass`-through tail vectors.
 #[cube]
-#[allow(clippy::type_complexity)]
-fn turn<F: Float, N: Size>(
+#[allow(clippy::type_complexity, clippy::collapsible_if)]
+pub(crate) fn turn<F: Float, N: Size>(
     x1: Vector<F, N>,
     x2: Vector<F, N>,
     angles: (
@@ -340,18 +366,43 @@ fn turn<F: Float, N: Size>(
         Vector<f32, N>,
         Vector<f32, N>,
     ),
-    #[comptime] interleaved: bool,
+    pass: bool,
+    #[comptime] variant: RopeVariant,
 ) -> (Vector<F, N>, Vector<F, N>) {
     let (c1, s1, c2, s2) = angles;
     let n = N::value();
-    if comptime!(interleaved && n > 1) {
+    let turned = if comptime!(variant.interleaved && n > 1) {
         (
             rotate_lanes::<F, N>(x1, c1, s1),
             rotate_lanes::<F, N>(x2, c2, s2),
         )
     } else {
         rotate::<F, N>(x1, x2, c1, s1)
+    };
+    let (mut a, mut b) = turned;
+    // `if partial { if pass { .. } }`: the outer condition is comptime, the inner one runtime.
+    if variant.partial {
+        if pass {
+            a = x1;
+            b = x2;
+        }
     }
+    (a, b)
+}
+
+/// Units per (token, head group): one per pair vector, plus with a partial rotary dimension one
+/// per two vectors of the pass-through tail.
+#[cube]
+pub(crate) fn units_per_row(
+    row_vectors: usize,
+    rotary_vectors: usize,
+    #[comptime] partial: bool,
+) -> usize {
+    let mut units = rotary_vectors / 2;
+    if partial {
+        units += (row_vectors - rotary_vectors).div_ceil(2);
+    }
+    units
 }
 
 /// Units of the [`append_max()`] cube (a power of two: its tree reduction has 8 levels).

@@ -381,15 +381,11 @@ impl Decoder {
         let mut x = self.embed.clone().select(0, ids);
         for (l, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(x.clone(), &layer.input_norm, eps);
-            let head_norm = |y: Tensor<2>, heads: usize, w: &Option<Tensor<1>>| match w {
-                Some(w) => rms_norm(y.reshape([t * heads, d]), w, eps).reshape([t, heads, d]),
-                None => y.reshape([t, heads, d]),
-            };
             // One projection; q, k and v are views of its columns (the op reads them in place).
             let qkv = project(&layer.qkv, h);
             let (q_end, k_end) = (hq * d, (hq + hkv) * d);
-            let q = head_norm(qkv.clone().slice([0..t, 0..q_end]), hq, &layer.q_norm);
-            let k = head_norm(qkv.clone().slice([0..t, q_end..k_end]), hkv, &layer.k_norm);
+            let q = qkv.clone().slice([0..t, 0..q_end]).reshape([t, hq, d]);
+            let k = qkv.clone().slice([0..t, q_end..k_end]).reshape([t, hkv, d]);
             let v = qkv
                 .slice([0..t, k_end..k_end + hkv * d])
                 .reshape([t, hkv, d]);
@@ -397,7 +393,12 @@ impl Decoder {
             let (Some(kp), Some(vp)) = (k_pool.take(), v_pool.take()) else {
                 return Err(DecoderError::Step("the cache lost its pools".into()));
             };
-            let inputs = RopePoolInputs::new(q, k, v, positions.clone(), slots.clone(), kp, vp);
+            let mut inputs = RopePoolInputs::new(q, k, v, positions.clone(), slots.clone(), kp, vp);
+            // Qwen3's per-head q/k norm runs inside the op (its epsilon is the config's
+            // `rms_norm_eps`, read into the rope config).
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                inputs = inputs.with_qk_norm(qn.clone(), kn.clone());
+            }
             // The pools go in as their only handles (updated in place) and come back either way.
             let out = if self.fused {
                 try_rope_pool_fused(inputs, rope)

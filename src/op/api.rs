@@ -85,7 +85,12 @@ fn check(
         &inputs.k_pool,
         &inputs.v_pool,
     ];
-    if others.iter().any(|t| device_of(t) != on) {
+    let weights = inputs.qk_norm.weights().into_iter().flatten();
+    if others
+        .into_iter()
+        .chain(weights)
+        .any(|t| device_of(t) != on)
+    {
         return Err(RopePoolError::DeviceMismatch);
     }
     let device = Device::new(on);
@@ -138,7 +143,9 @@ fn run_checked(
         slots: as_kernel_int(inputs.slots),
         ..inputs
     };
-    <Dispatch as RopePoolBackend>::rope_pool_fused(inputs, rope, config.k_rot).into()
+    // `check` accepted the epsilon as a finite f32.
+    let eps = config.qk_norm_eps as f32;
+    <Dispatch as RopePoolBackend>::rope_pool_fused(inputs, rope, config.k_rot, eps).into()
 }
 
 /// A call [`try_rope_pool_fused`] refused: why, and its inputs, untouched, so a caller keeps
@@ -185,7 +192,9 @@ impl From<RefusedCall> for RopePoolError {
 /// - `positions: [num_tokens]` integers (`[3, num_tokens]` with M-RoPE), `slots: [num_tokens]`
 ///   integers; a slot `< 0` means "do not write", and a slot `>= pool_size` is never written (in
 ///   checked mode it is an error);
-/// - `k_pool`, `v_pool: [pool_size, num_kv_heads, head_dim]`, the dtype of `q`.
+/// - `k_pool`, `v_pool: [pool_size, num_kv_heads, head_dim]`, the dtype of `q`;
+/// - optionally ([`RopePoolInputs::with_qk_norm`]) q/k norm weights `[head_dim]` in `q`'s dtype:
+///   each head of q and k is RMS-normalised before it is rotated (Qwen3), in the same launch.
 ///
 /// The pools are taken by value: when the caller holds no other handle to them they are updated
 /// in place (no copy of the pool); a pool still shared elsewhere is copied first, so no other

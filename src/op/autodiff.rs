@@ -1,5 +1,6 @@
 //! The op under Burn's `Autodiff` backend: the forward runs the inner backend's kernel once, and
-//! each of the four outputs gets its own backward node.
+//! each of the four outputs gets its own backward node. A q/k norm runs first as tracked tensor
+//! ops, so its backward (weights included) is Burn's.
 //!
 //! - `q_rot`, `k_rot`: the gradient flows back through the transposed rotation, which is the
 //!   rotation by the negated angle (times the same attention factor). It runs on the inner
@@ -12,7 +13,8 @@
 //!   from the pools. With duplicate slots (a caller error) each duplicate receives that row's
 //!   gradient. This is what Burn's autodiff of `select_assign` gives the unfused path.
 
-use crate::op::backend::{Outputs, RopePoolBackend, RopePoolInputs};
+use crate::op::backend::{Outputs, QkNorm, RopePoolBackend, RopePoolInputs};
+use crate::op::norm::head_rms_norm;
 use crate::op::rope::{RopeFrequencies, RopeStyle};
 use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::CheckpointStrategy};
 use burn::backend::autodiff::grads::Gradients;
@@ -27,16 +29,25 @@ impl<B: RopePoolBackend, C: CheckpointStrategy> RopePoolBackend for Autodiff<B, 
         inputs: RopePoolInputs<Self>,
         rope: Arc<RopeFrequencies>,
         k_rot: bool,
+        qk_norm_eps: f32,
     ) -> Outputs<Self> {
         let RopePoolInputs {
-            q,
-            k,
+            mut q,
+            mut k,
             v,
             positions,
             slots,
             k_pool,
             v_pool,
+            qk_norm,
         } = inputs;
+        // The q/k norm runs as tracked tensor ops here (its gradient is Burn's), the rotation and
+        // the pool write on the kernel below.
+        if let QkNorm::Rms { q_weight, k_weight } = qk_norm {
+            let eps = f64::from(qk_norm_eps);
+            q = head_rms_norm::<Self>(q, q_weight, eps);
+            k = head_rms_norm::<Self>(k, k_weight, eps);
+        }
         let pool_rows = k_pool.shape()[0];
         let k_node = k.node();
         let (q, q_node) = q.into_parts();
@@ -53,9 +64,11 @@ impl<B: RopePoolBackend, C: CheckpointStrategy> RopePoolBackend for Autodiff<B, 
                 slots: slots.clone(),
                 k_pool,
                 v_pool,
+                qk_norm: QkNorm::None,
             },
             rope.clone(),
             k_rot,
+            qk_norm_eps,
         );
 
         let turn = Turn {
@@ -135,9 +148,11 @@ impl<B: RopePoolBackend> Turn<B> {
                 ),
                 k_pool: B::float_zeros(pool_shape.clone(), &device, dtype.into()),
                 v_pool: B::float_zeros(pool_shape, &device, dtype.into()),
+                qk_norm: QkNorm::None,
             },
             self.rope.clone(),
             false,
+            0.0,
         );
         B::float_mul(out.0, signs)
     }

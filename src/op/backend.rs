@@ -16,7 +16,7 @@ use burn::tensor::{Int, Shape, Tensor};
 use burn_fusion::custom::TensorSpec;
 use std::sync::Arc;
 
-/// The seven inputs of one call, shared by every layer of the op: the public functions (with
+/// The inputs of one call (seven tensors, and the q/k norm's two weights when it has one), shared by every layer of the op: the public functions (with
 /// `B = Dispatch`, the backend behind [`Tensor`]), validation, the backend trait and its
 /// implementations.
 ///
@@ -40,6 +40,38 @@ pub struct RopePoolInputs<B: Backend = Dispatch> {
     pub k_pool: FloatTensor<B>,
     /// Value pool, `[P, Hkv, D]`.
     pub v_pool: FloatTensor<B>,
+    /// The per-head RMSNorm of q and k before the rotation, if any.
+    #[extension_type]
+    pub qk_norm: QkNorm<B>,
+}
+
+/// The per-head RMSNorm a call applies to q and k before rotating them (Qwen3's `q_norm` and
+/// `k_norm`): each head row `x` of `head_dim` elements becomes `w · cast(x · rsqrt(mean(x²) +
+/// eps))`, the mean and the scaling in f32, the normalised row rounded to the tensors' dtype and
+/// multiplied by the weight there (transformers' `Qwen3RMSNorm`); `eps` is the config's
+/// [`qk_norm_eps`](crate::RopePoolConfig::qk_norm_eps). v is not normalised.
+#[derive(Debug, ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub enum QkNorm<B: Backend = Dispatch> {
+    /// No norm: q and k are rotated as they come.
+    None,
+    /// Per-head RMSNorm with these weights, `[head_dim]` each, in q's dtype.
+    Rms {
+        /// q's norm weight (`q_norm.weight` of a Qwen3 layer).
+        q_weight: FloatTensor<B>,
+        /// k's norm weight (`k_norm.weight`).
+        k_weight: FloatTensor<B>,
+    },
+}
+
+impl<B: Backend> QkNorm<B> {
+    /// The two weights, when the call has a norm.
+    pub fn weights(&self) -> Option<[&FloatTensor<B>; 2]> {
+        match self {
+            QkNorm::None => None,
+            QkNorm::Rms { q_weight, k_weight } => Some([q_weight, k_weight]),
+        }
+    }
 }
 
 impl RopePoolInputs<Dispatch> {
@@ -62,6 +94,20 @@ impl RopePoolInputs<Dispatch> {
             slots: slots.into_dispatch(),
             k_pool: k_pool.into_dispatch(),
             v_pool: v_pool.into_dispatch(),
+            qk_norm: QkNorm::None,
+        }
+    }
+
+    /// These inputs with a per-head RMSNorm of q and k before the rotation ([`QkNorm::Rms`]):
+    /// `q_weight`, `k_weight` are `[head_dim]`, in q's dtype; the epsilon is the config's
+    /// [`qk_norm_eps`](crate::RopePoolConfig::qk_norm_eps).
+    pub fn with_qk_norm(self, q_weight: Tensor<1>, k_weight: Tensor<1>) -> Self {
+        Self {
+            qk_norm: QkNorm::Rms {
+                q_weight: q_weight.into_dispatch(),
+                k_weight: k_weight.into_dispatch(),
+            },
+            ..self
         }
     }
 }
@@ -115,13 +161,15 @@ pub trait RopePoolBackend: Backend {
     /// [`rope_pool_fused`](crate::rope_pool_fused)'s checks or with inputs it built itself (the
     /// autodiff backward).
     /// With `k_rot` false the rotated keys go to the pool rows only and the `k_rot` output is
-    /// empty. Returns `(q_rot, k_rot, k_pool, v_pool)`, as [`RopePoolOutputs`] names them.
+    /// empty. With [`QkNorm::Rms`] each head of q and k is normalised first (epsilon
+    /// `qk_norm_eps`). Returns `(q_rot, k_rot, k_pool, v_pool)`, as [`RopePoolOutputs`] names them.
     #[fusion(meta = rope_pool_meta)]
     #[allow(clippy::type_complexity)]
     fn rope_pool_fused(
         #[extension_type] inputs: RopePoolInputs<Self>,
         rope: Arc<RopeFrequencies>,
         k_rot: bool,
+        qk_norm_eps: f32,
     ) -> (
         FloatTensor<Self>,
         FloatTensor<Self>,
@@ -137,6 +185,7 @@ fn rope_pool_meta(
     inputs: &RopePoolInputsMetadata,
     _rope: &Arc<RopeFrequencies>,
     k_rot: &bool,
+    _qk_norm_eps: &f32,
 ) -> (TensorSpec, TensorSpec, TensorSpec, TensorSpec) {
     let mut k_rot_meta = inputs.k.clone();
     if !*k_rot {

@@ -65,6 +65,11 @@ pub struct RopePoolConfig {
     /// from the pool only (the attention layer, the decoder).
     #[config(default = true)]
     pub k_rot: bool,
+    /// Epsilon of the per-head q/k RMSNorm, for calls whose inputs carry norm weights
+    /// ([`RopePoolInputs::with_qk_norm`](crate::RopePoolInputs::with_qk_norm)); a model's
+    /// `rms_norm_eps`. Unused otherwise. Defaults to 1e-6 (Qwen3's).
+    #[config(default = 1e-6)]
+    pub qk_norm_eps: f64,
 }
 
 impl RopePoolConfig {

@@ -2,7 +2,7 @@
 //! `rope-pool-kernels`. Covers every CubeCL runtime (wgpu/Vulkan/Metal/WebGPU, CUDA, ROCm, CPU);
 //! the fusion-wrapped backend reaches it through the lazy path the extension macro generates.
 
-use crate::op::backend::{Outputs, RopePoolBackend, RopePoolInputs, no_rows};
+use crate::op::backend::{Outputs, QkNorm, RopePoolBackend, RopePoolInputs, no_rows};
 use crate::op::rope::RopeFrequencies;
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
@@ -10,7 +10,7 @@ use burn::tensor::Shape;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
 use cubecl::server::MemoryLayoutDescriptor;
 use rope_pool_kernels::{
-    LaunchTuning, RopePoolArgs, RopePoolGeometry, launch_append_max, launch_rope_pool,
+    LaunchTuning, QkNormArgs, RopePoolArgs, RopePoolGeometry, launch_append_max, launch_rope_pool,
 };
 use std::sync::Arc;
 
@@ -116,6 +116,7 @@ impl RopePoolBackend for CubeBackend {
         inputs: RopePoolInputs<Self>,
         rope: Arc<RopeFrequencies>,
         k_rot: bool,
+        qk_norm_eps: f32,
     ) -> Outputs<Self> {
         let (q, k, v) = (
             token_rows(inputs.q),
@@ -124,6 +125,14 @@ impl RopePoolBackend for CubeBackend {
         );
         let positions = kernel_positions(inputs.positions, rope.table.variant().long_short);
         let slots = into_contiguous(inputs.slots);
+        let qk_norm = match inputs.qk_norm {
+            QkNorm::None => None,
+            QkNorm::Rms { q_weight, k_weight } => Some(QkNormArgs {
+                q_weight: into_contiguous(q_weight).into_tensor_arg(),
+                k_weight: into_contiguous(k_weight).into_tensor_arg(),
+                eps: qk_norm_eps,
+            }),
+        };
         let k_pool = owned_contiguous(inputs.k_pool);
         let v_pool = owned_contiguous(inputs.v_pool);
         // Without k_rot the kernel never writes `k_out`: an empty `[0, Hkv, D]` output whose
@@ -144,8 +153,8 @@ impl RopePoolBackend for CubeBackend {
         let client = q.client.clone();
         let float = dtype_to_storage_type(q.dtype);
         let int = dtype_to_storage_type(positions.dtype);
-        // Safety: every tensor has the validated shape, dense except the token strides of q, k
-        // and v the geometry carries; the pools and outputs are buffers this call owns, so none
+        // Safety: every tensor has the validated shape (norm weights `[D]`), dense except the
+        // token strides of q, k and v the geometry carries; the pools and outputs are buffers this call owns, so none
         // aliases an input.
         unsafe {
             launch_rope_pool(
@@ -165,6 +174,7 @@ impl RopePoolBackend for CubeBackend {
                     k_pool: k_pool.clone().into_tensor_arg(),
                     v_pool: v_pool.clone().into_tensor_arg(),
                     write_k_out: write_k_rot,
+                    qk_norm,
                 },
                 &tuning(),
             );

@@ -182,6 +182,38 @@ pub enum RopePoolError {
         /// The dtype.
         dtype: DType,
     },
+    /// A q/k norm weight is not `[head_dim]`.
+    #[error("q_norm/k_norm weights must be [head_dim] = [{head_dim}], got {q_norm} and {k_norm}")]
+    QkNormShape {
+        /// The config's head_dim.
+        head_dim: usize,
+        /// q_norm's shape.
+        q_norm: Dims,
+        /// k_norm's shape.
+        k_norm: Dims,
+    },
+    /// A q/k norm weight's dtype is not q's.
+    #[error("q_norm/k_norm weight dtypes must match q/k/v dtype")]
+    QkNormDtype {
+        /// The dtype of q/k/v.
+        qkv: DType,
+        /// q_norm's dtype.
+        q_norm: DType,
+        /// k_norm's dtype.
+        k_norm: DType,
+    },
+    /// `qk_norm_eps` is negative, NaN, or not finite once rounded to f32.
+    #[error("qk_norm_eps must be >= 0 and finite in f32, got {eps}")]
+    QkNormEps {
+        /// The config's qk_norm_eps.
+        eps: f64,
+    },
+    /// The fused q/k norm takes heads of at most 512 elements.
+    #[error("the fused q/k norm supports head_dim up to 512, got {head_dim}")]
+    QkNormHeadDim {
+        /// The config's head_dim.
+        head_dim: usize,
+    },
     /// The tensors are not all on one device.
     #[error("all tensors must be on one device")]
     DeviceMismatch,

@@ -1,7 +1,8 @@
 //! The Flex (pure-Rust CPU) implementation: the op as one host loop over dense buffers, with the
-//! kernel's exact-angle table and the same f32 arithmetic (the table's host twin of the angle).
+//! kernel's exact-angle table and the same f32 arithmetic (the table's host twin of the angle),
+//! the q/k norm included.
 
-use crate::op::backend::{Outputs, RopePoolBackend, RopePoolInputs, no_rows};
+use crate::op::backend::{Outputs, QkNorm, RopePoolBackend, RopePoolInputs, no_rows};
 use crate::op::rope::{RopeFrequencies, RopeStyle};
 use burn::backend::TensorMetadata;
 use burn::tensor::{DType, Element};
@@ -71,6 +72,23 @@ fn rotate_rows<E: Storage>(
     }
 }
 
+/// Every head row of `x` (rows of `w.len()` elements) RMS-normalised as the q/k norm does:
+/// `w · cast(x · rsqrt(mean(x²) + eps))`, the mean and scaling in f32, rounded to `E` once before
+/// and once after the weight.
+fn head_norm<E: Storage>(x: &[E], w: &[E], eps: f32) -> Vec<E> {
+    let head_dim = w.len();
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(head_dim) {
+        let sum: f32 = row.iter().map(|v| v.to_f32() * v.to_f32()).sum();
+        let scale = 1.0 / (sum / head_dim as f32 + eps).sqrt();
+        out.extend(row.iter().zip(w).map(|(v, w)| {
+            let n = E::from_f32(v.to_f32() * scale);
+            E::from_f32(n.to_f32() * w.to_f32())
+        }));
+    }
+    out
+}
+
 /// `tensor` with a dense row-major buffer of exactly its elements, starting at 0. Copies only
 /// when the layout is not already that; a shared buffer stays shared (writers copy on write).
 pub(crate) fn dense(tensor: FlexTensor) -> FlexTensor {
@@ -95,8 +113,13 @@ fn run<E: Storage + Element + bytemuck::Pod>(
     inputs: RopePoolInputs<Flex>,
     rope: &RopeFrequencies,
     k_rot: bool,
+    qk_norm_eps: f32,
 ) -> Outputs<Flex> {
     let (q, k, v) = (dense(inputs.q), dense(inputs.k), dense(inputs.v));
+    let norm = match inputs.qk_norm {
+        QkNorm::None => None,
+        QkNorm::Rms { q_weight, k_weight } => Some([dense(q_weight), dense(k_weight)]),
+    };
     let (mut k_pool, mut v_pool) = (dense(inputs.k_pool), dense(inputs.v_pool));
     let (positions, slots) = (indices(inputs.positions), indices(inputs.slots));
     let [num_tokens, num_qo_heads, head_dim] = q.shape().dims();
@@ -104,7 +127,14 @@ fn run<E: Storage + Element + bytemuck::Pod>(
     let pool_size = k_pool.shape()[0];
     let mut q_out = vec![E::from_f32(0.0); q.shape().num_elements()];
     let mut k_out = vec![E::from_f32(0.0); k.shape().num_elements()];
-    let (q_in, k_in, v_in) = (q.storage::<E>(), k.storage::<E>(), v.storage::<E>());
+    let (mut q_in, mut k_in, v_in) = (q.storage::<E>(), k.storage::<E>(), v.storage::<E>());
+    let normed = norm.as_ref().map(|[wq, wk]| {
+        let eps = qk_norm_eps;
+        [(q_in, wq), (k_in, wk)].map(|(x, w)| head_norm(x, w.storage::<E>(), eps))
+    });
+    if let Some([nq, nk]) = &normed {
+        (q_in, k_in) = (nq, nk);
+    }
     // Copy-on-write: a pool still held elsewhere is copied here, never changed under its other
     // holder.
     let (k_rows, v_rows) = (k_pool.storage_mut::<E>(), v_pool.storage_mut::<E>());
@@ -159,11 +189,13 @@ impl RopePoolBackend for Flex {
         inputs: RopePoolInputs<Self>,
         rope: Arc<RopeFrequencies>,
         k_rot: bool,
+        qk_norm_eps: f32,
     ) -> Outputs<Self> {
+        let eps = qk_norm_eps;
         match inputs.q.dtype() {
-            DType::F32 => run::<f32>(inputs, &rope, k_rot),
-            DType::F16 => run::<f16>(inputs, &rope, k_rot),
-            DType::BF16 => run::<bf16>(inputs, &rope, k_rot),
+            DType::F32 => run::<f32>(inputs, &rope, k_rot, eps),
+            DType::F16 => run::<f16>(inputs, &rope, k_rot, eps),
+            DType::BF16 => run::<bf16>(inputs, &rope, k_rot, eps),
             dtype => panic!("rope_pool_fused: unsupported dtype {dtype:?} (validated upstream)"),
         }
     }

@@ -140,7 +140,7 @@ impl RopePoolConfig {
     /// (`partial_rotary_factor`, or GPT-J's `rotary_dim`), the pair style (GPT-J for
     /// `model_type: "gptj"`), the scaling and M-RoPE sections, in either the `rope_parameters` or
     /// the `rope_theta` + `rope_scaling` form. A vision-language config is read from its
-    /// `text_config`.
+    /// `text_config`. `rms_norm_eps`, when given, is the epsilon of a q/k norm.
     ///
     /// ```
     /// let config = burn_rope_pool::RopePoolConfig::from_hf_config(r#"{
@@ -239,6 +239,10 @@ impl RopePoolConfig {
         }
         if let Some(mrope) = mrope {
             config = config.with_mrope(Some(mrope));
+        }
+        // The q/k norm (Qwen3) uses the model's RMSNorm epsilon.
+        if let Some(eps) = number(root, "rms_norm_eps") {
+            config = config.with_qk_norm_eps(eps);
         }
         Ok(config)
     }

@@ -15,13 +15,14 @@ mod error;
 #[cfg(feature = "flex")]
 pub(crate) mod flex;
 mod hf_config;
+mod norm;
 pub mod reference;
 mod rope;
 pub mod unfused;
 mod validate;
 
 pub use api::{RefusedCall, check_rope_pool_fused, rope_pool_fused, try_rope_pool_fused};
-pub use backend::{RopePoolInputs, RopePoolOutputs};
+pub use backend::{QkNorm, RopePoolInputs, RopePoolOutputs};
 pub use config::RopePoolConfig;
 pub use error::{Dims, RopePoolError};
 pub use rope::{MRope, RopeFrequencies, RopeScaling, RopeStyle};

@@ -55,6 +55,20 @@ fn rotate(
     out
 }
 
+/// The q/k norm in f64: every head row of `x` (rows of `weight.len()` elements) as
+/// `weight · x / sqrt(mean(x²) + eps)`, with no rounding. The reference of a call with a q/k norm
+/// is [`rope_pool_reference`] on `q` and `k` passed through this.
+pub fn head_rms_norm(x: &[f64], weight: &[f64], eps: f64) -> Vec<f64> {
+    let d = weight.len();
+    x.chunks_exact(d)
+        .flat_map(|row| {
+            let mean = row.iter().map(|v| v * v).sum::<f64>() / d as f64;
+            let scale = 1.0 / (mean + eps).sqrt();
+            row.iter().zip(weight).map(move |(v, w)| w * (v * scale))
+        })
+        .collect()
+}
+
 /// The op in f64 on dense row-major buffers whose shapes follow `config` (`q.len() / (Hq * D)`
 /// tokens, `k_pool.len() / (Hkv * D)` pool rows; `positions` `[T]`, or `[3, T]` with M-RoPE).
 ///

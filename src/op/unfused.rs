@@ -4,9 +4,11 @@
 //! pools. Several kernels and intermediate tensors instead of one pass: the baseline the
 //! benchmarks compare against, and an independent implementation for the model tests.
 
+use crate::op::backend::QkNorm;
+use crate::op::norm::head_rms_norm;
 use crate::op::rope::{RopeFrequencies, RopeStyle};
 use crate::op::{RopePoolConfig, RopePoolInputs, RopePoolOutputs};
-use burn::backend::TensorMetadata;
+use burn::backend::{Dispatch, TensorMetadata};
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 
 /// `position * inv_freq` of every (token, frequency), `[T, half]`, f32, from positions
@@ -118,15 +120,22 @@ pub fn rotate_unfused<const P: usize>(
     rotate(x, &cos, &sin, config)
 }
 
-/// `rope_pool_fused` with plain tensor ops. Every slot must be in `0..pool_size` (this path has
+/// `rope_pool_fused` with plain tensor ops (a q/k norm included). Every slot must be in `0..pool_size` (this path has
 /// no way to skip a token without reading the slots back), and inputs are not validated.
 ///
 /// # Panics
 /// When `config` is invalid (see [`RopePoolConfig::frequencies`]), or a tensor's rank is not
 /// the contract's.
 pub fn rope_pool_unfused(inputs: RopePoolInputs, config: &RopePoolConfig) -> RopePoolOutputs {
-    let [q, k, v, k_pool, v_pool] = [inputs.q, inputs.k, inputs.v, inputs.k_pool, inputs.v_pool]
-        .map(Tensor::<3>::from_dispatch);
+    let (q, k) = match inputs.qk_norm {
+        QkNorm::None => (inputs.q, inputs.k),
+        QkNorm::Rms { q_weight, k_weight } => (
+            head_rms_norm::<Dispatch>(inputs.q, q_weight, config.qk_norm_eps),
+            head_rms_norm::<Dispatch>(inputs.k, k_weight, config.qk_norm_eps),
+        ),
+    };
+    let [q, k, v, k_pool, v_pool] =
+        [q, k, inputs.v, inputs.k_pool, inputs.v_pool].map(Tensor::<3>::from_dispatch);
     let (cos, sin) = match inputs.positions.shape().len() {
         1 => cos_sin(
             Tensor::<1, Int>::from_dispatch(inputs.positions),

@@ -6,6 +6,7 @@ use crate::op::rope::RopeFrequencies;
 use crate::op::{Dims, RopePoolConfig, RopePoolError};
 use burn::backend::{Backend, TensorMetadata};
 use burn::tensor::{DType, Shape};
+use rope_pool_kernels::MAX_NORM_HEAD_DIM;
 use std::sync::Arc;
 
 impl<B: Backend> RopePoolInputs<B> {
@@ -20,12 +21,54 @@ impl<B: Backend> RopePoolInputs<B> {
             [&self.q, &self.k, &self.v, &self.k_pool, &self.v_pool].map(|t| dims(t.shape()));
         let [positions, slots] = [&self.positions, &self.slots].map(|t| dims(t.shape()));
         let dtypes = [&self.q, &self.k, &self.v, &self.k_pool, &self.v_pool].map(|t| t.dtype());
-        validate_signature(
+        let frequencies = validate_signature(
             [&q, &k, &v, &positions, &slots, &k_pool, &v_pool],
             dtypes,
             config,
-        )
+        )?;
+        if let Some(weights) = self.qk_norm.weights() {
+            validate_norm(
+                weights.map(|w| dims(w.shape())),
+                weights.map(|w| w.dtype()),
+                dtypes[0],
+                config,
+            )?;
+        }
+        Ok(frequencies)
     }
+}
+
+/// The checks of a call with a q/k norm (after every other shape, dtype and config check): the
+/// weights' shapes and dtypes, the epsilon, the head size the kernel takes.
+fn validate_norm(
+    [q_norm, k_norm]: [Dims; 2],
+    [dq, dk]: [DType; 2],
+    dtype: DType,
+    config: &RopePoolConfig,
+) -> Result<(), RopePoolError> {
+    let head_dim = config.head_dim;
+    if q_norm.0[..] != [head_dim] || k_norm.0[..] != [head_dim] {
+        return Err(RopePoolError::QkNormShape {
+            head_dim,
+            q_norm,
+            k_norm,
+        });
+    }
+    if dq != dtype || dk != dtype {
+        return Err(RopePoolError::QkNormDtype {
+            qkv: dtype,
+            q_norm: dq,
+            k_norm: dk,
+        });
+    }
+    let eps = config.qk_norm_eps;
+    if !(eps >= 0.0 && (eps as f32).is_finite()) {
+        return Err(RopePoolError::QkNormEps { eps });
+    }
+    if head_dim > MAX_NORM_HEAD_DIM {
+        return Err(RopePoolError::QkNormHeadDim { head_dim });
+    }
+    Ok(())
 }
 
 /// [`RopePoolInputs::validate`] on the shapes (in field order) and float dtypes (q, k, v,

@@ -1,6 +1,6 @@
 //! A layer's KV pool: the k/v pool tensors the op writes, and the allocator of their rows.
 
-use crate::op::{RopePoolConfig, RopePoolInputs, try_rope_pool_fused};
+use crate::op::{QkNorm, RopePoolConfig, RopePoolInputs, try_rope_pool_fused};
 use crate::pool::{KvPoolError, SlotAllocator, check_pool_memory, pool_bytes};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
@@ -94,6 +94,7 @@ impl KvPool {
             slots: index(slots).into_dispatch(),
             k_pool: self.k.take().expect(present).into_dispatch(),
             v_pool: self.v.take().expect(present).into_dispatch(),
+            qk_norm: QkNorm::None,
         };
         // The pools go in as their only handles (updated in place) and come back either way.
         match try_rope_pool_fused(inputs, &self.config) {

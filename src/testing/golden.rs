@@ -5,7 +5,7 @@
 
 use crate::op::reference::ReferenceOutput;
 use crate::op::{
-    Dims, MRope, RopePoolConfig, RopePoolError, RopePoolInputs, RopeScaling, RopeStyle,
+    Dims, MRope, QkNorm, RopePoolConfig, RopePoolError, RopePoolInputs, RopeScaling, RopeStyle,
     rope_pool_fused,
 };
 use crate::testing::{max_abs_error, norm_relative_error};
@@ -303,6 +303,7 @@ impl GoldenCase {
             slots: self.int("slots", device)?,
             k_pool: self.float("k_pool", device, dtype)?,
             v_pool: self.float("v_pool", device, dtype)?,
+            qk_norm: QkNorm::None,
         };
         let out = rope_pool_fused(inputs, &self.config)?;
         let host = |t: Tensor<3>| -> Result<Vec<f64>, RopePoolError> {

@@ -6,7 +6,7 @@ use crate::common::{Case, Rng, devices};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use burn_rope_pool::unfused::rope_pool_unfused;
 use burn_rope_pool::{
-    MRope, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,
+    MRope, QkNorm, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,
 };
 
 /// The variants the gradients are checked on.
@@ -93,6 +93,7 @@ fn grads(case: &Case, device: &Device, fused: bool, seed: u64) -> Vec<Vec<f32>> 
             slots: t.slots.into_dispatch(),
             k_pool: k_pool.clone().into_dispatch(),
             v_pool: v_pool.clone().into_dispatch(),
+            qk_norm: QkNorm::None,
         };
         rope_pool_fused(inputs, &case.config).unwrap()
     } else {
@@ -327,6 +328,7 @@ fn gradients_at_large_positions_invert_the_rotation() {
                 slots: t.slots.into_dispatch(),
                 k_pool: t.k_pool.into_dispatch(),
                 v_pool: t.v_pool.into_dispatch(),
+                qk_norm: QkNorm::None,
             };
             let out = rope_pool_fused(inputs, &config).unwrap();
             let grads = (out.q_rot * w_tensor).sum().backward();

@@ -14,7 +14,7 @@ use burn::tensor::{DType, Device, DispatchTensor, Int, Tensor, TensorData};
 use burn_rope_pool::reference::rope_pool_reference;
 use burn_rope_pool::testing::norm_relative_error;
 use burn_rope_pool::{
-    MRope, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,
+    MRope, QkNorm, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,
 };
 
 /// The messages of the README's error table; `{}` stands for a value.
@@ -374,6 +374,7 @@ fn check(call: &Call, device: &Device, what: &str) -> Option<String> {
         slots: int_arg(&call.slots, s_dims, device, call.int_dtypes[1]),
         k_pool,
         v_pool,
+        qk_norm: QkNorm::None,
     };
     let result = rope_pool_fused(inputs, &call.config);
     let out = match result {

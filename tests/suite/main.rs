@@ -16,4 +16,5 @@ mod model_fuzz;
 mod pool_attention;
 mod pools;
 mod properties;
+mod qk_norm;
 mod soak;
