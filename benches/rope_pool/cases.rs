@@ -32,8 +32,9 @@ pub const HEAD_DIM: usize = 128;
 
 /// The variants of the `--variants` rows: plain NeoX first, then each variant on its own, as a
 /// model's `config.json` would set it (head_dim 128, θ = 500000).
-pub const VARIANTS: [&str; 9] = [
+pub const VARIANTS: [&str; 10] = [
     "neox", "gptj", "partial", "llama3", "yarn", "longrope", "mrope", "views", "no-k-rot",
+    "qk-norm",
 ];
 
 pub fn variant_config(variant: &str, model: Model) -> RopePoolConfig {
@@ -62,7 +63,8 @@ pub fn variant_config(variant: &str, model: Model) -> RopePoolConfig {
         })),
         // Keys to the pool rows only (what the attention layer and the decoder use).
         "no-k-rot" => config.with_k_rot(false),
-        // "views": plain NeoX on q, k, v sliced from one fused QKV projection (see `inputs`).
+        // "views": plain NeoX on q, k, v sliced from one fused QKV projection (see `inputs`);
+        // "qk-norm": plain NeoX with Qwen3's per-head q/k norm (Qwen3-8B has these heads).
         _ => config,
     }
 }
@@ -122,6 +124,28 @@ impl Inputs {
             v_pool,
         )
     }
+}
+
+/// Norm weights `[HEAD_DIM]` for the `qk-norm` variant, in `dtype`: values around 1.
+pub fn norm_weights(device: &Device, dtype: DType, seed: u64) -> [Tensor<1>; 2] {
+    let mut rng = Rng::new(seed);
+    [0, 1].map(|_| {
+        let values: Vec<f32> = rng
+            .values(HEAD_DIM)
+            .iter()
+            .map(|x| (1.0 + 0.5 * x) as f32)
+            .collect();
+        Tensor::from_data(TensorData::new(values, [HEAD_DIM]), (device, dtype))
+    })
+}
+
+/// The per-head norm of `x` (`[T, H, D]`) with Burn's tensor ops, as a model without the fused
+/// norm runs it (transformers' `Qwen3RMSNorm`): f32 mean of squares, rsqrt, cast, weight.
+pub fn burn_head_norm(x: Tensor<3>, weight: &Tensor<1>, eps: f64) -> Tensor<3> {
+    let dtype = x.dtype();
+    let x = x.cast(DType::F32);
+    let scale = (x.clone().powi_scalar(2).mean_dim(2) + eps).sqrt().recip();
+    (x * scale).cast(dtype) * weight.clone().reshape([1, 1, HEAD_DIM])
 }
 
 pub fn inputs(device: &Device, shape: Shape, layout: Layout) -> Inputs {

@@ -3,10 +3,11 @@
 
 use crate::Args;
 use crate::cases::{
-    HEAD_DIM, Layout, MODELS, Shape, VARIANTS, inputs, random_pools, variant_config,
+    HEAD_DIM, Layout, MODELS, Shape, VARIANTS, burn_head_norm, inputs, norm_weights, random_pools,
+    variant_config,
 };
 use crate::instruments::{copy_bandwidth, copy_time, time_per_call};
-use burn::tensor::{DType, Device};
+use burn::tensor::{DType, Device, Tensor};
 use burn_rope_pool::unfused::rope_pool_unfused;
 use burn_rope_pool::{RopePoolInputs, rope_pool_fused};
 use serde::{Serialize, Serializer};
@@ -139,6 +140,7 @@ fn bench_row(device: &Device, name: &str, case: Case, settings: &Settings) -> Ro
         views: variant == "views",
     };
     let x = inputs(device, shape, layout);
+    let norm = (variant == "qk-norm").then(|| norm_weights(device, dtype, 17));
     let windows = if tokens >= 4096 {
         settings.windows
     } else {
@@ -153,10 +155,23 @@ fn bench_row(device: &Device, name: &str, case: Case, settings: &Settings) -> Ro
         } else {
             RopePoolInputs::new(q, k, v, x.positions.clone(), slots, kp, vp)
         };
-        let out = if fused {
-            rope_pool_fused(inputs, &config).expect("valid call")
-        } else {
-            rope_pool_unfused(inputs, &config)
+        let out = match (&norm, fused) {
+            // The fused norm, against Burn's norm ops on q and k before the op.
+            (Some([wq, wk]), true) => {
+                let inputs = inputs.with_qk_norm(wq.clone(), wk.clone());
+                rope_pool_fused(inputs, &config).expect("valid call")
+            }
+            (Some([wq, wk]), false) => {
+                let eps = config.qk_norm_eps;
+                let inputs = RopePoolInputs {
+                    q: burn_head_norm(Tensor::from_dispatch(inputs.q), wq, eps).into_dispatch(),
+                    k: burn_head_norm(Tensor::from_dispatch(inputs.k), wk, eps).into_dispatch(),
+                    ..inputs
+                };
+                rope_pool_fused(inputs, &config).expect("valid call")
+            }
+            (None, true) => rope_pool_fused(inputs, &config).expect("valid call"),
+            (None, false) => rope_pool_unfused(inputs, &config),
         };
         k_pool = Some(out.k_pool);
         v_pool = Some(out.v_pool);
@@ -285,7 +300,8 @@ pub fn device_time(names: &[String], args: &Args) {
                 }
             }
         }
-        // The variants beside plain NeoX, same shape and run (fused only).
+        // The variants beside plain NeoX, same shape and run (fused only, but for the q/k
+        // norm, timed beside Burn's norm ops + the op).
         for dtype in [DType::F16, DType::F32] {
             for &tokens in &args.variants {
                 for variant in VARIANTS {
@@ -296,10 +312,11 @@ pub fn device_time(names: &[String], args: &Args) {
                             model: MODELS[0],
                             pool,
                         };
+                        // The q/k norm's "unfused" column: Burn's norm ops, then the op.
                         let case = Case {
                             shape,
                             variant,
-                            unfused: false,
+                            unfused: variant == "qk-norm",
                         };
                         push(case, &mut table);
                     }

@@ -1,6 +1,8 @@
 //! The decoder on the checkpoints transformers wrote (`tests/models/`, copies of the project's
-//! shared tiny models with transformers' own float64 greedy generations): generated ids equal and
-//! logits within 1e-4 norm-relative at every step, on every device, in f32; and the batching
+//! shared tiny models with transformers' own float64 greedy generations, and `qwen3_tiny`, written
+//! the same way by `scripts/make_tiny_qwen3.py` with transformers 5.17 on the H200 machine):
+//! generated ids equal and logits within 1e-4 norm-relative at every step, on every device, in
+//! f32, fused and unfused; and the batching
 //! itself — requests queued for a small pool, joining mid-run on reused rows, one-token prompts,
 //! sequences finishing at different steps — against the same requests run alone; and the errors
 //! of bad checkpoints.
@@ -92,11 +94,21 @@ fn assert_same(got: &[Generated], want: &[Generated], tol: f64, what: &str) {
 #[test]
 fn checkpoints_generate_what_transformers_generates() {
     for (device_name, device) in crate::common::devices() {
-        for name in ["llama31_tiny", "llama31_tiny_bf16", "qwen2_tiny"] {
+        for name in [
+            "llama31_tiny",
+            "llama31_tiny_bf16",
+            "qwen2_tiny",
+            "qwen3_tiny",
+        ] {
             let (requests, want) = expected(name);
-            let model = load(name, &device);
-            let got = run(&model, &requests, None);
-            assert_same(&got, &want, 1e-4, &format!("{name} on {device_name}"));
+            // The fused decoder, and the unfused one (Burn tensor ops throughout, the op's
+            // oracle path with the q/k norm as tensor ops too).
+            for fused in [true, false] {
+                let model = load(name, &device).with_fused(fused);
+                let got = run(&model, &requests, None);
+                let what = format!("{name} on {device_name}, fused {fused}");
+                assert_same(&got, &want, 1e-4, &what);
+            }
         }
     }
 }

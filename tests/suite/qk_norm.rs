@@ -80,14 +80,16 @@ fn run(
 }
 
 /// Element-wise, in head rows of `d`: within one rounding of `dtype` at the element, plus two
-/// at the row's largest magnitude (the rotated pair's inputs are at most √2 times it), plus the
-/// f32 arithmetic's 1e-5. The two: once in a while the kernel's f32 scale and the reference's
+/// at the row's largest magnitude (the rotated pair's inputs are at most √2 times it), plus
+/// `abs` for the f32 arithmetic (1e-5 for the kernel; the unfused path's sin/cos are the GPU's
+/// own, 1e-4). The two: once in a while the kernel's f32 scale and the reference's
 /// f64 one round a normalised value (or its product with the weight) to neighbouring values.
 fn assert_near(
     actual: &ReferenceOutput,
     expected: &ReferenceOutput,
     dtype: DType,
     d: usize,
+    abs: f64,
     what: &str,
 ) {
     let pairs = [
@@ -108,7 +110,7 @@ fn assert_near(
                         + 2.0 * ulp(std::f64::consts::SQRT_2 * largest, dtype)
                 };
                 assert!(
-                    (x - y).abs() <= rounding + 1e-5,
+                    (x - y).abs() <= rounding + abs,
                     "{what}: {name}[{}] = {x} vs {y}",
                     row * d + i
                 );
@@ -167,6 +169,7 @@ fn qk_norm_matches_reference_everywhere() {
                     &want,
                     dtype,
                     d,
+                    1e-5,
                     &what,
                 );
                 // The unfused path rounds each tensor op in half types: compared in f32.
@@ -195,7 +198,7 @@ fn qk_norm_matches_reference_everywhere() {
                                 v_pool: vec![],
                             },
                         );
-                        assert_near(&a, &e, dtype, d, &what);
+                        assert_near(&a, &e, dtype, d, 1e-4, &what);
                     }
                 }
             }
@@ -332,7 +335,8 @@ fn qk_norm_gradients_match_burn_autodiff() {
             let a: Vec<f64> = a.iter().map(|&x| x as f64).collect();
             let b: Vec<f64> = b.iter().map(|&x| x as f64).collect();
             let err = burn_rope_pool::testing::norm_relative_error(&a, &b);
-            assert!(err < 1e-5, "{name}: d{which} off by {err:e}");
+            // Both gradients are f32 tensor-op chains, summed in different orders on a GPU.
+            assert!(err < 1e-4, "{name}: d{which} off by {err:e}");
         }
     }
 }
