@@ -3,7 +3,9 @@
 # so the H200 can run the kernel through CUDA and Nsight Compute (`ncu`) can read its counters,
 # which the Vulkan path does not allow. cubecl-cuda pulls `tracel-llvm-bundler`, whose build
 # script downloads LLVM 23 (impossible offline); this points it at Debian's LLVM 22 instead, an
-# unsupported version mismatch (../shared/GPU.md). Output: `.dev/bench-cuda.xz` (stripped, xz).
+# unsupported version mismatch (../shared/GPU.md). Output: `.dev/bench-cuda.xz` (stripped, xz);
+# with `all`, also the decode and pool_attention benches and the replay example
+# (`.dev/{decode,attention,replay}-cuda.xz`).
 # Run there: `xz -d -c .dev/bench-cuda.xz > /tmp/bench-cuda; chmod +x /tmp/bench-cuda;
 # /tmp/bench-cuda --device cuda --fused-only --tokens 4096` (under `ncu` for counters).
 set -euo pipefail
@@ -22,9 +24,20 @@ cat > "$llvm/bin/llvm-config" <<'WRAP'
 /usr/lib/llvm-22/bin/llvm-config "$@" | sed 's#/usr/lib/x86_64-linux-gnu/libz3.so#-lz3#g'
 WRAP
 chmod +x "$llvm/bin/llvm-config"
-CARGO_TARGET_DIR=target/cuda cargo build --release --bench rope_pool --no-default-features \
-  --features cuda,flex
-bench=$(ls -t target/cuda/release/deps/rope_pool-* | grep -v '\.d$' | head -1)
-strip -o .dev/bench-cuda "$bench"
-xz -T2 -6 -f .dev/bench-cuda
-ls -la .dev/bench-cuda.xz
+features=(--no-default-features --features cuda,flex)
+targets=(--bench rope_pool)
+if [ "${1:-}" = all ]; then
+  targets+=(--bench decode --bench pool_attention --example replay)
+fi
+CARGO_TARGET_DIR=target/cuda cargo build --release "${features[@]}" "${targets[@]}"
+newest() { ls -t target/cuda/release/$1 | grep -v '\.d$' | head -1; }
+strip -o .dev/bench-cuda "$(newest 'deps/rope_pool-*')"
+packed=(.dev/bench-cuda)
+if [ "${1:-}" = all ]; then
+  strip -o .dev/decode-cuda "$(newest 'deps/decode-*')"
+  strip -o .dev/attention-cuda "$(newest 'deps/pool_attention-*')"
+  strip -o .dev/replay-cuda target/cuda/release/examples/replay
+  packed+=(.dev/decode-cuda .dev/attention-cuda .dev/replay-cuda)
+fi
+xz -T2 -6 -f "${packed[@]}"
+ls -la .dev/*-cuda.xz

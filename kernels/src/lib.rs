@@ -8,6 +8,7 @@ pub mod angle;
 pub mod attention;
 mod attention_launch;
 pub mod attention_plane;
+pub mod fp8;
 mod launch;
 pub mod matvec;
 pub mod norm;

@@ -1,0 +1,151 @@
+//! fp8 e4m3 (OCP FP8 "E4M3FN": 1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no
+//! infinities; `0x7F`/`0xFF` are NaN; largest finite 448) in integer arithmetic only, so every
+//! backend — WGSL included, which has neither fp8 nor u8 — encodes and decodes the same bits:
+//! - [`e4m3_encode`]: f32 → code, round to nearest even, saturating (anything past 448, ∞
+//!   included, becomes ±448; NaN stays NaN; f32 subnormals become ±0);
+//! - [`e4m3_decode`]: code → f32, exact;
+//! - four codes to a `u32`, element `i` of four in bits `8i..8i + 8` (the bytes of an fp8 tensor
+//!   in memory on a little-endian machine), with one scale: stored code = e4m3(x / scale).
+//!
+//! [`encode_host`] and [`decode_host`] are the same arithmetic on the host.
+
+use cubecl::prelude::*;
+
+/// `2^-6` as f32 bits: the smallest normal e4m3 magnitude.
+const MIN_NORMAL_BITS: u32 = 0x3C80_0000;
+/// 448 as f32 bits: the largest finite e4m3 magnitude.
+const MAX_BITS: u32 = 0x43E0_0000;
+/// f32 exponent bias minus e4m3's (127 - 7), in place above the three mantissa bits.
+const REBIAS: u32 = 120 << 3;
+
+/// The e4m3 code (low 8 bits) of `x`: round to nearest even, saturating to ±448.
+#[cube]
+pub fn e4m3_encode(x: f32) -> u32 {
+    let bits = u32::reinterpret(x);
+    let sign = (bits >> 24) & 0x80;
+    let mag = bits & 0x7FFF_FFFF;
+    let m = mag.min(MAX_BITS);
+    // Normal: round the 23-bit mantissa to 3 bits, to even; a carry moves into the exponent.
+    let round = m + 0x7_FFFF + ((m >> 20) & 1);
+    let normal = (round >> 20) - REBIAS;
+    // Subnormal (below 2^-6): the magnitude in units of 2^-9, rounded to even. Its significand
+    // `full` times 2^(exp - 150) is that many units shifted right by `141 - exp` (>= 21).
+    let exp = m >> 23;
+    let full = (m & 0x7F_FFFF) | 0x80_0000;
+    // (Clamped to 1..=31 for every exponent: the result is only used below 2^-6.)
+    let shift = (141 - exp.min(140)).min(31);
+    let units = full >> shift;
+    let rest = full & ((1 << shift) - 1);
+    let half = 1u32 << (shift - 1);
+    let up = rest > half || (rest == half && (units & 1) == 1);
+    let mut small = units + select(up, 1, 0);
+    // f32 subnormals (exponent 0) are far below 2^-10: zero.
+    small = select(exp == 0, 0, small);
+    let code = select(m >= MIN_NORMAL_BITS, normal, small);
+    sign | select(mag > 0x7F80_0000, 0x7F, code)
+}
+
+/// The value of e4m3 code `code` (its low 8 bits), exact.
+#[cube]
+pub fn e4m3_decode(code: u32) -> f32 {
+    let sign = (code & 0x80) << 24;
+    let exp = (code >> 3) & 0xF;
+    let mantissa = code & 7;
+    // Subnormal: mantissa · 2^-9, a normal f32.
+    let small = u32::reinterpret(f32::cast_from(mantissa) * 0.001_953_125);
+    let normal = ((exp + 120) << 23) | (mantissa << 20);
+    let mut bits = select(exp == 0, small, normal);
+    bits = select((code & 0x7F) == 0x7F, 0x7FC0_0000, bits);
+    f32::reinterpret(sign | bits)
+}
+
+/// The values `x * inv_scale` (a vector of four) as one word of e4m3 codes, lane `i` in bits
+/// `8i..8i + 8`.
+#[cube]
+pub fn pack_e4m3<N: Size>(x: Vector<f32, N>, inv_scale: f32) -> u32 {
+    let n = N::value();
+    let mut word = 0u32;
+    #[unroll]
+    for i in 0..comptime!(n.min(4)) {
+        word |= e4m3_encode(x.extract(i) * inv_scale) << (8 * i as u32);
+    }
+    word
+}
+
+/// The four values of a word of e4m3 codes (a vector of four), times `scale`.
+#[cube]
+pub fn unpack_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
+    let n = N::value();
+    let mut x = Vector::<f32, N>::new(0.0);
+    #[unroll]
+    for i in 0..comptime!(n.min(4)) {
+        x.insert(i, e4m3_decode((word >> (8 * i as u32)) & 0xFF) * scale);
+    }
+    x
+}
+
+/// Encodes `x` (f32 in vectors of four, `4 · out.len()` elements) times `inv_scale` into `out`, one word per four
+/// elements: a float tensor into an fp8 pool's layout.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn encode_e4m3_kernel<N: Size>(
+    x: &Tensor<Vector<f32, N>>,
+    out: &mut Tensor<u32>,
+    inv_scale: f32,
+) {
+    if ABSOLUTE_POS < out.len() {
+        out[ABSOLUTE_POS] = pack_e4m3::<N>(x[ABSOLUTE_POS], inv_scale);
+    }
+}
+
+/// Decodes `words` (one per four elements) times `scale` into `out` (f32 in vectors of four): an
+/// fp8 pool read
+/// back as floats.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn decode_e4m3_kernel<N: Size>(
+    words: &Tensor<u32>,
+    out: &mut Tensor<Vector<f32, N>>,
+    scale: f32,
+) {
+    if ABSOLUTE_POS < words.len() {
+        out[ABSOLUTE_POS] = unpack_e4m3::<N>(words[ABSOLUTE_POS], scale);
+    }
+}
+
+/// [`e4m3_encode`] on the host.
+pub fn encode_host(x: f32) -> u8 {
+    let bits = x.to_bits();
+    let sign = (bits >> 24) & 0x80;
+    let mag = bits & 0x7FFF_FFFF;
+    if mag > 0x7F80_0000 {
+        return (sign | 0x7F) as u8;
+    }
+    let m = mag.min(MAX_BITS);
+    let code = if m >= MIN_NORMAL_BITS {
+        ((m + 0x7_FFFF + ((m >> 20) & 1)) >> 20) - REBIAS
+    } else {
+        let exp = m >> 23;
+        if exp == 0 {
+            0
+        } else {
+            let full = (m & 0x7F_FFFF) | 0x80_0000;
+            let shift = (141 - exp).min(31);
+            let (units, rest, half) = (full >> shift, full & ((1 << shift) - 1), 1 << (shift - 1));
+            units + u32::from(rest > half || (rest == half && units & 1 == 1))
+        }
+    };
+    (sign | code) as u8
+}
+
+/// [`e4m3_decode`] on the host.
+pub fn decode_host(code: u8) -> f32 {
+    let code = u32::from(code);
+    let sign = if code & 0x80 != 0 { -1.0 } else { 1.0 };
+    let (exp, mantissa) = ((code >> 3) & 0xF, code & 7);
+    if code & 0x7F == 0x7F {
+        f32::NAN
+    } else if exp == 0 {
+        sign * mantissa as f32 * 0.001_953_125
+    } else {
+        sign * f32::from_bits(((exp + 120) << 23) | (mantissa << 20))
+    }
+}
