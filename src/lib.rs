@@ -49,7 +49,7 @@ pub mod pool;
 pub mod testing;
 
 pub use op::{
-    Dims, MRope, QkNorm, RefusedCall, RopeFrequencies, RopePoolConfig, RopePoolError,
-    RopePoolInputs, RopePoolOutputs, RopeScaling, RopeStyle, check_rope_pool_fused, reference,
-    rope_pool_fused, try_rope_pool_fused, unfused,
+    Dims, Fp8PoolError, MRope, PoolTensor, QkNorm, RefusedCall, RopeFrequencies, RopePoolConfig,
+    RopePoolError, RopePoolInputs, RopePoolOutputs, RopeScaling, RopeStyle, check_rope_pool_fused,
+    reference, rope_pool_fused, try_rope_pool_fused, unfused,
 };

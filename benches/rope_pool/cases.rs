@@ -2,9 +2,9 @@
 //! inputs and pools of a call.
 
 use burn::tensor::{DType, Device, Distribution, Int, Tensor, TensorData};
-use burn_rope_pool::RopePoolInputs;
 use burn_rope_pool::testing::Rng;
 use burn_rope_pool::{MRope, RopePoolConfig, RopeScaling, RopeStyle};
+use burn_rope_pool::{PoolTensor, RopePoolInputs};
 
 /// A model's attention heads (head_dim [`HEAD_DIM`]).
 #[derive(Clone, Copy)]
@@ -32,9 +32,9 @@ pub const HEAD_DIM: usize = 128;
 
 /// The variants of the `--variants` rows: plain NeoX first, then each variant on its own, as a
 /// model's `config.json` would set it (head_dim 128, θ = 500000).
-pub const VARIANTS: [&str; 10] = [
+pub const VARIANTS: [&str; 11] = [
     "neox", "gptj", "partial", "llama3", "yarn", "longrope", "mrope", "views", "no-k-rot",
-    "qk-norm",
+    "qk-norm", "fp8-pool",
 ];
 
 pub fn variant_config(variant: &str, model: Model) -> RopePoolConfig {
@@ -64,7 +64,8 @@ pub fn variant_config(variant: &str, model: Model) -> RopePoolConfig {
         // Keys to the pool rows only (what the attention layer and the decoder use).
         "no-k-rot" => config.with_k_rot(false),
         // "views": plain NeoX on q, k, v sliced from one fused QKV projection (see `inputs`);
-        // "qk-norm": plain NeoX with Qwen3's per-head q/k norm (Qwen3-8B has these heads).
+        // "qk-norm": plain NeoX with Qwen3's per-head q/k norm (Qwen3-8B has these heads);
+        // "fp8-pool": plain NeoX writing fp8 e4m3 pools.
         _ => config,
     }
 }
@@ -113,7 +114,7 @@ pub struct Inputs {
 
 impl Inputs {
     /// A call's inputs: these tensors (1-D positions) and the pools `k_pool`, `v_pool`.
-    pub fn call(&self, k_pool: Tensor<3>, v_pool: Tensor<3>) -> RopePoolInputs {
+    pub fn call(&self, k_pool: PoolTensor, v_pool: PoolTensor) -> RopePoolInputs {
         RopePoolInputs::new(
             self.q.clone(),
             self.k.clone(),
@@ -199,14 +200,19 @@ pub fn inputs(device: &Device, shape: Shape, layout: Layout) -> Inputs {
 }
 
 /// Random normal k and v pools of `shape.pool` rows, held in options so a call can take them.
-pub fn random_pools(device: &Device, shape: Shape) -> (Option<Tensor<3>>, Option<Tensor<3>>) {
+pub fn random_pools(device: &Device, shape: Shape) -> (Option<PoolTensor>, Option<PoolTensor>) {
     let pool = || {
         let dist = Distribution::Normal(0.0, 1.0);
-        Some(Tensor::<3>::random(
-            [shape.pool, shape.model.hkv, HEAD_DIM],
-            dist,
-            (device, shape.dtype),
-        ))
+        let dims = [shape.pool, shape.model.hkv, HEAD_DIM];
+        Some(Tensor::<3>::random(dims, dist, (device, shape.dtype)).into())
     };
+    (pool(), pool())
+}
+
+/// Zeroed fp8 pools of the shape's rows (the `fp8-pool` variant), scale 1/32 (rotated keys and
+/// values of unit variance stay well inside ±448 · scale).
+pub fn fp8_pools(device: &Device, shape: Shape) -> (Option<PoolTensor>, Option<PoolTensor>) {
+    let dims = [shape.pool, shape.model.hkv, HEAD_DIM];
+    let pool = || Some(PoolTensor::fp8_zeros(dims, 1.0 / 32.0, device));
     (pool(), pool())
 }

@@ -3,8 +3,8 @@
 
 use crate::Args;
 use crate::cases::{
-    HEAD_DIM, Layout, MODELS, Shape, VARIANTS, burn_head_norm, inputs, norm_weights, random_pools,
-    variant_config,
+    HEAD_DIM, Layout, MODELS, Shape, VARIANTS, burn_head_norm, fp8_pools, inputs, norm_weights,
+    random_pools, variant_config,
 };
 use crate::instruments::{copy_bandwidth, copy_time, time_per_call};
 use burn::tensor::{DType, Device, Tensor};
@@ -133,7 +133,11 @@ fn bench_row(device: &Device, name: &str, case: Case, settings: &Settings) -> Ro
     } = shape;
     let config = variant_config(variant, model);
     let mrope = config.mrope.is_some();
-    let (mut k_pool, mut v_pool) = random_pools(device, shape);
+    let (mut k_pool, mut v_pool) = if variant == "fp8-pool" {
+        fp8_pools(device, shape)
+    } else {
+        random_pools(device, shape)
+    };
     let layout = Layout {
         seed: tokens as u64 * 7919 + model.hq as u64,
         sequential_slots: settings.sequential_slots,
@@ -181,6 +185,10 @@ fn bench_row(device: &Device, name: &str, case: Case, settings: &Settings) -> Ro
     let mut bytes = min_bytes(shape);
     if !config.k_rot {
         bytes -= tokens * model.hkv * HEAD_DIM * dtype.size();
+    }
+    if variant == "fp8-pool" {
+        // The two pool rows per kv head are one byte an element.
+        bytes -= 2 * tokens * model.hkv * HEAD_DIM * (dtype.size() - 1);
     }
     Row {
         device: name.to_string(),

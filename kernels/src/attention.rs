@@ -19,6 +19,7 @@
 //! writes a normalised partial output and its log-sum-exp per chunk; [`attention_merge`](fn@attention_merge)
 //! combines them. A key whose pool row is outside the pool is masked, never read.
 
+use crate::fp8::load_pool;
 use crate::reduce::{cube_max, cube_sum};
 use cubecl::prelude::*;
 
@@ -60,10 +61,10 @@ pub(crate) fn cube_work(
 /// time (WGSL has no infinity literal). `units` is a power of two and at least `row_vectors`.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub fn attention_kernel<F: Float, N: Size>(
+pub fn attention_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     q: &Tensor<Vector<F, N>>,
-    k_pool: &Tensor<Vector<F, N>>,
-    v_pool: &Tensor<Vector<F, N>>,
+    k_pool: &Tensor<Vector<P, M>>,
+    v_pool: &Tensor<Vector<P, M>>,
     kv_indices: &Tensor<i32>,
     ranges: &Tensor<i32>,
     out: &mut Tensor<Vector<F, N>>,
@@ -76,12 +77,15 @@ pub fn attention_kernel<F: Float, N: Size>(
     chunk_keys: u32,
     num_chunks: u32,
     head_blocks: u32,
+    k_scale: f32,
+    v_scale: f32,
     #[comptime] heads: usize,
     #[comptime] units: usize,
     #[comptime] row_vectors: usize,
     #[comptime] split: bool,
     #[comptime] capped: bool,
-    #[define(F)] _dtype: ElemType,
+    #[comptime] fp8: bool,
+    #[define(F, P)] _dtypes: [ElemType; 2],
 ) {
     let num_tokens = q.shape(0);
     let num_qo_heads = q.shape(1);
@@ -147,7 +151,7 @@ pub fn attention_kernel<F: Float, N: Size>(
         }
         if row >= 0 {
             for v in 0..row_vectors {
-                let k = Vector::<f32, N>::cast_from(k_pool[k_row + v]);
+                let k = load_pool::<P, N, M>(k_pool, k_row + v, k_scale, fp8);
                 #[unroll]
                 for h in 0..heads {
                     dots[h] += q_s[h * row_vectors + v] * k;
@@ -200,9 +204,8 @@ pub fn attention_kernel<F: Float, N: Size>(
             for k in range_stepped(kg, units, key_groups) {
                 let r = rows_s[k];
                 if r >= 0 {
-                    let v = Vector::<f32, N>::cast_from(
-                        v_pool[(usize::cast_from(r) * num_kv_heads + g) * row_vectors + e],
-                    );
+                    let at = (usize::cast_from(r) * num_kv_heads + g) * row_vectors + e;
+                    let v = load_pool::<P, N, M>(v_pool, at, v_scale, fp8);
                     #[unroll]
                     for h in 0..heads {
                         acc[h] += v * Vector::new(s_s[h * units + k]);

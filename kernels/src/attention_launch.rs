@@ -3,11 +3,11 @@
 
 use crate::attention::{attention_kernel, attention_merge};
 use crate::attention_plane::attention_plane_kernel;
-use crate::launch::widest_vector;
+use crate::launch::{FP8_VECTOR, widest_vector};
 use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
 use cubecl::features::Plane;
-use cubecl::ir::{AddressType, ElemType};
+use cubecl::ir::{AddressType, ElemType, UIntKind};
 use cubecl::prelude::*;
 use cubecl::{CubeDim, calculate_cube_count_elemwise};
 
@@ -26,6 +26,9 @@ pub struct AttentionGeometry {
     pub pool_size: usize,
     /// The most keys any query sees.
     pub max_keys: usize,
+    /// The pools are fp8 words ([`AttentionArgs::fp8_scales`]): rows are read in vectors of
+    /// four, one word each.
+    pub fp8_pools: bool,
 }
 
 /// Which kernel runs a call.
@@ -119,7 +122,10 @@ impl AttentionLaunch {
         tuning: &LaunchTuning,
     ) -> Self {
         let d = geometry.head_dim.max(1);
-        let vector = widest_vector(client, elem_size, |n| d.is_multiple_of(n));
+        let vector = match geometry.fp8_pools {
+            true => FP8_VECTOR,
+            false => widest_vector(client, elem_size, |n| d.is_multiple_of(n)),
+        };
         let row_vectors = d / vector;
         let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
         let properties = client.properties();
@@ -238,6 +244,9 @@ pub struct AttentionArgs {
     pub part_out: TensorArg,
     /// Split scratch: partial log-sum-exps.
     pub part_lse: TensorArg,
+    /// fp8 pools (`[P, Hkv, D / 4]` u32 words of e4m3 codes, [`crate::fp8`]) and their
+    /// `(k_scale, v_scale)`; `None`: pools of `F`.
+    pub fp8_scales: Option<(f32, f32)>,
 }
 
 /// The scalars of one call.
@@ -293,6 +302,11 @@ pub unsafe fn launch_attention(
         .max(chunks * num_tokens * num_qo_heads * head_dim);
     let soft_cap = scalars.soft_cap.unwrap_or(1.0);
     let first = args();
+    // The pools' element type and vector width, and their scales.
+    let (pool_elem, pool_vector, (k_scale, v_scale), fp8) = match first.fp8_scales {
+        Some(scales) => (ElemType::UInt(UIntKind::U32), 1, scales, true),
+        None => (float, vector, (1.0, 1.0), false),
+    };
     match kernel {
         AttentionKernel::Plane { lanes, vecs, steps } => unsafe {
             attention_plane_kernel::launch_unchecked(
@@ -301,6 +315,7 @@ pub unsafe fn launch_attention(
                 cube_dim,
                 AddressType::from_len(len),
                 vector,
+                pool_vector,
                 first.q,
                 first.k_pool,
                 first.v_pool,
@@ -316,6 +331,8 @@ pub unsafe fn launch_attention(
                 chunk_keys as u32,
                 chunks as u32,
                 head_blocks as u32,
+                k_scale,
+                v_scale,
                 heads,
                 units,
                 lanes,
@@ -324,7 +341,8 @@ pub unsafe fn launch_attention(
                 row_vectors,
                 split,
                 scalars.soft_cap.is_some(),
-                float,
+                fp8,
+                [float, pool_elem],
             );
         },
         AttentionKernel::Portable => unsafe {
@@ -334,6 +352,7 @@ pub unsafe fn launch_attention(
                 cube_dim,
                 AddressType::from_len(len),
                 vector,
+                pool_vector,
                 first.q,
                 first.k_pool,
                 first.v_pool,
@@ -349,12 +368,15 @@ pub unsafe fn launch_attention(
                 chunk_keys as u32,
                 chunks as u32,
                 head_blocks as u32,
+                k_scale,
+                v_scale,
                 heads,
                 units,
                 row_vectors,
                 split,
                 scalars.soft_cap.is_some(),
-                float,
+                fp8,
+                [float, pool_elem],
             );
         },
     }

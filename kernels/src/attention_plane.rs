@@ -18,6 +18,7 @@
 //! the pool is masked, never read.
 
 use crate::attention::{cube_work, lane_sum};
+use crate::fp8::load_pool;
 use cubecl::prelude::*;
 
 /// The pool row of key `j` of a query whose keys start at entry `first` of `kv_indices`, or -1
@@ -43,10 +44,10 @@ fn pool_row(kv_indices: &Tensor<i32>, first: usize, j: usize, hi: usize, pool_si
 /// group.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub fn attention_plane_kernel<F: Float, N: Size>(
+pub fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     q: &Tensor<Vector<F, N>>,
-    k_pool: &Tensor<Vector<F, N>>,
-    v_pool: &Tensor<Vector<F, N>>,
+    k_pool: &Tensor<Vector<P, M>>,
+    v_pool: &Tensor<Vector<P, M>>,
     kv_indices: &Tensor<i32>,
     ranges: &Tensor<i32>,
     out: &mut Tensor<Vector<F, N>>,
@@ -59,6 +60,8 @@ pub fn attention_plane_kernel<F: Float, N: Size>(
     chunk_keys: u32,
     num_chunks: u32,
     head_blocks: u32,
+    k_scale: f32,
+    v_scale: f32,
     #[comptime] heads: usize,
     #[comptime] units: usize,
     #[comptime] lanes: usize,
@@ -67,7 +70,8 @@ pub fn attention_plane_kernel<F: Float, N: Size>(
     #[comptime] row_vectors: usize,
     #[comptime] split: bool,
     #[comptime] capped: bool,
-    #[define(F)] _dtype: ElemType,
+    #[comptime] fp8: bool,
+    #[define(F, P)] _dtypes: [ElemType; 2],
 ) {
     let num_tokens = q.shape(0);
     let num_qo_heads = q.shape(1);
@@ -142,8 +146,8 @@ pub fn attention_plane_kernel<F: Float, N: Size>(
                 let mut vx = Vector::<f32, N>::new(f32::new(0.0));
                 if row >= 0 && e < row_vectors {
                     let at = (usize::cast_from(row) * num_kv_heads + g) * row_vectors + e;
-                    kx = Vector::<f32, N>::cast_from(k_pool[at]);
-                    vx = Vector::<f32, N>::cast_from(v_pool[at]);
+                    kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8);
+                    vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8);
                 }
                 ks[s * vecs + i] = kx;
                 vs[s * vecs + i] = vx;

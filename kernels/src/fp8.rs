@@ -84,6 +84,40 @@ pub fn unpack_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
     x
 }
 
+/// Vector `at` of a pool as f32: a float pool's vector (`P` its float type, `M = N`), or with
+/// `fp8` one word of four e4m3 codes times `scale` (`P` = u32, `M = 1`, `N = 4`).
+#[cube]
+pub fn load_pool<P: Numeric, N: Size, M: Size>(
+    pool: &Tensor<Vector<P, M>>,
+    at: usize,
+    scale: f32,
+    #[comptime] fp8: bool,
+) -> Vector<f32, N> {
+    if comptime!(fp8) {
+        unpack_e4m3::<N>(u32::cast_from(pool[at].extract(0usize)), scale)
+    } else {
+        Vector::<f32, N>::cast_from(pool[at])
+    }
+}
+
+/// Stores `x` (a unit's vector, f32) at vector `at` of a pool: rounded to the pool's float type
+/// `P` (vectors of `M = N`), or with `fp8` as one word of e4m3 codes of `x * inv_scale` (`P` =
+/// u32, `M = 1`, `N = 4`).
+#[cube]
+pub fn store_pool<P: Numeric, N: Size, M: Size>(
+    pool: &mut Tensor<Vector<P, M>>,
+    at: usize,
+    x: Vector<f32, N>,
+    inv_scale: f32,
+    #[comptime] fp8: bool,
+) {
+    if comptime!(fp8) {
+        pool[at] = Vector::<P, M>::cast_from(pack_e4m3::<N>(x, inv_scale));
+    } else {
+        pool[at] = Vector::<P, M>::cast_from(x);
+    }
+}
+
 /// Encodes `x` (f32 in vectors of four, `4 · out.len()` elements) times `inv_scale` into `out`, one word per four
 /// elements: a float tensor into an fp8 pool's layout.
 #[cube(launch_unchecked, address_type = "dynamic")]

@@ -7,7 +7,7 @@ use crate::table::{RopeTable, RopeVariant};
 use crate::tuning::LaunchTuning;
 use cubecl::client::Client;
 use cubecl::device::DeviceId;
-use cubecl::ir::{AddressType, ElemType};
+use cubecl::ir::{AddressType, ElemType, UIntKind};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use cubecl::{CubeDim, calculate_cube_count_elemwise};
@@ -167,14 +167,18 @@ pub struct RopePoolArgs {
     /// `[T, Hkv, D]`, float `F`, written when `write_k_out` (else any live buffer of `F`, never
     /// touched).
     pub k_out: TensorArg,
-    /// `[P, Hkv, D]`, float `F`, rows of valid slots written.
+    /// `[P, Hkv, D]`, float `F` (fp8 pools: `[P, Hkv, D / 4]` u32 words, see `fp8_scales`),
+    /// rows of valid slots written.
     pub k_pool: TensorArg,
-    /// `[P, Hkv, D]`, float `F`, rows of valid slots written.
+    /// As `k_pool`.
     pub v_pool: TensorArg,
     /// Whether the rotated keys go to `k_out` too (else to the pool rows only).
     pub write_k_out: bool,
     /// The per-head RMSNorm of q and k before the rotation, when the call has one.
     pub qk_norm: Option<QkNormArgs>,
+    /// fp8 e4m3 pools ([`crate::fp8`]: four codes to a u32 word) with these `(k_scale, v_scale)`:
+    /// a stored code is e4m3(x · (1 / scale)). `None`: pools of the float type `F`.
+    pub fp8_scales: Option<(f32, f32)>,
 }
 
 /// The q/k norm of a call ([`crate::rope_pool_norm`]): weights `[D]`, float `F`, dense; `D` at
@@ -191,6 +195,9 @@ pub struct QkNormArgs {
 /// The largest head the q/k norm kernel takes: a (token, head group)'s units must fit one cube
 /// row of at most [`NORM_CUBE_UNITS`] units at vector width 1.
 pub const MAX_NORM_HEAD_DIM: usize = 2 * NORM_CUBE_UNITS;
+
+/// The vector width of a call with fp8 pools: four elements, one word of codes.
+pub const FP8_VECTOR: usize = 4;
 
 /// Units of a q/k norm cube (the smallest per-cube limit a WebGPU device may have).
 const NORM_CUBE_UNITS: usize = 256;
@@ -223,7 +230,16 @@ pub unsafe fn launch_rope_pool(
         return;
     }
     let max_vector = tuning.max_vector.unwrap_or(usize::MAX);
-    let vector = vector_size(client, float.size(), geometry, rotary_dim, max_vector);
+    // fp8 pools: a unit's vector is one word of four codes (the call's shapes allow four).
+    let vector = match args.fp8_scales {
+        Some(_) => FP8_VECTOR,
+        None => vector_size(client, float.size(), geometry, rotary_dim, max_vector),
+    };
+    // The pools' element type and vector width, and the codes' `1 / scale`.
+    let (pool_elem, pool_vector, (k_inv, v_inv), fp8) = match args.fp8_scales {
+        Some((k, v)) => (ElemType::UInt(UIntKind::U32), 1, (1.0 / k, 1.0 / v), true),
+        None => (float, vector, (1.0, 1.0), false),
+    };
     let half = rotary_dim / 2;
     let handle = table_on_device(client, rope);
     let table_len = rope.values.len();
@@ -267,6 +283,7 @@ pub unsafe fn launch_rope_pool(
                 cube_dim,
                 address,
                 vector,
+                pool_vector,
                 args.q,
                 args.k,
                 args.v,
@@ -283,13 +300,16 @@ pub unsafe fn launch_rope_pool(
                 scalars.1,
                 scalars.2,
                 scalars.3,
+                k_inv,
+                v_inv,
                 norm.eps,
                 variant,
                 args.write_k_out,
                 geometry.strided(),
+                fp8,
                 row_units,
                 rows,
-                [float, int],
+                [float, int, pool_elem],
             );
         }
         return;
@@ -302,6 +322,7 @@ pub unsafe fn launch_rope_pool(
             cube_dim,
             address,
             vector,
+            pool_vector,
             args.q,
             args.k,
             args.v,
@@ -316,10 +337,13 @@ pub unsafe fn launch_rope_pool(
             scalars.1,
             scalars.2,
             scalars.3,
+            k_inv,
+            v_inv,
             variant,
             args.write_k_out,
             geometry.strided(),
-            [float, int],
+            fp8,
+            [float, int, pool_elem],
         );
     }
 }

@@ -25,7 +25,7 @@ pub use attention_launch::{
     launch_attention,
 };
 pub use launch::{
-    MAX_NORM_HEAD_DIM, QkNormArgs, RopePoolArgs, RopePoolGeometry, heads_per_unit,
+    FP8_VECTOR, MAX_NORM_HEAD_DIM, QkNormArgs, RopePoolArgs, RopePoolGeometry, heads_per_unit,
     launch_append_max, launch_rope_pool, vector_size,
 };
 pub use matvec::{MATVEC_MAX_ROWS, launch_matvec, matvec_fits};

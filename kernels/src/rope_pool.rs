@@ -22,6 +22,7 @@
 //! - [`pool_row()`]: where a token's row lands in the pool.
 
 use crate::angle::{TURN_PARTS, is_big, lane_position_parts, position_parts, rope_angle};
+use crate::fp8::store_pool;
 use crate::table::RopeVariant;
 use cubecl::prelude::*;
 
@@ -56,21 +57,16 @@ pub fn pool_row<I: Int>(slot: I, pool_size: usize) -> usize {
     row
 }
 
-/// Rotates the NeoX pairs `(x1[l], x2[l])` by the angles whose cosines and sines are `cos`,
-/// `sin`, in f32, and rounds the result to the storage type once.
+/// Rotates the NeoX pairs `(a[l], b[l])` by the angles whose cosines and sines are `cos`, `sin`,
+/// in f32 (the store rounds to the storage type once).
 #[cube]
-fn rotate<F: Float, N: Size>(
-    x1: Vector<F, N>,
-    x2: Vector<F, N>,
+fn rotate<N: Size>(
+    a: Vector<f32, N>,
+    b: Vector<f32, N>,
     cos: Vector<f32, N>,
     sin: Vector<f32, N>,
-) -> (Vector<F, N>, Vector<F, N>) {
-    let a = Vector::<f32, N>::cast_from(x1);
-    let b = Vector::<f32, N>::cast_from(x2);
-    (
-        Vector::cast_from(a * cos - b * sin),
-        Vector::cast_from(a * sin + b * cos),
-    )
+) -> (Vector<f32, N>, Vector<f32, N>) {
+    (a * cos - b * sin, a * sin + b * cos)
 }
 
 /// The cos/sin a unit's two vectors are rotated with, formed once per unit: NeoX uses the `N`
@@ -112,16 +108,15 @@ fn lane_angles<N: Size>(
     (c1, s1, c2, s2)
 }
 
-/// Rotates the GPT-J pairs in the lanes of `x` (`2l`, `2l + 1`) with [`lane_angles`]' `cos`,
-/// `sin`: `x * cos + swap(x) * sin` in f32, rounded once.
+/// Rotates the GPT-J pairs in the lanes of `a` (`2l`, `2l + 1`) with [`lane_angles`]' `cos`,
+/// `sin`: `a * cos + swap(a) * sin` in f32.
 #[cube]
-fn rotate_lanes<F: Float, N: Size>(
-    x: Vector<F, N>,
+fn rotate_lanes<N: Size>(
+    a: Vector<f32, N>,
     cos: Vector<f32, N>,
     sin: Vector<f32, N>,
-) -> Vector<F, N> {
+) -> Vector<f32, N> {
     let n = N::value();
-    let a = Vector::<f32, N>::cast_from(x);
     let mut swapped = a;
     #[unroll]
     for l in 0..comptime!(n / 2) {
@@ -129,7 +124,7 @@ fn rotate_lanes<F: Float, N: Size>(
         swapped.insert(even, a.extract(odd));
         swapped.insert(odd, a.extract(even));
     }
-    Vector::cast_from(a * cos + swapped * sin)
+    a * cos + swapped * sin
 }
 
 /// The position of each of a unit's `N` frequencies: M-RoPE picks row 0, 1 or 2 of `positions`
@@ -163,7 +158,7 @@ pub fn lane_positions<N: Size>(
 /// put more units in flight.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
+pub fn rope_pool_kernel<F: Float, I: Int, P: Numeric, N: Size, M: Size>(
     q: &Tensor<Vector<F, N>>,
     k: &Tensor<Vector<F, N>>,
     v: &Tensor<Vector<F, N>>,
@@ -172,16 +167,19 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
     table: &Tensor<Vector<f32, N>>,
     q_out: &mut Tensor<Vector<F, N>>,
     k_out: &mut Tensor<Vector<F, N>>,
-    k_pool: &mut Tensor<Vector<F, N>>,
-    v_pool: &mut Tensor<Vector<F, N>>,
+    k_pool: &mut Tensor<Vector<P, M>>,
+    v_pool: &mut Tensor<Vector<P, M>>,
     heads_per_unit: u32,
     rotary_vectors: u32,
     attention_factor: f32,
     long_from: i32,
+    k_inv_scale: f32,
+    v_inv_scale: f32,
     #[comptime] variant: RopeVariant,
     #[comptime] write_k_out: bool,
     #[comptime] strided: bool,
-    #[define(F, I)] _dtypes: [ElemType; 2],
+    #[comptime] fp8: bool,
+    #[define(F, I, P)] _dtypes: [ElemType; 3],
 ) {
     let num_tokens = q.shape(0);
     let num_qo_heads = q.shape(1);
@@ -227,8 +225,8 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
         let row = q_base + head * row_vectors;
         let row_in = q_in + head * row_vectors;
         let (a, b) = turn::<F, N>(q[row_in + lo], q[row_in + hi], angles, pass, variant);
-        q_out[row + lo] = a;
-        q_out[row + hi] = b;
+        q_out[row + lo] = Vector::cast_from(a);
+        q_out[row + hi] = Vector::cast_from(b);
         head += groups;
     }
 
@@ -253,15 +251,21 @@ pub fn rope_pool_kernel<F: Float, I: Int, N: Size>(
         let (v1, v2) = (v[v_row + lo], v[v_row + hi]);
         let (a, b) = turn::<F, N>(k1, k2, angles, pass, variant);
         if write_k_out {
-            k_out[row + lo] = a;
-            k_out[row + hi] = b;
+            k_out[row + lo] = Vector::cast_from(a);
+            k_out[row + hi] = Vector::cast_from(b);
         }
         if write {
             let dst = pool_base + h * row_vectors;
-            k_pool[dst + lo] = a;
-            k_pool[dst + hi] = b;
-            v_pool[dst + lo] = v1;
-            v_pool[dst + hi] = v2;
+            let (v1, v2) = (Vector::cast_from(v1), Vector::cast_from(v2));
+            write_kv::<P, N, M>(
+                k_pool,
+                v_pool,
+                dst,
+                (lo, hi),
+                (a, b, v1, v2),
+                (k_inv_scale, v_inv_scale),
+                fp8,
+            );
         }
         head += groups;
     }
@@ -354,7 +358,8 @@ pub(crate) fn unit_setup<I: Int, N: Size>(
 }
 
 /// The rotation of the variant — NeoX halves, or GPT-J lane pairs (with [`lane_angles`]) — of a
-/// unit's two vectors, or the vectors unchanged when they are `pass`-through tail vectors.
+/// unit's two vectors, in f32, or the vectors unchanged when they are `pass`-through tail
+/// vectors. The caller's store rounds once (to the storage type, or to fp8).
 #[cube]
 #[allow(clippy::type_complexity, clippy::collapsible_if)]
 pub(crate) fn turn<F: Float, N: Size>(
@@ -368,26 +373,55 @@ pub(crate) fn turn<F: Float, N: Size>(
     ),
     pass: bool,
     #[comptime] variant: RopeVariant,
-) -> (Vector<F, N>, Vector<F, N>) {
+) -> (Vector<f32, N>, Vector<f32, N>) {
     let (c1, s1, c2, s2) = angles;
     let n = N::value();
+    let (a, b) = (
+        Vector::<f32, N>::cast_from(x1),
+        Vector::<f32, N>::cast_from(x2),
+    );
     let turned = if comptime!(variant.interleaved && n > 1) {
-        (
-            rotate_lanes::<F, N>(x1, c1, s1),
-            rotate_lanes::<F, N>(x2, c2, s2),
-        )
+        (rotate_lanes::<N>(a, c1, s1), rotate_lanes::<N>(b, c2, s2))
     } else {
-        rotate::<F, N>(x1, x2, c1, s1)
+        rotate::<N>(a, b, c1, s1)
     };
-    let (mut a, mut b) = turned;
+    let (mut a2, mut b2) = turned;
     // `if partial { if pass { .. } }`: the outer condition is comptime, the inner one runtime.
     if variant.partial {
         if pass {
-            a = x1;
-            b = x2;
+            a2 = a;
+            b2 = b;
         }
     }
-    (a, b)
+    (a2, b2)
+}
+
+/// Writes a kv head's two vectors of keys (`a`, `b`) and values (`v1`, `v2`) at vectors `lo`, `hi`
+/// of the pool row starting at vector `dst`; `inv_scales` are the fp8 pools' `1 / scale` (keys,
+/// values; unused for float pools).
+#[cube]
+#[allow(clippy::type_complexity)]
+pub(crate) fn write_kv<P: Numeric, N: Size, M: Size>(
+    k_pool: &mut Tensor<Vector<P, M>>,
+    v_pool: &mut Tensor<Vector<P, M>>,
+    dst: usize,
+    at: (usize, usize),
+    values: (
+        Vector<f32, N>,
+        Vector<f32, N>,
+        Vector<f32, N>,
+        Vector<f32, N>,
+    ),
+    inv_scales: (f32, f32),
+    #[comptime] fp8: bool,
+) {
+    let (lo, hi) = at;
+    let (a, b, v1, v2) = values;
+    let (k_inv, v_inv) = inv_scales;
+    store_pool::<P, N, M>(k_pool, dst + lo, a, k_inv, fp8);
+    store_pool::<P, N, M>(k_pool, dst + hi, b, k_inv, fp8);
+    store_pool::<P, N, M>(v_pool, dst + lo, v1, v_inv, fp8);
+    store_pool::<P, N, M>(v_pool, dst + hi, v2, v_inv, fp8);
 }
 
 /// Units per (token, head group): one per pair vector, plus with a partial rotary dimension one

@@ -11,7 +11,7 @@
 //! memory; every unit of a cube therefore walks the same number of head steps (a unit past the
 //! batch or its group's last head takes part in the sums and writes nothing).
 
-use crate::rope_pool::{turn, unit_setup};
+use crate::rope_pool::{turn, unit_setup, write_kv};
 use crate::table::RopeVariant;
 use cubecl::prelude::*;
 
@@ -39,7 +39,7 @@ fn scaled<F: Float, N: Size>(x: Vector<F, N>, w: Vector<F, N>, scale: f32) -> Ve
 /// (`rows` comptime, the cube's row count); `heads_per_unit` head steps per unit.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub fn rope_pool_norm_kernel<F: Float, I: Int, N: Size>(
+pub fn rope_pool_norm_kernel<F: Float, I: Int, P: Numeric, N: Size, M: Size>(
     q: &Tensor<Vector<F, N>>,
     k: &Tensor<Vector<F, N>>,
     v: &Tensor<Vector<F, N>>,
@@ -50,19 +50,22 @@ pub fn rope_pool_norm_kernel<F: Float, I: Int, N: Size>(
     k_weight: &Tensor<Vector<F, N>>,
     q_out: &mut Tensor<Vector<F, N>>,
     k_out: &mut Tensor<Vector<F, N>>,
-    k_pool: &mut Tensor<Vector<F, N>>,
-    v_pool: &mut Tensor<Vector<F, N>>,
+    k_pool: &mut Tensor<Vector<P, M>>,
+    v_pool: &mut Tensor<Vector<P, M>>,
     heads_per_unit: u32,
     rotary_vectors: u32,
     attention_factor: f32,
     long_from: i32,
+    k_inv_scale: f32,
+    v_inv_scale: f32,
     eps: f32,
     #[comptime] variant: RopeVariant,
     #[comptime] write_k_out: bool,
     #[comptime] strided: bool,
+    #[comptime] fp8: bool,
     #[comptime] unit_vectors: usize,
     #[comptime] rows: usize,
-    #[define(F, I)] _dtypes: [ElemType; 2],
+    #[define(F, I, P)] _dtypes: [ElemType; 3],
 ) {
     let num_tokens = q.shape(0);
     let num_qo_heads = q.shape(1);
@@ -152,20 +155,27 @@ pub fn rope_pool_norm_kernel<F: Float, I: Int, N: Size>(
         if active {
             if is_q {
                 let at = q_base + h * row_vectors;
-                q_out[at + lo] = a;
-                q_out[at + hi] = b;
+                q_out[at + lo] = Vector::cast_from(a);
+                q_out[at + hi] = Vector::cast_from(b);
             } else {
                 if write_k_out {
                     let at = kv_base + h * row_vectors;
-                    k_out[at + lo] = a;
-                    k_out[at + hi] = b;
+                    k_out[at + lo] = Vector::cast_from(a);
+                    k_out[at + hi] = Vector::cast_from(b);
                 }
                 if write {
                     let at = pool_base + h * row_vectors;
-                    k_pool[at + lo] = a;
-                    k_pool[at + hi] = b;
-                    v_pool[at + lo] = v1;
-                    v_pool[at + hi] = v2;
+                    let (v1, v2) = (Vector::cast_from(v1), Vector::cast_from(v2));
+                    let values = (a, b, v1, v2);
+                    write_kv::<P, N, M>(
+                        k_pool,
+                        v_pool,
+                        at,
+                        (lo, hi),
+                        values,
+                        (k_inv_scale, v_inv_scale),
+                        fp8,
+                    );
                 }
             }
         }

@@ -132,6 +132,8 @@ impl Case {
                     k_pool,
                     v_pool,
                     write_k_out: true,
+                    qk_norm: None,
+                    fp8_scales: None,
                 },
                 tuning,
             );

@@ -11,7 +11,8 @@ use crate::model::weights::{FromCheckpoint, Layer, Linear, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
 use crate::op::unfused::rope_pool_unfused;
 use crate::op::{
-    RefusedCall, RopePoolError, RopePoolInputs, check_rope_pool_fused, try_rope_pool_fused,
+    PoolTensor, RefusedCall, RopePoolError, RopePoolInputs, check_rope_pool_fused,
+    try_rope_pool_fused,
 };
 use crate::pool::{
     KvPoolError, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan,
@@ -42,8 +43,8 @@ pub enum DecoderError {
 /// The pools of every layer and the allocator of their rows (one row per token, shared by all
 /// layers).
 pub struct KvCache {
-    k: Vec<Option<Tensor<3>>>,
-    v: Vec<Option<Tensor<3>>>,
+    k: Vec<Option<PoolTensor>>,
+    v: Vec<Option<PoolTensor>>,
     /// The rows of the pools, per sequence.
     pub slots: SlotAllocator,
     pool_rows: usize,
@@ -78,6 +79,7 @@ pub struct Decoder {
     device: Device,
     dtype: DType,
     fused: bool,
+    fp8_cache: Option<(f32, f32)>,
 }
 
 fn ints<const D: usize>(values: Vec<i64>, dims: [usize; D], device: &Device) -> Tensor<D, Int> {
@@ -174,6 +176,7 @@ impl Decoder {
             device: weights.device().clone(),
             dtype: weights.dtype(),
             fused: true,
+            fp8_cache: None,
             config,
         })
     }
@@ -183,6 +186,20 @@ impl Decoder {
     pub fn with_fused(mut self, fused: bool) -> Self {
         self.fused = fused;
         self
+    }
+
+    /// Caches made by [`Self::new_cache`] keep keys and values as fp8 e4m3 with these `(k_scale,
+    /// v_scale)` ([`PoolTensor::Fp8`]: half the bytes of f16, and half the bytes attention reads
+    /// each step), or in the weights' dtype (`None`, the default). Fused mode only: the unfused
+    /// comparison path keeps float caches.
+    pub fn with_fp8_cache(mut self, scales: Option<(f32, f32)>) -> Self {
+        self.fp8_cache = scales;
+        self
+    }
+
+    /// The fp8 scales of this decoder's caches, if they are fp8.
+    fn fp8_scales(&self) -> Option<(f32, f32)> {
+        self.fp8_cache.filter(|_| self.fused)
     }
 
     /// The device the weights live on.
@@ -195,13 +212,12 @@ impl Decoder {
     pub fn cache_bytes(&self, pool_rows: usize) -> Option<u64> {
         let rope = &self.config.rope;
         let tensors = 2 * self.layers.len();
-        pool_bytes(
-            pool_rows,
-            rope.num_kv_heads,
-            rope.head_dim,
-            self.dtype,
-            tensors,
-        )
+        // An fp8 pool holds one byte per element.
+        let dtype = match self.fp8_scales() {
+            Some(_) => DType::U8,
+            None => self.dtype,
+        };
+        pool_bytes(pool_rows, rope.num_kv_heads, rope.head_dim, dtype, tensors)
     }
 
     /// Empty pools of `pool_rows` rows for every layer, refused before anything is allocated
@@ -223,10 +239,20 @@ impl Decoder {
         let rope = &self.config.rope;
         let shape = [pool_rows, rope.num_kv_heads, rope.head_dim];
         let slots = SlotAllocator::try_new(pool_rows)?;
-        let zeros = || Some(Tensor::<3>::zeros(shape, (&self.device, self.dtype)));
+        let zeros = |fp8_scale: Option<f32>| {
+            Some(match fp8_scale {
+                Some(scale) => PoolTensor::fp8_zeros(shape, scale, &self.device),
+                None => Tensor::<3>::zeros(shape, (&self.device, self.dtype)).into(),
+            })
+        };
+        let scales = self.fp8_scales();
         Ok(KvCache {
-            k: (0..self.layers.len()).map(|_| zeros()).collect(),
-            v: (0..self.layers.len()).map(|_| zeros()).collect(),
+            k: (0..self.layers.len())
+                .map(|_| zeros(scales.map(|s| s.0)))
+                .collect(),
+            v: (0..self.layers.len())
+                .map(|_| zeros(scales.map(|s| s.1)))
+                .collect(),
             slots,
             pool_rows,
         })
@@ -414,10 +440,9 @@ impl Decoder {
             let (q_rot, kp, vp) = match out {
                 Ok(out) => (out.q_rot, out.k_pool, out.v_pool),
                 Err(refused) => {
-                    let [kp, vp] =
-                        [refused.inputs.k_pool, refused.inputs.v_pool].map(Tensor::from_dispatch);
-                    (*k_pool, *v_pool) = (Some(kp), Some(vp));
-                    return Err(refused.error.into());
+                    let RefusedCall { error, inputs } = refused;
+                    (*k_pool, *v_pool) = (Some(inputs.k_pool), Some(inputs.v_pool));
+                    return Err(error.into());
                 }
             };
             let inputs = PoolAttentionInputs::new(q_rot, kp.clone(), vp.clone());

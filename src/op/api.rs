@@ -82,8 +82,8 @@ fn check(
         &inputs.v,
         &inputs.positions,
         &inputs.slots,
-        &inputs.k_pool,
-        &inputs.v_pool,
+        inputs.k_pool.stored(),
+        inputs.v_pool.stored(),
     ];
     let weights = inputs.qk_norm.weights().into_iter().flatten();
     if others
@@ -113,7 +113,7 @@ fn check(
                 return Err(RopePoolError::PositionRange { index, position });
             }
         }
-        let pool_size = inputs.k_pool.shape()[0];
+        let pool_size = inputs.k_pool.stored_shape()[0];
         validate_slots(&host_ints(&inputs.slots, "slots")?, pool_size)?;
     }
     Ok(rope)

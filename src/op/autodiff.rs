@@ -15,10 +15,11 @@
 
 use crate::op::backend::{Outputs, QkNorm, RopePoolBackend, RopePoolInputs};
 use crate::op::norm::head_rms_norm;
+use crate::op::pool_tensor::PoolTensor;
 use crate::op::rope::{RopeFrequencies, RopeStyle};
 use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::CheckpointStrategy};
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary, unary};
+use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind, binary, unary};
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Autodiff, AutodiffBackend, TensorMetadata, get_or_init_device_settings};
 use burn::tensor::{DType, IndexingUpdateOp, Shape, Slice, TensorData};
@@ -48,13 +49,13 @@ impl<B: RopePoolBackend, C: CheckpointStrategy> RopePoolBackend for Autodiff<B, 
             q = head_rms_norm::<Self>(q, q_weight, eps);
             k = head_rms_norm::<Self>(k, k_weight, eps);
         }
-        let pool_rows = k_pool.shape()[0];
+        let pool_rows = k_pool.stored_shape()[0];
         let k_node = k.node();
         let (q, q_node) = q.into_parts();
         let (k, k_node_pool) = k.into_parts();
         let (v, v_node) = v.into_parts();
-        let (k_pool, k_pool_node) = k_pool.into_parts();
-        let (v_pool, v_pool_node) = v_pool.into_parts();
+        let (k_pool, k_pool_node) = untracked(k_pool);
+        let (v_pool, v_pool_node) = untracked(v_pool);
         let (q_rot, k_rot_out, k_pool, v_pool) = B::rope_pool_fused(
             RopePoolInputs {
                 q,
@@ -97,9 +98,40 @@ impl<B: RopePoolBackend, C: CheckpointStrategy> RopePoolBackend for Autodiff<B, 
             OpsKind::Tracked(prep) => prep.finish((written.clone(), turn), output),
             OpsKind::UnTracked(prep) => prep.finish(output),
         };
-        let k_pool = pool([k_node_pool, k_pool_node], k_pool, Some(turn.clone()));
-        let v_pool = pool([v_node, v_pool_node], v_pool, None);
+        // fp8 pools are inference state: no gradient flows through them (nor from them to k, v).
+        let (k_pool, v_pool) = match (k_pool, v_pool, k_pool_node, v_pool_node) {
+            (PoolTensor::Float(kp), PoolTensor::Float(vp), Some(kn), Some(vn)) => (
+                PoolTensor::Float(pool([k_node_pool, kn], kp, Some(turn.clone()))),
+                PoolTensor::Float(pool([v_node, vn], vp, None)),
+            ),
+            (k_pool, v_pool, ..) => (tracked(k_pool), tracked(v_pool)),
+        };
         (q_rot, k_rot, k_pool, v_pool)
+    }
+}
+
+/// A pool of the autodiff backend as the inner backend's, and its node (float pools).
+fn untracked<B: RopePoolBackend, C: CheckpointStrategy>(
+    pool: PoolTensor<Autodiff<B, C>>,
+) -> (PoolTensor<B>, Option<NodeGuard>) {
+    match pool {
+        PoolTensor::Float(t) => {
+            let (t, node) = t.into_parts();
+            (PoolTensor::Float(t), Some(node))
+        }
+        PoolTensor::Fp8 { words, scale } => (PoolTensor::Fp8 { words, scale }, None),
+    }
+}
+
+/// An inner backend's pool as the autodiff backend's, untracked.
+fn tracked<B: RopePoolBackend, C: CheckpointStrategy>(
+    pool: PoolTensor<B>,
+) -> PoolTensor<Autodiff<B, C>> {
+    match pool {
+        PoolTensor::Float(t) => {
+            PoolTensor::Float(<Autodiff<B, C> as AutodiffBackend>::from_inner(t))
+        }
+        PoolTensor::Fp8 { words, scale } => PoolTensor::Fp8 { words, scale },
     }
 }
 
@@ -146,8 +178,12 @@ impl<B: RopePoolBackend> Turn<B> {
                     &device,
                     self.positions.dtype().into(),
                 ),
-                k_pool: B::float_zeros(pool_shape.clone(), &device, dtype.into()),
-                v_pool: B::float_zeros(pool_shape, &device, dtype.into()),
+                k_pool: PoolTensor::Float(B::float_zeros(
+                    pool_shape.clone(),
+                    &device,
+                    dtype.into(),
+                )),
+                v_pool: PoolTensor::Float(B::float_zeros(pool_shape, &device, dtype.into())),
                 qk_norm: QkNorm::None,
             },
             self.rope.clone(),

@@ -6,6 +6,9 @@
 //! implementations trust their inputs' shapes and launch without bounds checks);
 //! [`rope_pool_fused`](crate::rope_pool_fused) is the validated one users call.
 
+use crate::op::pool_tensor::PoolTensor;
+#[cfg(feature = "cube")]
+use crate::op::pool_tensor::PoolTensorMetadata;
 use crate::op::rope::RopeFrequencies;
 use burn::backend::{
     Backend, Dispatch, ExtensionType, backend_extension,
@@ -36,10 +39,12 @@ pub struct RopePoolInputs<B: Backend = Dispatch> {
     pub positions: IntTensor<B>,
     /// Pool row of each token, `[T]`, any integer type; `< 0` or `>= pool_size` writes nothing.
     pub slots: IntTensor<B>,
-    /// Key pool, `[P, Hkv, D]`.
-    pub k_pool: FloatTensor<B>,
-    /// Value pool, `[P, Hkv, D]`.
-    pub v_pool: FloatTensor<B>,
+    /// Key pool, `[P, Hkv, D]` (float, or fp8: [`PoolTensor`]).
+    #[extension_type]
+    pub k_pool: PoolTensor<B>,
+    /// Value pool, of `k_pool`'s kind and shape.
+    #[extension_type]
+    pub v_pool: PoolTensor<B>,
     /// The per-head RMSNorm of q and k before the rotation, if any.
     #[extension_type]
     pub qk_norm: QkNorm<B>,
@@ -76,15 +81,16 @@ impl<B: Backend> QkNorm<B> {
 
 impl RopePoolInputs<Dispatch> {
     /// The inputs of a call from tensors: `q [T, Hq, D]`, `k`, `v [T, Hkv, D]`, `positions [T]`
-    /// (`[3, T]` with M-RoPE, so `P` is 1 or 2), `slots [T]`, `k_pool`, `v_pool [P, Hkv, D]`.
+    /// (`[3, T]` with M-RoPE, so `P` is 1 or 2), `slots [T]`, `k_pool`, `v_pool [P, Hkv, D]`
+    /// (a `Tensor<3>`, or an fp8 [`PoolTensor`]).
     pub fn new<const P: usize>(
         q: Tensor<3>,
         k: Tensor<3>,
         v: Tensor<3>,
         positions: Tensor<P, Int>,
         slots: Tensor<1, Int>,
-        k_pool: Tensor<3>,
-        v_pool: Tensor<3>,
+        k_pool: impl Into<PoolTensor>,
+        v_pool: impl Into<PoolTensor>,
     ) -> Self {
         Self {
             q: q.into_dispatch(),
@@ -92,8 +98,8 @@ impl RopePoolInputs<Dispatch> {
             v: v.into_dispatch(),
             positions: positions.into_dispatch(),
             slots: slots.into_dispatch(),
-            k_pool: k_pool.into_dispatch(),
-            v_pool: v_pool.into_dispatch(),
+            k_pool: k_pool.into(),
+            v_pool: v_pool.into(),
             qk_norm: QkNorm::None,
         }
     }
@@ -119,28 +125,24 @@ pub struct RopePoolOutputs {
     pub q_rot: Tensor<3>,
     /// Rotated keys, `[T, Hkv, D]` (`[0, Hkv, D]` when the config's `k_rot` is off).
     pub k_rot: Tensor<3>,
-    /// The key pool, row `slots[t]` replaced by the rotated `k[t]` for every valid slot.
-    pub k_pool: Tensor<3>,
+    /// The key pool, row `slots[t]` replaced by the rotated `k[t]` for every valid slot (of the
+    /// input pool's kind: float, or fp8 codes of the rotated keys).
+    pub k_pool: PoolTensor,
     /// The value pool, row `slots[t]` replaced by `v[t]` for every valid slot.
-    pub v_pool: Tensor<3>,
+    pub v_pool: PoolTensor,
 }
 
-/// What the backend returns: [`RopePoolOutputs`]' four tensors in field order, `(q_rot, k_rot,
-/// k_pool, v_pool)`, as `B`'s primitives.
-pub(crate) type Outputs<B> = (
-    FloatTensor<B>,
-    FloatTensor<B>,
-    FloatTensor<B>,
-    FloatTensor<B>,
-);
+/// What the backend returns: [`RopePoolOutputs`]' four fields in order, `(q_rot, k_rot, k_pool,
+/// v_pool)`, as `B`'s primitives.
+pub(crate) type Outputs<B> = (FloatTensor<B>, FloatTensor<B>, PoolTensor<B>, PoolTensor<B>);
 
 impl From<Outputs<Dispatch>> for RopePoolOutputs {
     fn from((q_rot, k_rot, k_pool, v_pool): Outputs<Dispatch>) -> Self {
         Self {
             q_rot: Tensor::from_dispatch(q_rot),
             k_rot: Tensor::from_dispatch(k_rot),
-            k_pool: Tensor::from_dispatch(k_pool),
-            v_pool: Tensor::from_dispatch(v_pool),
+            k_pool,
+            v_pool,
         }
     }
 }
@@ -173,8 +175,8 @@ pub trait RopePoolBackend: Backend {
     ) -> (
         FloatTensor<Self>,
         FloatTensor<Self>,
-        FloatTensor<Self>,
-        FloatTensor<Self>,
+        PoolTensor<Self>,
+        PoolTensor<Self>,
     );
 }
 
@@ -186,7 +188,12 @@ fn rope_pool_meta(
     _rope: &Arc<RopeFrequencies>,
     k_rot: &bool,
     _qk_norm_eps: &f32,
-) -> (TensorSpec, TensorSpec, TensorSpec, TensorSpec) {
+) -> (
+    TensorSpec,
+    TensorSpec,
+    PoolTensorMetadata,
+    PoolTensorMetadata,
+) {
     let mut k_rot_meta = inputs.k.clone();
     if !*k_rot {
         k_rot_meta.shape = no_rows(&k_rot_meta.shape);

@@ -3,6 +3,7 @@
 //! the fusion-wrapped backend reaches it through the lazy path the extension macro generates.
 
 use crate::op::backend::{Outputs, QkNorm, RopePoolBackend, RopePoolInputs, no_rows};
+use crate::op::pool_tensor::PoolTensor;
 use crate::op::rope::RopeFrequencies;
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
@@ -133,8 +134,25 @@ impl RopePoolBackend for CubeBackend {
                 eps: qk_norm_eps,
             }),
         };
-        let k_pool = owned_contiguous(inputs.k_pool);
-        let v_pool = owned_contiguous(inputs.v_pool);
+        // The pools' buffers (fp8: their words) and the fp8 scales.
+        let (k_pool, v_pool, fp8_scales) = match (inputs.k_pool, inputs.v_pool) {
+            (
+                PoolTensor::Fp8 {
+                    words: kw,
+                    scale: ks,
+                },
+                PoolTensor::Fp8 {
+                    words: vw,
+                    scale: vs,
+                },
+            ) => (owned_contiguous(kw), owned_contiguous(vw), Some((ks, vs))),
+            // Validation pairs the kinds: two float pools here.
+            (k_pool, v_pool) => (
+                owned_contiguous(stored(k_pool)),
+                owned_contiguous(stored(v_pool)),
+                None,
+            ),
+        };
         // Without k_rot the kernel never writes `k_out`: an empty `[0, Hkv, D]` output whose
         // buffer of one head row stands in for it (a binding may not be empty, and holds at
         // least one vector).
@@ -175,10 +193,30 @@ impl RopePoolBackend for CubeBackend {
                     v_pool: v_pool.clone().into_tensor_arg(),
                     write_k_out: write_k_rot,
                     qk_norm,
+                    fp8_scales,
                 },
                 &tuning(),
             );
         }
-        (q_rot, k_rot, k_pool, v_pool)
+        let pool = |tensor, fp8: Option<f32>| match fp8 {
+            Some(scale) => PoolTensor::Fp8 {
+                words: tensor,
+                scale,
+            },
+            None => PoolTensor::Float(tensor),
+        };
+        (
+            q_rot,
+            k_rot,
+            pool(k_pool, fp8_scales.map(|s| s.0)),
+            pool(v_pool, fp8_scales.map(|s| s.1)),
+        )
+    }
+}
+
+/// The tensor a pool is stored in.
+fn stored(pool: PoolTensor<CubeBackend>) -> CubeTensor {
+    match pool {
+        PoolTensor::Float(t) | PoolTensor::Fp8 { words: t, .. } => t,
     }
 }

@@ -1,5 +1,6 @@
 //! The errors of the op: one variant per documented message.
 
+use crate::op::pool_tensor::Fp8PoolError;
 use burn::tensor::DType;
 use core::fmt;
 
@@ -131,6 +132,9 @@ pub enum RopePoolError {
         /// v_pool's dtype.
         v_pool: DType,
     },
+    /// The pools' kinds or their fp8 settings are refused ([`Fp8PoolError`]).
+    #[error(transparent)]
+    Fp8Pool(#[from] Fp8PoolError),
     /// `head_dim` is odd or zero.
     #[error("head_dim must be even and > 0, got {head_dim}")]
     HeadDim {

@@ -3,11 +3,13 @@
 //! the q/k norm included.
 
 use crate::op::backend::{Outputs, QkNorm, RopePoolBackend, RopePoolInputs, no_rows};
+use crate::op::pool_tensor::PoolTensor;
 use crate::op::rope::{RopeFrequencies, RopeStyle};
 use burn::backend::TensorMetadata;
 use burn::tensor::{DType, Element};
 use burn_flex::{Flex, FlexTensor, Layout};
 use half::{bf16, f16};
+use rope_pool_kernels::fp8::encode_host;
 use std::sync::Arc;
 
 /// A float storage type the op reads and writes; arithmetic is done in f32.
@@ -46,9 +48,9 @@ impl Storage for bf16 {
 /// Rotates every head row of `src` (one token's heads, `head_dim` each) into `dst` with the
 /// token's cos/sin (`rotary_dim / 2` each): NeoX halves or GPT-J pairs over the first
 /// `rotary_dim` elements, the rest copied.
-fn rotate_rows<E: Storage>(
+fn rotate_rows<E: Storage, O: Storage>(
     src: &[E],
-    dst: &mut [E],
+    dst: &mut [O],
     head_dim: usize,
     style: RopeStyle,
     cos: &[f32],
@@ -65,10 +67,12 @@ fn rotate_rows<E: Storage>(
                 RopeStyle::Gptj => (2 * i, 2 * i + 1),
             };
             let (a, b) = (src[lo].to_f32(), src[hi].to_f32());
-            dst[lo] = E::from_f32(a * cos[i] - b * sin[i]);
-            dst[hi] = E::from_f32(a * sin[i] + b * cos[i]);
+            dst[lo] = O::from_f32(a * cos[i] - b * sin[i]);
+            dst[hi] = O::from_f32(a * sin[i] + b * cos[i]);
         }
-        dst[2 * half..].copy_from_slice(&src[2 * half..]);
+        for (d, s) in dst[2 * half..].iter_mut().zip(&src[2 * half..]) {
+            *d = O::from_f32(s.to_f32());
+        }
     }
 }
 
@@ -120,7 +124,17 @@ fn run<E: Storage + Element + bytemuck::Pod>(
         QkNorm::None => None,
         QkNorm::Rms { q_weight, k_weight } => Some([dense(q_weight), dense(k_weight)]),
     };
-    let (mut k_pool, mut v_pool) = (dense(inputs.k_pool), dense(inputs.v_pool));
+    // fp8 pools: their words and `1 / scale`s (validation pairs the two pools' kinds).
+    let inv_scales = match (&inputs.k_pool, &inputs.v_pool) {
+        (PoolTensor::Fp8 { scale: ks, .. }, PoolTensor::Fp8 { scale: vs, .. }) => {
+            Some((1.0 / ks, 1.0 / vs))
+        }
+        _ => None,
+    };
+    let stored = |pool: PoolTensor<Flex>| match pool {
+        PoolTensor::Float(t) | PoolTensor::Fp8 { words: t, .. } => dense(t),
+    };
+    let (mut k_pool, mut v_pool) = (stored(inputs.k_pool), stored(inputs.v_pool));
     let (positions, slots) = (indices(inputs.positions), indices(inputs.slots));
     let [num_tokens, num_qo_heads, head_dim] = q.shape().dims();
     let (q_row, kv_row) = (num_qo_heads * head_dim, k.shape()[1] * head_dim);
@@ -137,7 +151,16 @@ fn run<E: Storage + Element + bytemuck::Pod>(
     }
     // Copy-on-write: a pool still held elsewhere is copied here, never changed under its other
     // holder.
-    let (k_rows, v_rows) = (k_pool.storage_mut::<E>(), v_pool.storage_mut::<E>());
+    let mut rows = match inv_scales {
+        Some(inv) => Rows::Fp8(
+            k_pool.storage_mut::<u32>(),
+            v_pool.storage_mut::<u32>(),
+            inv,
+        ),
+        None => Rows::Float(k_pool.storage_mut::<E>(), v_pool.storage_mut::<E>()),
+    };
+    // fp8: a token's rotated keys in f32, encoded from there as the kernel does.
+    let mut k_f32 = vec![0f32; kv_row];
     let table = &rope.table;
     let half = table.half();
     // Like the kernel, every position is an i32 (a wider one wraps), the largest one included.
@@ -159,8 +182,20 @@ fn run<E: Storage + Element + bytemuck::Pod>(
         rotate_rows(k_src, k_dst, head_dim, rope.style, &cos, &sin);
         if slot >= 0 && (slot as u64) < pool_size as u64 {
             let ps = slot as usize * kv_row;
-            k_rows[ps..ps + kv_row].copy_from_slice(&k_out[ks..ks + kv_row]);
-            v_rows[ps..ps + kv_row].copy_from_slice(&v_in[ks..ks + kv_row]);
+            match &mut rows {
+                Rows::Float(k_rows, v_rows) => {
+                    k_rows[ps..ps + kv_row].copy_from_slice(&k_out[ks..ks + kv_row]);
+                    v_rows[ps..ps + kv_row].copy_from_slice(&v_in[ks..ks + kv_row]);
+                }
+                Rows::Fp8(k_words, v_words, (k_inv, v_inv)) => {
+                    let k_src = &k_in[ks..ks + kv_row];
+                    rotate_rows(k_src, &mut k_f32, head_dim, rope.style, &cos, &sin);
+                    let words = ps / 4..(ps + kv_row) / 4;
+                    pack(k_f32.iter().copied(), *k_inv, &mut k_words[words.clone()]);
+                    let v_src = v_in[ks..ks + kv_row].iter().map(|x| x.to_f32());
+                    pack(v_src, *v_inv, &mut v_words[words]);
+                }
+            }
         }
     }
     let output = |values: Vec<E>, like: &FlexTensor| {
@@ -181,7 +216,33 @@ fn run<E: Storage + Element + bytemuck::Pod>(
             k.dtype(),
         )
     };
-    (output(q_out, &q), k_rot, k_pool, v_pool)
+    let pool = |tensor, fp8: Option<f32>| match fp8 {
+        Some(inv) => PoolTensor::Fp8 {
+            words: tensor,
+            scale: 1.0 / inv,
+        },
+        None => PoolTensor::Float(tensor),
+    };
+    (
+        output(q_out, &q),
+        k_rot,
+        pool(k_pool, inv_scales.map(|s| s.0)),
+        pool(v_pool, inv_scales.map(|s| s.1)),
+    )
+}
+
+/// The pool rows a call writes: float rows of `E`, or fp8 words with the `1 / scale`s.
+enum Rows<'a, E> {
+    Float(&'a mut [E], &'a mut [E]),
+    Fp8(&'a mut [u32], &'a mut [u32], (f32, f32)),
+}
+
+/// `values · inv_scale` as e4m3 codes, four to a word of `out` (the kernel's packing).
+fn pack(values: impl Iterator<Item = f32>, inv_scale: f32, out: &mut [u32]) {
+    out.fill(0);
+    for (i, x) in values.enumerate() {
+        out[i / 4] |= u32::from(encode_host(x * inv_scale)) << (8 * (i % 4));
+    }
 }
 
 impl RopePoolBackend for Flex {

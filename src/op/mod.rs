@@ -16,6 +16,7 @@ mod error;
 pub(crate) mod flex;
 mod hf_config;
 mod norm;
+mod pool_tensor;
 pub mod reference;
 mod rope;
 pub mod unfused;
@@ -25,4 +26,6 @@ pub use api::{RefusedCall, check_rope_pool_fused, rope_pool_fused, try_rope_pool
 pub use backend::{QkNorm, RopePoolInputs, RopePoolOutputs};
 pub use config::RopePoolConfig;
 pub use error::{Dims, RopePoolError};
+pub(crate) use pool_tensor::check_pool_kinds;
+pub use pool_tensor::{Fp8PoolError, PoolTensor};
 pub use rope::{MRope, RopeFrequencies, RopeScaling, RopeStyle};

@@ -1,7 +1,8 @@
 //! A slow float64 reference of the op, straight from the contract's math: the oracle of the
 //! tests and of the `replay` example. Its frequencies are [`RopeFrequencies`]' float64 ones;
 //! the angle, the pairs and the pass-through tail are formed here in f64, independently of the
-//! kernel's exact-angle table.
+//! kernel's exact-angle table. The fp8 e4m3 encoder and decoder here are written from the
+//! format's definition, in f64, independently of the kernels' integer arithmetic.
 
 use crate::op::RopePoolConfig;
 use crate::op::rope::{RopeFrequencies, RopeStyle};
@@ -101,4 +102,42 @@ pub fn rope_pool_reference(
         k_pool,
         v_pool,
     }
+}
+
+/// The value of e4m3 code `code`, from the format's definition (NaN for `0x7F`, `0xFF`): the
+/// host reference the kernels' integer decoder is checked against.
+pub fn e4m3_value(code: u8) -> f64 {
+    let sign = if code & 0x80 != 0 { -1.0 } else { 1.0 };
+    let (exponent, mantissa) = (i32::from((code >> 3) & 0xF), f64::from(code & 7));
+    if code & 0x7F == 0x7F {
+        f64::NAN
+    } else if exponent == 0 {
+        sign * mantissa * 2f64.powi(-9)
+    } else {
+        sign * (1.0 + mantissa / 8.0) * 2f64.powi(exponent - 7)
+    }
+}
+
+/// The e4m3 code of `x` (float64), from the format's definition: round to nearest even,
+/// saturating to ±448, NaN to `0x7F` (with the sign). The host reference of the kernels' encoder.
+pub fn e4m3_code(x: f64) -> u8 {
+    let sign = if x.is_sign_negative() { 0x80 } else { 0 };
+    if x.is_nan() {
+        return sign | 0x7F;
+    }
+    let a = x.abs().min(448.0);
+    if a == 0.0 {
+        return sign;
+    }
+    // Below 2^-6 the quantum stays 2^-9 (subnormals).
+    let exponent = a.log2().floor().max(-6.0) as i32;
+    let quantum = 2f64.powi(exponent - 3);
+    let units = (a / quantum).round_ties_even();
+    let value = units * quantum;
+    if value < 2f64.powi(-6) {
+        return sign | units as u8;
+    }
+    let exponent = value.log2().floor() as i32;
+    let mantissa = (value / 2f64.powi(exponent) * 8.0) as u8 - 8;
+    sign | (((exponent + 7) as u8) << 3) | mantissa
 }

@@ -6,6 +6,7 @@
 
 use crate::op::backend::QkNorm;
 use crate::op::norm::head_rms_norm;
+use crate::op::pool_tensor::PoolTensor;
 use crate::op::rope::{RopeFrequencies, RopeStyle};
 use crate::op::{RopePoolConfig, RopePoolInputs, RopePoolOutputs};
 use burn::backend::{Dispatch, TensorMetadata};
@@ -124,8 +125,8 @@ pub fn rotate_unfused<const P: usize>(
 /// no way to skip a token without reading the slots back), and inputs are not validated.
 ///
 /// # Panics
-/// When `config` is invalid (see [`RopePoolConfig::frequencies`]), or a tensor's rank is not
-/// the contract's.
+/// When `config` is invalid (see [`RopePoolConfig::frequencies`]), a tensor's rank is not the
+/// contract's, or the pools are fp8 (this path writes float pools only).
 pub fn rope_pool_unfused(inputs: RopePoolInputs, config: &RopePoolConfig) -> RopePoolOutputs {
     let (q, k) = match inputs.qk_norm {
         QkNorm::None => (inputs.q, inputs.k),
@@ -134,8 +135,12 @@ pub fn rope_pool_unfused(inputs: RopePoolInputs, config: &RopePoolConfig) -> Rop
             head_rms_norm::<Dispatch>(inputs.k, k_weight, config.qk_norm_eps),
         ),
     };
-    let [q, k, v, k_pool, v_pool] =
-        [q, k, inputs.v, inputs.k_pool, inputs.v_pool].map(Tensor::<3>::from_dispatch);
+    let float = |pool: PoolTensor| {
+        pool.into_float_tensor()
+            .expect("rope_pool_unfused writes float pools only (fp8 pools: rope_pool_fused)")
+    };
+    let (k_pool, v_pool) = (float(inputs.k_pool), float(inputs.v_pool));
+    let [q, k, v] = [q, k, inputs.v].map(Tensor::<3>::from_dispatch);
     let (cos, sin) = match inputs.positions.shape().len() {
         1 => cos_sin(
             Tensor::<1, Int>::from_dispatch(inputs.positions),
@@ -156,7 +161,7 @@ pub fn rope_pool_unfused(inputs: RopePoolInputs, config: &RopePoolConfig) -> Rop
     RopePoolOutputs {
         q_rot,
         k_rot,
-        k_pool,
-        v_pool,
+        k_pool: k_pool.into(),
+        v_pool: v_pool.into(),
     }
 }

@@ -2,6 +2,7 @@
 //! functions of shapes, dtypes and host values: nothing here touches a device.
 
 use crate::op::backend::RopePoolInputs;
+use crate::op::pool_tensor::{Fp8PoolError, check_pool_kinds};
 use crate::op::rope::RopeFrequencies;
 use crate::op::{Dims, RopePoolConfig, RopePoolError};
 use burn::backend::{Backend, TensorMetadata};
@@ -17,13 +18,28 @@ impl<B: Backend> RopePoolInputs<B> {
         config: &RopePoolConfig,
     ) -> Result<Arc<RopeFrequencies>, RopePoolError> {
         let dims = |shape: Shape| Dims(shape.to_vec());
-        let [q, k, v, k_pool, v_pool] =
-            [&self.q, &self.k, &self.v, &self.k_pool, &self.v_pool].map(|t| dims(t.shape()));
+        let [q, k, v] = [&self.q, &self.k, &self.v].map(|t| dims(t.shape()));
+        let [k_pool, v_pool] = [&self.k_pool, &self.v_pool].map(|p| dims(p.stored_shape()));
         let [positions, slots] = [&self.positions, &self.slots].map(|t| dims(t.shape()));
-        let dtypes = [&self.q, &self.k, &self.v, &self.k_pool, &self.v_pool].map(|t| t.dtype());
+        let [dk_pool, dv_pool] = [&self.k_pool, &self.v_pool].map(|p| p.stored_dtype());
+        let dtypes = [
+            self.q.dtype(),
+            self.k.dtype(),
+            self.v.dtype(),
+            dk_pool,
+            dv_pool,
+        ];
+        // Checked in its place among the shape checks (the pools' shapes depend on it).
+        let kinds = check_pool_kinds(
+            &self.k_pool,
+            &self.v_pool,
+            config.head_dim,
+            Some(config.rotary_dim()),
+        );
         let frequencies = validate_signature(
             [&q, &k, &v, &positions, &slots, &k_pool, &v_pool],
             dtypes,
+            kinds,
             config,
         )?;
         if let Some(weights) = self.qk_norm.weights() {
@@ -71,11 +87,12 @@ fn validate_norm(
     Ok(())
 }
 
-/// [`RopePoolInputs::validate`] on the shapes (in field order) and float dtypes (q, k, v,
-/// k_pool, v_pool) of a call.
+/// [`RopePoolInputs::validate`] on the shapes (in field order; the pools' as stored) and dtypes
+/// (q, k, v, k_pool, v_pool) of a call, and the verdict on the pools' kinds (`Ok(true)`: fp8).
 fn validate_signature(
     shapes: [&Dims; 7],
     dtypes: [DType; 5],
+    kinds: Result<bool, Fp8PoolError>,
     config: &RopePoolConfig,
 ) -> Result<Arc<RopeFrequencies>, RopePoolError> {
     let [sq, sk, sv, spositions, sslots, sk_pool, sv_pool] = shapes;
@@ -128,7 +145,14 @@ fn validate_signature(
             slots: sslots.0[0],
         });
     }
-    if k_pool[1] != config.num_kv_heads || k_pool[2] != config.head_dim {
+    // The pools' kinds (fp8: their own checks), then their shapes: an fp8 pool stores a head
+    // row as `head_dim / 4` words.
+    let fp8 = kinds?;
+    let row = match fp8 {
+        true => config.head_dim / 4,
+        false => config.head_dim,
+    };
+    if k_pool[1] != config.num_kv_heads || k_pool[2] != row {
         return Err(RopePoolError::KPoolShape {
             k_pool: sk_pool.clone(),
         });
@@ -147,7 +171,8 @@ fn validate_signature(
             v: dv,
         });
     }
-    if dkp != dq || dvp != dq {
+    // fp8 pools: their own checks (run by `validate` before this); float ones: q's dtype.
+    if !fp8 && (dkp != dq || dvp != dq) {
         return Err(RopePoolError::PoolDtype {
             qkv: dq,
             k_pool: dkp,

@@ -1,16 +1,16 @@
 //! A layer's KV pool: the k/v pool tensors the op writes, and the allocator of their rows.
 
-use crate::op::{QkNorm, RopePoolConfig, RopePoolInputs, try_rope_pool_fused};
+use crate::op::{PoolTensor, QkNorm, RopePoolConfig, RopePoolInputs, try_rope_pool_fused};
 use crate::pool::{KvPoolError, SlotAllocator, check_pool_memory, pool_bytes};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
-/// One attention layer's KV pool: `k`/`v` tensors of `[pool_size, num_kv_heads, head_dim]` and
-/// the allocator of their rows. [`KvPool::write`] runs the fused op and keeps the updated pools
-/// (in place: the pool owns the only handle).
+/// One attention layer's KV pool: `k`/`v` pools of `[pool_size, num_kv_heads, head_dim]` (float,
+/// or fp8: [`KvPool::try_new_fp8`]) and the allocator of their rows. [`KvPool::write`] runs the
+/// fused op and keeps the updated pools (in place: the pool owns the only handle).
 #[derive(Debug)]
 pub struct KvPool {
-    k: Option<Tensor<3>>,
-    v: Option<Tensor<3>>,
+    k: Option<PoolTensor>,
+    v: Option<PoolTensor>,
     /// The allocator of the pool's rows.
     pub slots: SlotAllocator,
     config: RopePoolConfig,
@@ -33,12 +33,45 @@ impl KvPool {
         device: &Device,
         dtype: DType,
     ) -> Result<Self, KvPoolError> {
+        Self::allocate(config, pool_size, device, dtype, None)
+    }
+
+    /// [`Self::try_new`] with fp8 e4m3 pools of these scales ([`PoolTensor::Fp8`]: one byte an
+    /// element, `head_dim` a multiple of 4).
+    pub fn try_new_fp8(
+        config: RopePoolConfig,
+        pool_size: usize,
+        device: &Device,
+        k_scale: f32,
+        v_scale: f32,
+    ) -> Result<Self, KvPoolError> {
+        Self::allocate(
+            config,
+            pool_size,
+            device,
+            DType::U8,
+            Some((k_scale, v_scale)),
+        )
+    }
+
+    /// Zeroed pools of `dtype`, or fp8 ones (`DType::U8`: one byte an element) with scales.
+    fn allocate(
+        config: RopePoolConfig,
+        pool_size: usize,
+        device: &Device,
+        dtype: DType,
+        fp8: Option<(f32, f32)>,
+    ) -> Result<Self, KvPoolError> {
         let shape = [pool_size, config.num_kv_heads, config.head_dim];
         let bytes = pool_bytes(pool_size, config.num_kv_heads, config.head_dim, dtype, 2);
         check_pool_memory(device, pool_size, bytes, 2, None)?;
+        let zeros = |scale: Option<f32>| match scale {
+            Some(scale) => PoolTensor::fp8_zeros(shape, scale, device),
+            None => Tensor::<3>::zeros(shape, (device, dtype)).into(),
+        };
         Ok(Self {
-            k: Some(Tensor::zeros(shape, (device, dtype))),
-            v: Some(Tensor::zeros(shape, (device, dtype))),
+            k: Some(zeros(fp8.map(|s| s.0))),
+            v: Some(zeros(fp8.map(|s| s.1))),
             slots: SlotAllocator::try_new(pool_size)?,
             config,
         })
@@ -50,14 +83,14 @@ impl KvPool {
     }
 
     /// The key pool.
-    pub fn k(&self) -> &Tensor<3> {
+    pub fn k(&self) -> &PoolTensor {
         self.k
             .as_ref()
             .expect("pool tensors are always present between calls")
     }
 
     /// The value pool.
-    pub fn v(&self) -> &Tensor<3> {
+    pub fn v(&self) -> &PoolTensor {
         self.v
             .as_ref()
             .expect("pool tensors are always present between calls")
@@ -92,8 +125,8 @@ impl KvPool {
             v: v.into_dispatch(),
             positions,
             slots: index(slots).into_dispatch(),
-            k_pool: self.k.take().expect(present).into_dispatch(),
-            v_pool: self.v.take().expect(present).into_dispatch(),
+            k_pool: self.k.take().expect(present),
+            v_pool: self.v.take().expect(present),
             qk_norm: QkNorm::None,
         };
         // The pools go in as their only handles (updated in place) and come back either way.
@@ -103,9 +136,8 @@ impl KvPool {
                 Ok((out.q_rot, out.k_rot))
             }
             Err(refused) => {
-                let [k_pool, v_pool] =
-                    [refused.inputs.k_pool, refused.inputs.v_pool].map(Tensor::from_dispatch);
-                (self.k, self.v) = (Some(k_pool), Some(v_pool));
+                let inputs = refused.inputs;
+                (self.k, self.v) = (Some(inputs.k_pool), Some(inputs.v_pool));
                 Err(refused.error.into())
             }
         }

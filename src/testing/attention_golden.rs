@@ -3,6 +3,7 @@
 //! query sees no key), metadata `head_dim num_qo_heads num_kv_heads sm_scale causal`, optional
 //! `sliding_window logits_soft_cap expect_error`. Loaded, run on a device, scored.
 
+use crate::PoolTensor;
 use crate::pool::reference::{AttentionReference, BatchIndices, pool_attention_reference};
 use crate::pool::{
     PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan, pool_attention,
@@ -167,8 +168,8 @@ impl AttentionCase {
         };
         let inputs = PoolAttentionInputs {
             q: float("q"),
-            k_pool: float("k_pool"),
-            v_pool: float("v_pool"),
+            k_pool: PoolTensor::Float(float("k_pool")),
+            v_pool: PoolTensor::Float(float("v_pool")),
         };
         let out = pool_attention(inputs, &self.plan(device), &self.config)?;
         let host = |data: TensorData| data.iter::<f64>().collect::<Vec<f64>>();

@@ -5,8 +5,8 @@
 
 use crate::op::reference::ReferenceOutput;
 use crate::op::{
-    Dims, MRope, QkNorm, RopePoolConfig, RopePoolError, RopePoolInputs, RopeScaling, RopeStyle,
-    rope_pool_fused,
+    Dims, MRope, PoolTensor, QkNorm, RopePoolConfig, RopePoolError, RopePoolInputs, RopeScaling,
+    RopeStyle, rope_pool_fused,
 };
 use crate::testing::{max_abs_error, norm_relative_error};
 use burn::tensor::{DType, Device, DispatchTensor, Int, Tensor, TensorData};
@@ -301,8 +301,8 @@ impl GoldenCase {
             v: self.float("v", device, dtype)?,
             positions: self.int("positions", device)?,
             slots: self.int("slots", device)?,
-            k_pool: self.float("k_pool", device, dtype)?,
-            v_pool: self.float("v_pool", device, dtype)?,
+            k_pool: PoolTensor::Float(self.float("k_pool", device, dtype)?),
+            v_pool: PoolTensor::Float(self.float("v_pool", device, dtype)?),
             qk_norm: QkNorm::None,
         };
         let out = rope_pool_fused(inputs, &self.config)?;
@@ -316,8 +316,8 @@ impl GoldenCase {
         Ok(ReferenceOutput {
             q_rot: host(out.q_rot)?,
             k_rot: host(out.k_rot)?,
-            k_pool: host(out.k_pool)?,
-            v_pool: host(out.v_pool)?,
+            k_pool: host(out.k_pool.into_float())?,
+            v_pool: host(out.v_pool.into_float())?,
         })
     }
 }

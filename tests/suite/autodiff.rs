@@ -6,7 +6,8 @@ use crate::common::{Case, Rng, devices};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use burn_rope_pool::unfused::rope_pool_unfused;
 use burn_rope_pool::{
-    MRope, QkNorm, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,
+    MRope, PoolTensor, QkNorm, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle,
+    rope_pool_fused,
 };
 
 /// The variants the gradients are checked on.
@@ -91,8 +92,8 @@ fn grads(case: &Case, device: &Device, fused: bool, seed: u64) -> Vec<Vec<f32>> 
             v: v.clone().into_dispatch(),
             positions,
             slots: t.slots.into_dispatch(),
-            k_pool: k_pool.clone().into_dispatch(),
-            v_pool: v_pool.clone().into_dispatch(),
+            k_pool: PoolTensor::Float(k_pool.clone().into_dispatch()),
+            v_pool: PoolTensor::Float(v_pool.clone().into_dispatch()),
             qk_norm: QkNorm::None,
         };
         rope_pool_fused(inputs, &case.config).unwrap()
@@ -141,14 +142,14 @@ fn grads(case: &Case, device: &Device, fused: bool, seed: u64) -> Vec<Vec<f32>> 
                 &case.config,
             )
         };
-        out.k_pool = out.k_pool.slice([0..pool]);
-        out.v_pool = out.v_pool.slice([0..pool]);
+        out.k_pool = out.k_pool.into_float().slice([0..pool]).into();
+        out.v_pool = out.v_pool.into_float().slice([0..pool]).into();
         out
     };
     let loss = (out.q_rot * w_q).sum()
         + (out.k_rot * w_k).sum()
-        + (out.k_pool * w_kp).sum()
-        + (out.v_pool * w_vp).sum();
+        + (out.k_pool.into_float() * w_kp).sum()
+        + (out.v_pool.into_float() * w_vp).sum();
     let grads = loss.backward();
     [q, k, v, k_pool, v_pool]
         .iter()
@@ -212,7 +213,7 @@ fn skipped_tokens_and_untouched_rows() {
         .unwrap();
         let row_weights =
             Tensor::<1>::from_floats([1.0, 2.0, 3.0, 4.0], &device).reshape([4, 1, 1]);
-        let grads = (out.v_pool * row_weights).sum().backward();
+        let grads = (out.v_pool.into_float() * row_weights).sum().backward();
         let dv = v
             .grad(&grads)
             .unwrap()
@@ -274,8 +275,8 @@ fn training_through_the_op_lowers_the_loss() {
         )
         .unwrap();
         let q = out.q_rot.swap_dims(0, 1); // [H, T, D]
-        let k = out.k_pool.swap_dims(0, 1);
-        let v = out.v_pool.swap_dims(0, 1);
+        let k = out.k_pool.into_float().swap_dims(0, 1);
+        let v = out.v_pool.into_float().swap_dims(0, 1);
         let scores = q.matmul(k.swap_dims(1, 2)) / (head_dim as f64).sqrt();
         let attended = burn::tensor::activation::softmax(scores, 2).matmul(v);
         let y = attended.swap_dims(0, 1).reshape([tokens, dim]);
@@ -326,8 +327,8 @@ fn gradients_at_large_positions_invert_the_rotation() {
                 v: t.v.into_dispatch(),
                 positions,
                 slots: t.slots.into_dispatch(),
-                k_pool: t.k_pool.into_dispatch(),
-                v_pool: t.v_pool.into_dispatch(),
+                k_pool: t.k_pool.into(),
+                v_pool: t.v_pool.into(),
                 qk_norm: QkNorm::None,
             };
             let out = rope_pool_fused(inputs, &config).unwrap();

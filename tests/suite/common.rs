@@ -245,8 +245,8 @@ pub fn to_host(out: RopePoolOutputs) -> ReferenceOutput {
     ReferenceOutput {
         q_rot: host(out.q_rot),
         k_rot: host(out.k_rot),
-        k_pool: host(out.k_pool),
-        v_pool: host(out.v_pool),
+        k_pool: host(out.k_pool.into_float()),
+        v_pool: host(out.v_pool.into_float()),
     }
 }
 

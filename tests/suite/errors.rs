@@ -3,7 +3,7 @@
 
 use crate::common::{Case, Inputs, devices, host};
 use burn::tensor::{DType, Device, Int, Tensor};
-use burn_rope_pool::{RopePoolConfig, RopePoolError, RopePoolInputs, rope_pool_fused};
+use burn_rope_pool::{PoolTensor, RopePoolConfig, RopePoolError, RopePoolInputs, rope_pool_fused};
 
 fn base_case() -> Case {
     let config = RopePoolConfig::new(8, 4, 2);
@@ -65,7 +65,7 @@ fn documented_errors_in_order() {
         expect(d, "rope_pool_fused expects pool tensors to be 3-D", |t| {
             let v_pool: Tensor<4> = t.v_pool.clone().reshape([6, 2, 2, 4]);
             let inputs = RopePoolInputs {
-                v_pool: v_pool.into_dispatch(),
+                v_pool: PoolTensor::Float(v_pool.into_dispatch()),
                 ..t.into_inputs(&cfg)
             };
             rope_pool_fused(inputs, &cfg).map(|_| ())

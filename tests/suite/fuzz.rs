@@ -14,7 +14,8 @@ use burn::tensor::{DType, Device, DispatchTensor, Int, Tensor, TensorData};
 use burn_rope_pool::reference::rope_pool_reference;
 use burn_rope_pool::testing::norm_relative_error;
 use burn_rope_pool::{
-    MRope, QkNorm, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,
+    MRope, PoolTensor, QkNorm, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle,
+    rope_pool_fused,
 };
 
 /// The messages of the README's error table; `{}` stands for a value.
@@ -372,8 +373,8 @@ fn check(call: &Call, device: &Device, what: &str) -> Option<String> {
         v: float_arg(&call.v, v_dims, device, dv),
         positions: int_arg(&call.positions, p_dims, device, call.int_dtypes[0]),
         slots: int_arg(&call.slots, s_dims, device, call.int_dtypes[1]),
-        k_pool,
-        v_pool,
+        k_pool: PoolTensor::Float(k_pool),
+        v_pool: PoolTensor::Float(v_pool),
         qk_norm: QkNorm::None,
     };
     let result = rope_pool_fused(inputs, &call.config);
@@ -436,7 +437,7 @@ fn check(call: &Call, device: &Device, what: &str) -> Option<String> {
             "{what}: {name} off by {err:e} norm-relative"
         );
     }
-    let (k_pool, v_pool) = (host(out.k_pool), host(out.v_pool));
+    let (k_pool, v_pool) = (host(out.k_pool.into_float()), host(out.v_pool.into_float()));
     let row = kp_dims[1] * kp_dims[2];
     for r in 0..pool_rows {
         let writers: Vec<usize> = (0..call.slots.len())

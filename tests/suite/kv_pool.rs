@@ -70,11 +70,19 @@ fn pool_writes_go_through_the_fused_op_and_refusals_change_nothing() {
         };
         close(host(q_rot), &expected.q_rot, "q_rot");
         close(host(k_rot), &expected.k_rot, "k_rot");
-        close(host(pool.k().clone()), &expected.k_pool, "k_pool");
-        close(host(pool.v().clone()), &expected.v_pool, "v_pool");
+        close(
+            host(pool.k().clone().into_float()),
+            &expected.k_pool,
+            "k_pool",
+        );
+        close(
+            host(pool.v().clone().into_float()),
+            &expected.v_pool,
+            "v_pool",
+        );
 
         // A refused call (q with the wrong head count) leaves the pool as it was.
-        let before = host(pool.k().clone());
+        let before = host(pool.k().clone().into_float());
         let bad_q = Tensor::<3>::ones([1, 3, 8], &device);
         let (k1, v1) = (
             Tensor::<3>::ones([1, 2, 8], &device),
@@ -86,7 +94,7 @@ fn pool_writes_go_through_the_fused_op_and_refusals_change_nothing() {
             "q shape must be [num_tokens, num_qo_heads, head_dim], got [1, 3, 8]"
         );
         assert_eq!(
-            host(pool.k().clone()),
+            host(pool.k().clone().into_float()),
             before,
             "{name}: refused write changed the pool"
         );

@@ -7,6 +7,7 @@ mod attention;
 mod autodiff;
 mod common;
 mod errors;
+mod fp8;
 mod fuzz;
 mod generate;
 mod golden;

@@ -5,6 +5,7 @@
 
 use crate::common::{Rng, devices, float_tensor, round_to};
 use burn::tensor::{DType, Device, Tensor, TensorData};
+use burn_rope_pool::PoolTensor;
 use burn_rope_pool::pool::reference::{BatchIndices, pool_attention_reference};
 use burn_rope_pool::pool::{
     PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan, pool_attention,
@@ -215,8 +216,8 @@ fn expect_error(
     );
     let inputs = PoolAttentionInputs {
         q: float(shapes[0]),
-        k_pool: float(shapes[1]),
-        v_pool: float(shapes[2]),
+        k_pool: PoolTensor::Float(float(shapes[1])),
+        v_pool: PoolTensor::Float(float(shapes[2])),
     };
     let err: PoolAttentionError = pool_attention(inputs, &plan, config).unwrap_err();
     assert_eq!(err.to_string(), message);

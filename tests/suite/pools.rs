@@ -33,8 +33,8 @@ fn successive_calls_update_the_pool_they_return() {
         let a = first.tensors(&device, DType::F32);
         let out = a.call(&config).unwrap();
         let mut b = second.tensors(&device, DType::F32);
-        b.k_pool = out.k_pool;
-        b.v_pool = out.v_pool;
+        b.k_pool = out.k_pool.into_float();
+        b.v_pool = out.v_pool.into_float();
         let out = crate::common::to_host(b.call(&config).unwrap());
         let mut expected_case = second.clone();
         let after_first = first.rounded(DType::F32).reference();

@@ -79,7 +79,7 @@ impl Step {
             &c,
         )
         .expect("a valid call");
-        *pools = (out.k_pool, out.v_pool);
+        *pools = (out.k_pool.into_float(), out.v_pool.into_float());
         out.q_rot
     }
 }

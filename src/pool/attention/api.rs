@@ -1,8 +1,9 @@
 //! The public entry: the config, every check in the contract's order, one dispatch.
 
-use crate::Dims;
+use crate::op::check_pool_kinds;
 use crate::pool::attention::backend::{AttentionParams, AttentionTensors, PoolAttentionBackend};
 use crate::pool::attention::{PoolAttentionError, PoolAttentionPlan};
+use crate::{Dims, PoolTensor};
 use burn::backend::{Dispatch, DispatchDevice, TensorMetadata};
 use burn::config::Config;
 use burn::tensor::{DType, Device, DispatchTensor, Tensor};
@@ -52,25 +53,27 @@ impl PoolAttentionConfig {
 }
 
 /// The tensors of a call: `q [T, Hq, D]` (typically the rotated queries of `rope_pool_fused`)
-/// and the pools `[P, Hkv, D]` it wrote, of q's dtype. Build it with [`PoolAttentionInputs::new`];
-/// callers whose tensors may have the wrong rank set the fields from [`Tensor::into_dispatch`].
+/// and the pools `[P, Hkv, D]` it wrote, of q's dtype, or fp8 ([`PoolTensor::Fp8`]: decoded in
+/// registers, f32 math). Build it with [`PoolAttentionInputs::new`]; callers whose tensors may
+/// have the wrong rank set the fields from [`Tensor::into_dispatch`].
 #[derive(Debug)]
 pub struct PoolAttentionInputs {
     /// Queries.
     pub q: DispatchTensor,
     /// Key pool.
-    pub k_pool: DispatchTensor,
+    pub k_pool: PoolTensor,
     /// Value pool.
-    pub v_pool: DispatchTensor,
+    pub v_pool: PoolTensor,
 }
 
 impl PoolAttentionInputs {
-    /// The inputs of a call (the pools are read, never written: pass clones of the handles).
-    pub fn new(q: Tensor<3>, k_pool: Tensor<3>, v_pool: Tensor<3>) -> Self {
+    /// The inputs of a call (the pools are read, never written: pass clones of the handles); a
+    /// pool is a `Tensor<3>` or a [`PoolTensor`].
+    pub fn new(q: Tensor<3>, k_pool: impl Into<PoolTensor>, v_pool: impl Into<PoolTensor>) -> Self {
         Self {
             q: q.into_dispatch(),
-            k_pool: k_pool.into_dispatch(),
-            v_pool: v_pool.into_dispatch(),
+            k_pool: k_pool.into(),
+            v_pool: v_pool.into(),
         }
     }
 }
@@ -113,7 +116,8 @@ fn check(
     plan: &PoolAttentionPlan,
     config: &PoolAttentionConfig,
 ) -> Result<(), PoolAttentionError> {
-    let [q, k_pool, v_pool] = [&inputs.q, &inputs.k_pool, &inputs.v_pool].map(dims);
+    let q = dims(&inputs.q);
+    let [k_pool, v_pool] = [&inputs.k_pool, &inputs.v_pool].map(|p| dims(p.stored()));
     if [&q, &k_pool, &v_pool].iter().any(|d| d.0.len() != 3) {
         return Err(PoolAttentionError::Rank { q, k_pool, v_pool });
     }
@@ -122,7 +126,11 @@ fn check(
     if q.0[1] != hq || q.0[2] != d {
         return Err(PoolAttentionError::QShape { q });
     }
-    if k_pool.0[1] != hkv || k_pool.0[2] != d {
+    // The pools' kinds (fp8: their own checks), then their shapes: an fp8 pool stores a head
+    // row as `head_dim / 4` words.
+    let fp8 = check_pool_kinds(&inputs.k_pool, &inputs.v_pool, d, None)?;
+    let row = if fp8 { d / 4 } else { d };
+    if k_pool.0[1] != hkv || k_pool.0[2] != row {
         return Err(PoolAttentionError::KPoolShape { k_pool });
     }
     if v_pool != k_pool {
@@ -135,8 +143,12 @@ fn check(
         });
     }
     plan.check_indptr(q.0[0], config.causal)?;
-    let dtypes = [&inputs.q, &inputs.k_pool, &inputs.v_pool].map(|t| t.dtype());
-    if dtypes[1] != dtypes[0] || dtypes[2] != dtypes[0] {
+    let dtypes = [
+        inputs.q.dtype(),
+        inputs.k_pool.stored_dtype(),
+        inputs.v_pool.stored_dtype(),
+    ];
+    if !fp8 && (dtypes[1] != dtypes[0] || dtypes[2] != dtypes[0]) {
         return Err(PoolAttentionError::Dtype {
             q: dtypes[0],
             k_pool: dtypes[1],
@@ -166,7 +178,8 @@ fn check(
     }
     let on = inputs.q.device();
     let plan_device = plan.device().as_dispatch().clone();
-    if inputs.k_pool.device() != on || inputs.v_pool.device() != on || plan_device != on {
+    let [k_on, v_on] = [&inputs.k_pool, &inputs.v_pool].map(|p| p.stored().device());
+    if k_on != on || v_on != on || plan_device != on {
         return Err(PoolAttentionError::DeviceMismatch);
     }
     let device = Device::new(on.clone());

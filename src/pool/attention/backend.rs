@@ -2,6 +2,7 @@
 //! CubeCL backend (fusion-wrapped or not) and to Flex. Inference only: there is no Autodiff
 //! implementation, and the public function refuses Autodiff tensors before dispatch.
 
+use crate::PoolTensor;
 use burn::backend::{
     Backend, ExtensionType, backend_extension,
     tensor::{FloatTensor, IntTensor},
@@ -17,10 +18,12 @@ use burn_fusion::custom::TensorSpec;
 pub struct AttentionTensors<B: Backend> {
     /// Queries, `[T, Hq, D]`.
     pub q: FloatTensor<B>,
-    /// Key pool, `[P, Hkv, D]`.
-    pub k_pool: FloatTensor<B>,
-    /// Value pool, `[P, Hkv, D]`.
-    pub v_pool: FloatTensor<B>,
+    /// Key pool, `[P, Hkv, D]` (float, or fp8 words `[P, Hkv, D / 4]`).
+    #[extension_type]
+    pub k_pool: PoolTensor<B>,
+    /// Value pool, of `k_pool`'s kind and shape.
+    #[extension_type]
+    pub v_pool: PoolTensor<B>,
     /// The batch's pool rows, `[nnz]` i32 (an entry outside the pool is masked).
     pub kv_indices: IntTensor<B>,
     /// Each query's first entry in `kv_indices` and visible key count, `[T, 2]` i32.

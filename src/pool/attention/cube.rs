@@ -1,6 +1,7 @@
 //! The CubeCL implementation: contiguous inputs, fresh outputs (and, for a split launch, the
 //! scratch of partial results), then the kernels of `rope-pool-kernels`.
 
+use crate::PoolTensor;
 use crate::op::cube::tuning;
 use crate::pool::attention::backend::{AttentionParams, AttentionTensors, PoolAttentionBackend};
 use burn::backend::TensorMetadata;
@@ -36,6 +37,11 @@ impl PoolAttentionBackend for CubeBackend {
             kv_indices,
             ranges,
         } = inputs;
+        // The pools' buffers (fp8: their words) and the fp8 scales.
+        let fp8_scales = k_pool.fp8_scale().zip(v_pool.fp8_scale());
+        let [k_pool, v_pool] = [k_pool, v_pool].map(|p| match p {
+            PoolTensor::Float(t) | PoolTensor::Fp8 { words: t, .. } => t,
+        });
         let [q, k_pool, v_pool, kv_indices, ranges] =
             [q, k_pool, v_pool, kv_indices, ranges].map(into_contiguous);
         let (qs, ps) = (q.shape(), k_pool.shape());
@@ -46,6 +52,7 @@ impl PoolAttentionBackend for CubeBackend {
             head_dim: qs[2],
             pool_size: ps[0],
             max_keys: params.max_keys,
+            fp8_pools: fp8_scales.is_some(),
         };
         let out = empty(&q, qs.clone(), q.dtype);
         let lse = empty(&q, Shape::new([qs[0], qs[1]]), DType::F32);
@@ -74,6 +81,7 @@ impl PoolAttentionBackend for CubeBackend {
                     lse: lse.clone().into_tensor_arg(),
                     part_out: part_out.clone().into_tensor_arg(),
                     part_lse: part_lse.clone().into_tensor_arg(),
+                    fp8_scales,
                 }
             });
         }

@@ -1,7 +1,7 @@
 //! The errors of `pool_attention`: one variant per documented message, in the order the checks
 //! run (`docs/CONTRACT.md`, checks 16 to 26, then the device and checked-mode checks).
 
-use crate::Dims;
+use crate::{Dims, Fp8PoolError};
 use burn::tensor::DType;
 
 /// Why a `pool_attention` call was refused. Checked before anything runs, in the order of the
@@ -107,6 +107,9 @@ pub enum PoolAttentionError {
         /// What is wrong.
         what: String,
     },
+    /// The pools' kinds or their fp8 settings are refused (check 19, for fp8 pools).
+    #[error(transparent)]
+    Fp8Pool(#[from] Fp8PoolError),
     /// The float dtype is not one the op computes in.
     #[error("pool_attention supports f32, f16 and bf16 tensors, got {dtype:?}")]
     FloatDtype {

@@ -1,26 +1,33 @@
 //! The Flex (pure-Rust CPU) implementation: one host pass per query head; scores rounded to
 //! f32 as the GPU kernel's are, sums in f64.
 
+use crate::PoolTensor;
 use crate::op::flex::{Storage, dense, indices};
 use crate::pool::attention::backend::{AttentionParams, AttentionTensors, PoolAttentionBackend};
 use burn::backend::TensorMetadata;
 use burn::tensor::{DType, Element};
 use burn_flex::{Flex, FlexTensor, Layout};
 use half::{bf16, f16};
+use rope_pool_kernels::fp8::decode_host;
 
 fn run<E: Storage + Element + bytemuck::Pod>(
     inputs: AttentionTensors<Flex>,
     params: AttentionParams,
 ) -> (FlexTensor, FlexTensor) {
-    let (q, k_pool, v_pool) = (dense(inputs.q), dense(inputs.k_pool), dense(inputs.v_pool));
+    let scales = [&inputs.k_pool, &inputs.v_pool].map(|p| p.fp8_scale());
+    let stored = |pool: PoolTensor<Flex>| match pool {
+        PoolTensor::Float(t) | PoolTensor::Fp8 { words: t, .. } => dense(t),
+    };
+    let q = dense(inputs.q);
+    let (k_pool, v_pool) = (stored(inputs.k_pool), stored(inputs.v_pool));
     let (kv_indices, ranges) = (indices(inputs.kv_indices), indices(inputs.ranges));
     let [num_tokens, hq, d] = q.shape().dims();
     let [pool_size, hkv, _] = k_pool.shape().dims();
     let group = hq / hkv.max(1);
-    let (q_in, k_in, v_in) = (
-        q.storage::<E>(),
-        k_pool.storage::<E>(),
-        v_pool.storage::<E>(),
+    let q_in = q.storage::<E>();
+    let (k_in, v_in) = (
+        Elements::<E>::of(&k_pool, scales[0]),
+        Elements::<E>::of(&v_pool, scales[1]),
     );
     let mut out = vec![E::from_f32(0.0); num_tokens * hq * d];
     let mut lse = vec![f32::NEG_INFINITY; num_tokens * hq];
@@ -39,12 +46,12 @@ fn run<E: Storage + Element + bytemuck::Pod>(
             let kv = h / group;
             scores.clear();
             scores.extend(rows.iter().map(|&r| {
-                let k = &k_in[(r * hkv + kv) * d..][..d];
+                let k = (r * hkv + kv) * d;
                 // f64 on the host: the sum of a long head row stays exact to f32 rounding.
                 let dot: f64 = qh
                     .iter()
-                    .zip(k)
-                    .map(|(a, b)| a.to_f32() as f64 * b.to_f32() as f64)
+                    .enumerate()
+                    .map(|(j, a)| a.to_f32() as f64 * k_in.value(k + j) as f64)
                     .sum();
                 let s = (dot * params.sm_scale as f64) as f32;
                 match params.soft_cap {
@@ -61,9 +68,9 @@ fn run<E: Storage + Element + bytemuck::Pod>(
             for (&r, &s) in rows.iter().zip(&scores) {
                 let w = (s as f64 - max).exp();
                 sum += w;
-                let v = &v_in[(r * hkv + kv) * d..][..d];
-                for (a, v) in acc.iter_mut().zip(v) {
-                    *a += w * v.to_f32() as f64;
+                let v = (r * hkv + kv) * d;
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a += w * v_in.value(v + j) as f64;
                 }
             }
             lse[t * hq + h] = (max + sum.ln()) as f32;
@@ -84,6 +91,33 @@ fn run<E: Storage + Element + bytemuck::Pod>(
         DType::F32,
     );
     (out, lse)
+}
+
+/// A pool's elements: float values of `E`, or fp8 words of four e4m3 codes and their scale.
+enum Elements<'a, E> {
+    Float(&'a [E]),
+    Fp8(&'a [u32], f32),
+}
+
+impl<'a, E: Storage + Element + bytemuck::Pod> Elements<'a, E> {
+    /// The elements of `pool`: fp8 words with `scale`, else values of `E`.
+    fn of(pool: &'a FlexTensor, scale: Option<f32>) -> Self {
+        match scale {
+            Some(scale) => Elements::Fp8(pool.storage::<u32>(), scale),
+            None => Elements::Float(pool.storage::<E>()),
+        }
+    }
+
+    /// Element `i` (of the `[P, Hkv, D]` pool) as f32.
+    fn value(&self, i: usize) -> f32 {
+        match self {
+            Elements::Float(values) => values[i].to_f32(),
+            Elements::Fp8(words, scale) => {
+                let code = (words[i / 4] >> (8 * (i % 4))) & 0xFF;
+                decode_host(code as u8) * scale
+            }
+        }
+    }
 }
 
 impl PoolAttentionBackend for Flex {

@@ -1,0 +1,205 @@
+//! A key or value pool as the op writes it and `pool_attention` reads it: in the activations'
+//! float dtype, or fp8 e4m3 with one scale, four codes packed into each `u32` (WGSL has neither
+//! an fp8 nor an 8-bit type, so every backend stores the same words and the kernels encode and
+//! decode the bits themselves).
+
+use crate::op::reference::e4m3_value;
+use burn::backend::{
+    Backend, Dispatch, DispatchTensor, ExtensionType, TensorMetadata,
+    tensor::{FloatTensor, IntTensor},
+};
+use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
+
+/// A key or value pool.
+///
+/// - [`PoolTensor::Float`]: `[P, Hkv, D]` in the activations' dtype.
+/// - [`PoolTensor::Fp8`]: fp8 e4m3 (OCP "E4M3FN": max 448, no infinities), `[P, Hkv, D / 4]`
+///   words of dtype `U32`, element `4w + i` of a head row in bits `8i..8i + 8` of word `w` (the
+///   bytes of an fp8 `[P, Hkv, D]` tensor on a little-endian machine); an element's value is its
+///   code's value times `scale`, and a write stores e4m3(x · (1 / scale)), rounded to nearest
+///   even and saturated to ±448 (the vLLM / FlashInfer convention). Half the bytes of an f16
+///   pool. Make one with [`PoolTensor::fp8_zeros`]; read it back as floats with
+///   [`PoolTensor::into_float`].
+///
+/// A `Tensor<3>` converts into a float pool (`.into()`).
+#[derive(Clone, Debug, ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub enum PoolTensor<B: Backend = Dispatch> {
+    /// A pool in the activations' float dtype, `[P, Hkv, D]`.
+    Float(FloatTensor<B>),
+    /// An fp8 e4m3 pool: `[P, Hkv, D / 4]` `U32` words of four codes, and the per-tensor scale.
+    Fp8 {
+        /// The packed codes.
+        words: IntTensor<B>,
+        /// Value of an element = its code's value × `scale`.
+        scale: f32,
+    },
+}
+
+/// Why a call's pools were refused for their kind: the checks of fp8 pools, shared by
+/// `rope_pool_fused` and `pool_attention` (each reports them through its own error type).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Fp8PoolError {
+    /// One pool is fp8 and the other is not.
+    #[error("k_pool and v_pool must both be float or both be fp8")]
+    Kinds,
+    /// An fp8 pool's words are not `U32`.
+    #[error("fp8 pools are U32 words, got {k_pool:?} and {v_pool:?}")]
+    Dtype {
+        /// k_pool's words' dtype.
+        k_pool: DType,
+        /// v_pool's words' dtype.
+        v_pool: DType,
+    },
+    /// `head_dim` is not a multiple of 4 (a head row is whole words).
+    #[error("fp8 pools need head_dim to be a multiple of 4, got {head_dim}")]
+    HeadDim {
+        /// The config's head_dim.
+        head_dim: usize,
+    },
+    /// `rotary_dim / 2` is not a multiple of 4 (`rope_pool_fused` writes a pair's vectors as
+    /// whole words).
+    #[error("fp8 pools need rotary_dim / 2 to be a multiple of 4, got rotary_dim {rotary_dim}")]
+    RotaryDim {
+        /// The rotary dimension.
+        rotary_dim: usize,
+    },
+    /// A scale is not positive and finite, or its reciprocal is not finite in f32.
+    #[error("fp8 pool scales must be positive and finite, with a finite reciprocal, got {scale}")]
+    Scale {
+        /// The scale.
+        scale: f32,
+    },
+}
+
+/// Whether the pools are fp8 (`Ok(true)`), float (`Ok(false)`, their dtypes checked by the
+/// caller), or refused: mixed kinds, then for fp8 the words' dtype, `head_dim` (and, for the
+/// op, `rotary_dim`), the scales.
+pub(crate) fn check_pool_kinds<B: Backend>(
+    k_pool: &PoolTensor<B>,
+    v_pool: &PoolTensor<B>,
+    head_dim: usize,
+    rotary_dim: Option<usize>,
+) -> Result<bool, Fp8PoolError> {
+    let scales = match (k_pool.fp8_scale(), v_pool.fp8_scale()) {
+        (None, None) => return Ok(false),
+        (Some(k), Some(v)) => [k, v],
+        _ => return Err(Fp8PoolError::Kinds),
+    };
+    let [dk, dv] = [k_pool, v_pool].map(|p| p.stored_dtype());
+    if dk != DType::U32 || dv != DType::U32 {
+        return Err(Fp8PoolError::Dtype {
+            k_pool: dk,
+            v_pool: dv,
+        });
+    }
+    if !head_dim.is_multiple_of(4) {
+        return Err(Fp8PoolError::HeadDim { head_dim });
+    }
+    if let Some(rotary_dim) = rotary_dim.filter(|r| !(r / 2).is_multiple_of(4)) {
+        return Err(Fp8PoolError::RotaryDim { rotary_dim });
+    }
+    for scale in scales {
+        if !(scale > 0.0 && scale.is_finite() && (1.0 / scale).is_finite()) {
+            return Err(Fp8PoolError::Scale { scale });
+        }
+    }
+    Ok(true)
+}
+
+impl<B: Backend> PoolTensor<B> {
+    /// The stored tensor's shape (`[P, Hkv, D / 4]` words for fp8).
+    pub fn stored_shape(&self) -> Shape {
+        match self {
+            PoolTensor::Float(t) => t.shape(),
+            PoolTensor::Fp8 { words, .. } => words.shape(),
+        }
+    }
+
+    /// The stored tensor's dtype (`U32` for a well-formed fp8 pool).
+    pub fn stored_dtype(&self) -> DType {
+        match self {
+            PoolTensor::Float(t) => t.dtype(),
+            PoolTensor::Fp8 { words, .. } => words.dtype(),
+        }
+    }
+
+    /// The fp8 scale, or `None` for a float pool.
+    pub fn fp8_scale(&self) -> Option<f32> {
+        match self {
+            PoolTensor::Float(_) => None,
+            PoolTensor::Fp8 { scale, .. } => Some(*scale),
+        }
+    }
+}
+
+impl PoolTensor<Dispatch> {
+    /// A float pool.
+    pub fn float(tensor: Tensor<3>) -> Self {
+        PoolTensor::Float(tensor.into_dispatch())
+    }
+
+    /// An fp8 pool from its words (`[P, Hkv, D / 4]`, `U32`) and scale.
+    pub fn fp8(words: Tensor<3, Int>, scale: f32) -> Self {
+        PoolTensor::Fp8 {
+            words: words.into_dispatch(),
+            scale,
+        }
+    }
+
+    /// An fp8 pool of `rows` rows of `heads × head_dim` zeros (`head_dim` a multiple of 4).
+    pub fn fp8_zeros([rows, heads, head_dim]: [usize; 3], scale: f32, device: &Device) -> Self {
+        let words = Tensor::<3, Int>::zeros([rows, heads, head_dim / 4], (device, DType::U32));
+        Self::fp8(words, scale)
+    }
+
+    /// The tensor the pool is stored in (the words for fp8).
+    pub fn stored(&self) -> &DispatchTensor {
+        match self {
+            PoolTensor::Float(t) => t,
+            PoolTensor::Fp8 { words, .. } => words,
+        }
+    }
+
+    /// The float pool's tensor, or `None` for an fp8 pool.
+    pub fn into_float_tensor(self) -> Option<Tensor<3>> {
+        match self {
+            PoolTensor::Float(t) => Some(Tensor::from_dispatch(t)),
+            PoolTensor::Fp8 { .. } => None,
+        }
+    }
+
+    /// The pool's values as a float tensor `[P, Hkv, D]`: a float pool as it is, an fp8 pool
+    /// decoded to f32 (each code's exact value × scale, by a 256-entry table and Burn's tensor
+    /// ops, independently of the kernels' decoder).
+    pub fn into_float(self) -> Tensor<3> {
+        match self {
+            PoolTensor::Float(t) => Tensor::from_dispatch(t),
+            PoolTensor::Fp8 { words, scale } => {
+                let words = Tensor::<3, Int>::from_dispatch(words);
+                let [rows, heads, width] = words.dims();
+                let device = words.device();
+                let codes: Vec<Tensor<3, Int>> = (0..4)
+                    .map(|i| {
+                        words
+                            .clone()
+                            .bitwise_right_shift_scalar(8 * i)
+                            .bitwise_and_scalar(0xFF)
+                    })
+                    .collect();
+                let codes = Tensor::stack::<4>(codes, 3)
+                    .reshape([rows * heads * width * 4])
+                    .cast(DType::I32);
+                let table: Vec<f32> = (0..=255u8).map(|c| e4m3_value(c) as f32).collect();
+                let table = Tensor::<1>::from_data(TensorData::new(table, [256]), &device);
+                table.select(0, codes).reshape([rows, heads, width * 4]) * scale
+            }
+        }
+    }
+}
+
+impl From<Tensor<3>> for PoolTensor<Dispatch> {
+    fn from(tensor: Tensor<3>) -> Self {
+        Self::float(tensor)
+    }
+}
