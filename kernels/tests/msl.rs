@@ -5,7 +5,7 @@
 
 use cubecl::Compiler as _;
 use cubecl::Device;
-use cubecl::ir::{AddressType, ElemType, FloatKind, IntKind};
+use cubecl::ir::{AddressType, ElemType, FloatKind, IntKind, UIntKind};
 use cubecl::prelude::*;
 use cubecl::wgpu::WgpuDevice;
 use cubecl_cpp::MslCompiler;
@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// Vector width of the committed source (16-byte f32 loads; what Apple GPUs prefer).
 const VECTOR: usize = 4;
 
-fn msl(float: FloatKind, variant: RopeVariant) -> Option<String> {
+fn msl(float: FloatKind, variant: RopeVariant, fp8: bool) -> Option<String> {
     let client = std::panic::catch_unwind(|| Device::Wgpu(WgpuDevice::default()).client()).ok()?;
     let tensor = |dims: [usize; 3]| {
         let len = dims.iter().product::<usize>();
@@ -29,6 +29,10 @@ fn msl(float: FloatKind, variant: RopeVariant) -> Option<String> {
         let handle = client.empty(len * 4);
         unsafe { TensorArg::from_raw_parts(handle, [1].into(), [len].into()) }
     };
+    let (pool_row, pool_elem) = match fp8 {
+        true => (2, ElemType::UInt(UIntKind::U32)),
+        false => (8, ElemType::Float(float)),
+    };
     let kernel = rope_pool_kernel::create_dummy_kernel(
         Arc::new(client.properties().clone()),
         Arc::new(client.target_properties().clone()),
@@ -36,6 +40,8 @@ fn msl(float: FloatKind, variant: RopeVariant) -> Option<String> {
         CubeDim::new_1d(256),
         AddressType::U32,
         VECTOR,
+        // fp8 pools: one u32 word per vector of four.
+        if fp8 { 1 } else { VECTOR },
         tensor([1, 4, 8]),
         tensor([1, 2, 8]),
         tensor([1, 2, 8]),
@@ -44,16 +50,19 @@ fn msl(float: FloatKind, variant: RopeVariant) -> Option<String> {
         vector(20),
         tensor([1, 4, 8]),
         tensor([1, 2, 8]),
-        tensor([4, 2, 8]),
-        tensor([4, 2, 8]),
+        tensor([4, 2, pool_row]),
+        tensor([4, 2, pool_row]),
         6,
         2,
         1.0,
         i32::MAX,
+        1.0,
+        1.0,
         variant,
         true,
         false,
-        [ElemType::Float(float), ElemType::Int(IntKind::I32)],
+        fp8,
+        [ElemType::Float(float), ElemType::Int(IntKind::I32), pool_elem],
     );
     let source = MslCompiler::default()
         .compile(kernel.define(), &CompilationOptions::default())
@@ -102,6 +111,7 @@ fn committed_metal_source_is_current() {
         ("f32", FloatKind::F32, plain),
         ("f16", FloatKind::F16, plain),
         ("bf16", FloatKind::BF16, plain),
+        ("f16_fp8_pool", FloatKind::F16, plain),
         (
             "f16_gptj_partial",
             FloatKind::F16,
@@ -137,7 +147,7 @@ fn committed_metal_source_is_current() {
         ),
     ];
     for (name, float, variant) in sets {
-        let Some(source) = msl(float, variant) else {
+        let Some(source) = msl(float, variant, name.contains("fp8")) else {
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),
                 "CI=true but no wgpu adapter to build the kernel arguments"
