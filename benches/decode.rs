@@ -49,6 +49,10 @@ struct Args {
     /// wall time against the time the device was busy.
     #[arg(long)]
     profile: bool,
+    /// Also run the fused path with fp8 e4m3 caches of these scales, `K_SCALE,V_SCALE` (path
+    /// `fused fp8`).
+    #[arg(long, value_delimiter = ',', num_args = 2)]
+    fp8_cache: Option<Vec<f32>>,
     /// Write the rows as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -146,12 +150,15 @@ fn main() {
     println!("| --- | ---: | ---: | ---: | ---: |");
     let mut model = random_decoder(config, &device, dtype).expect("random weights");
     let mut rows = Vec::new();
-    for fused in [true, false] {
-        if !fused && args.fused_only {
-            continue;
-        }
-        model = model.with_fused(fused);
-        let path = if fused { "fused" } else { "unfused" };
+    let mut paths = vec![("fused", true, None)];
+    if !args.fused_only {
+        paths.push(("unfused", false, None));
+    }
+    if let Some(scales) = &args.fp8_cache {
+        paths.push(("fused fp8", true, Some((scales[0], scales[1]))));
+    }
+    for (path, fused, fp8) in paths {
+        model = model.with_fused(fused).with_fp8_cache(fp8);
         for &batch in &args.batches {
             let stats = run(&model, batch, &args);
             let ms = 1e3 * stats.decode_time.as_secs_f64() / args.steps.max(1) as f64;
@@ -167,7 +174,7 @@ fn main() {
         }
     }
     if args.profile {
-        model = model.with_fused(true);
+        model = model.with_fused(true).with_fp8_cache(None);
         for &batch in &args.batches {
             profile(&model, batch, &args);
         }

@@ -23,6 +23,7 @@ mod instruments;
 
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, DType, Device, Distribution, Int, Tensor, TensorData};
+use burn_rope_pool::PoolTensor;
 use burn_rope_pool::pool::{
     PoolAttentionConfig, PoolAttentionInputs, PoolAttentionPlan, pool_attention,
 };
@@ -47,6 +48,10 @@ struct Args {
     /// Decode rows only.
     #[arg(long)]
     decode_only: bool,
+    /// Pools of fp8 e4m3 (queries in each of `--dtypes`): rows `F16 fp8`, floor at one byte a
+    /// pool element; checked against the gather path over the decoded pools.
+    #[arg(long)]
+    fp8: bool,
     /// Also write the rows as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -133,13 +138,36 @@ struct Row {
 /// rows), its queries and its plan.
 struct Batch {
     q: Tensor<3>,
-    k_pool: Tensor<3>,
-    v_pool: Tensor<3>,
+    /// The pools as the op reads them (float, or fp8).
+    k_pool: PoolTensor,
+    v_pool: PoolTensor,
+    /// The pools' values as floats of q's dtype, for the gather path.
+    k_float: Tensor<3>,
+    v_float: Tensor<3>,
     rows: Vec<i64>,
     plan: PoolAttentionPlan,
 }
 
-fn batch(device: &Device, dtype: DType, shape: Shape, rng: &mut Rng) -> Batch {
+/// An fp8 pool of `rows` rows of random finite codes of magnitude 2^-3 to 2^3 (scale 1/4), and
+/// its decoded values in `dtype`.
+fn fp8_pool(device: &Device, rows: usize, dtype: DType, rng: &mut Rng) -> (PoolTensor, Tensor<3>) {
+    let code = |r: u64| ((r & 0x80) | ((4 + (r >> 8) % 6) << 3) | ((r >> 16) & 7)) as u32;
+    let words: Vec<u32> = (0..rows * HKV * D / 4)
+        .map(|_| {
+            let r = rng.next_u64();
+            (0..4).fold(0, |w, i| w | code(r >> (20 * i)) << (8 * i))
+        })
+        .collect();
+    let words = Tensor::<3, Int>::from_data(
+        TensorData::new(words, [rows, HKV, D / 4]),
+        (device, DType::U32),
+    );
+    let pool = PoolTensor::fp8(words, 0.25);
+    let values = pool.clone().into_float().cast(dtype);
+    (pool, values)
+}
+
+fn batch(device: &Device, dtype: DType, shape: Shape, fp8: bool, rng: &mut Rng) -> Batch {
     let pool = shape.seqs * shape.keys + 1024;
     let mut rows: Vec<i64> = (0..pool as i64).collect();
     for i in 0..shape.seqs * shape.keys {
@@ -150,10 +178,24 @@ fn batch(device: &Device, dtype: DType, shape: Shape, rng: &mut Rng) -> Batch {
     let normal = Distribution::Normal(0.0, 1.0);
     let tokens = shape.seqs * shape.queries;
     let plan = batch_plan(device, shape, &rows);
+    let ((k_pool, k_float), (v_pool, v_float)) = if fp8 {
+        (
+            fp8_pool(device, pool, dtype, rng),
+            fp8_pool(device, pool, dtype, rng),
+        )
+    } else {
+        let float = || {
+            let t = Tensor::<3>::random([pool, HKV, D], normal, (device, dtype));
+            (t.clone().into(), t)
+        };
+        (float(), float())
+    };
     Batch {
         q: Tensor::random([tokens, HQ, D], normal, (device, dtype)),
-        k_pool: Tensor::random([pool, HKV, D], normal, (device, dtype)),
-        v_pool: Tensor::random([pool, HKV, D], normal, (device, dtype)),
+        k_pool,
+        v_pool,
+        k_float,
+        v_float,
         rows,
         plan,
     }
@@ -203,12 +245,12 @@ fn gather_attention(b: &Batch, shape: Shape) -> Tensor<3> {
                 .slice([g * per * n..(g + 1) * per * n])
                 .reshape([per, n, HQ, D])
                 .swap_dims(1, 2);
-        let scores = q.matmul(gather(&b.k_pool).swap_dims(2, 3)) * (1.0 / (D as f64).sqrt());
+        let scores = q.matmul(gather(&b.k_float).swap_dims(2, 3)) * (1.0 / (D as f64).sqrt());
         let scores = scores.mask_fill(mask.clone().expand([per, HQ, n, l]), f32::NEG_INFINITY);
         let dtype = scores.dtype();
         let out = softmax(scores.cast(DType::F32), 3)
             .cast(dtype)
-            .matmul(gather(&b.v_pool));
+            .matmul(gather(&b.v_float));
         parts.push(out.swap_dims(1, 2).reshape([per * n, HQ, D]));
     }
     Tensor::cat(parts, 0)
@@ -244,7 +286,7 @@ fn main() {
             if args.decode_only && shape.queries > 1 {
                 continue;
             }
-            let b = batch(&device, dtype, shape, &mut rng);
+            let b = batch(&device, dtype, shape, args.fp8, &mut rng);
             let call = || {
                 let inputs =
                     PoolAttentionInputs::new(b.q.clone(), b.k_pool.clone(), b.v_pool.clone());
@@ -291,12 +333,14 @@ fn main() {
             }
             let plan_us = plan_start.elapsed().as_secs_f64() * 1e6 / plans as f64;
             let elem = dtype.size();
+            let pool_elem = if args.fp8 { 1 } else { elem };
             let tokens = shape.seqs * shape.queries;
-            let bytes = (2 * shape.seqs * shape.keys * HKV * D + 2 * tokens * HQ * D) * elem;
+            let bytes =
+                2 * shape.seqs * shape.keys * HKV * D * pool_elem + 2 * tokens * HQ * D * elem;
             let floor = bytes as f64 / bandwidth;
             let row = Row {
                 kind: shape.name,
-                dtype: format!("{dtype:?}"),
+                dtype: format!("{dtype:?}{}", if args.fp8 { " fp8" } else { "" }),
                 batch: shape.seqs,
                 keys: shape.keys,
                 queries: shape.queries,

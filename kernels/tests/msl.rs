@@ -62,7 +62,11 @@ fn msl(float: FloatKind, variant: RopeVariant, fp8: bool) -> Option<String> {
         true,
         false,
         fp8,
-        [ElemType::Float(float), ElemType::Int(IntKind::I32), pool_elem],
+        [
+            ElemType::Float(float),
+            ElemType::Int(IntKind::I32),
+            pool_elem,
+        ],
     );
     let source = MslCompiler::default()
         .compile(kernel.define(), &CompilationOptions::default())

@@ -434,3 +434,35 @@ fn attention_over_fp8_pools_is_the_decoded_pools_attention() {
         }
     }
 }
+
+/// The decoder with fp8 caches on the shipped checkpoints: it runs every request, and its
+/// first-token logits stay within 10% (norm-relative) of the float cache's (the quantization of the
+/// prompt's keys and values is all that differs at the first step).
+#[test]
+fn decoders_with_fp8_caches_stay_near_the_float_ones() {
+    use burn_rope_pool::model::{Checkpoint, Decoder, GenerateOptions, Request, generate};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models");
+    let requests = [Request {
+        prompt: vec![1, 313, 45, 67, 100, 178, 23, 14],
+        max_new_tokens: 4,
+    }];
+    let options = GenerateOptions {
+        keep_logits: true,
+        ..GenerateOptions::default()
+    };
+    for (device_name, device) in devices() {
+        for name in ["llama31_tiny", "qwen2_tiny", "qwen3_tiny"] {
+            let checkpoint = Checkpoint::open(dir.join(name)).unwrap();
+            let model = Decoder::load(&checkpoint, &device, DType::F32).unwrap();
+            let float = generate(&model, &requests, &options, |_| {}).unwrap().0;
+            let model = model.with_fp8_cache(Some((1.0 / 32.0, 1.0 / 32.0)));
+            let fp8 = generate(&model, &requests, &options, |_| {}).unwrap().0;
+            assert_eq!(fp8[0].generated.len(), 4, "{name} on {device_name}");
+            let [a, b] = [&fp8[0].logits[0], &float[0].logits[0]]
+                .map(|l| l.iter().map(|&x| x as f64).collect::<Vec<_>>());
+            let err = burn_rope_pool::testing::norm_relative_error(&a, &b);
+            eprintln!("{name} on {device_name}: first-token logits, fp8 vs float cache: {err:.2e}");
+            assert!(err > 0.0 && err < 0.1, "{name} on {device_name}: {err:e}");
+        }
+    }
+}
