@@ -51,8 +51,8 @@ struct Args {
     profile: bool,
     /// Also run the fused path with fp8 e4m3 caches of these scales, `K_SCALE,V_SCALE` (path
     /// `fused fp8`).
-    #[arg(long, value_delimiter = ',', num_args = 2)]
-    fp8_cache: Option<Vec<f32>>,
+    #[arg(long, value_delimiter = ',')]
+    fp8_cache: Vec<f32>,
     /// Write the rows as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -154,8 +154,8 @@ fn main() {
     if !args.fused_only {
         paths.push(("unfused", false, None));
     }
-    if let Some(scales) = &args.fp8_cache {
-        paths.push(("fused fp8", true, Some((scales[0], scales[1]))));
+    if let [k_scale, v_scale] = args.fp8_cache[..] {
+        paths.push(("fused fp8", true, Some((k_scale, v_scale))));
     }
     for (path, fused, fp8) in paths {
         model = model.with_fused(fused).with_fp8_cache(fp8);

@@ -84,6 +84,39 @@ pub fn unpack_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
     x
 }
 
+/// The four values of a word of e4m3 codes (a vector of four) read from a decoding table in
+/// shared memory: `table[code · copies + slot]` holds code's value (unscaled) in each of
+/// `copies` copies, so that units reading slot `UNIT_POS % copies` meet in no bank.
+#[cube]
+pub fn unpack_e4m3_table<N: Size>(
+    word: u32,
+    table: &Shared<[f32]>,
+    slot: usize,
+    #[comptime] copies: usize,
+) -> Vector<f32, N> {
+    let n = N::value();
+    let mut x = Vector::<f32, N>::new(0.0);
+    #[unroll]
+    for i in 0..comptime!(n.min(4)) {
+        let code = ((word >> (8 * i as u32)) & 0xFF) as usize;
+        x.insert(i, table[code * copies + slot]);
+    }
+    x
+}
+
+/// Fills `table` (`256 · copies` entries) with every code's value, `copies` times over, by the
+/// cube's `units` units; the caller syncs the cube before reading it.
+#[cube]
+pub fn fill_e4m3_table(
+    table: &mut Shared<[f32]>,
+    #[comptime] copies: usize,
+    #[comptime] units: usize,
+) {
+    for i in range_stepped(UNIT_POS as usize, 256 * copies, units) {
+        table[i] = e4m3_decode((i / copies) as u32);
+    }
+}
+
 /// Vector `at` of a pool as f32: a float pool's vector (`P` its float type, `M = N`), or with
 /// `fp8` one word of four e4m3 codes times `scale` (`P` = u32, `M = 1`, `N = 4`).
 #[cube]

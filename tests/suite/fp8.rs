@@ -355,6 +355,21 @@ fn attention_over_fp8_pools_is_the_decoded_pools_attention() {
     };
     let (kw, vw) = (encode(&k, k_scale), encode(&v, v_scale));
     let (kd, vd) = (decode(&kw, k.len(), k_scale), decode(&vw, v.len(), v_scale));
+    // Pools of every finite code (subnormals and ±448 among them), for the decode's exactness.
+    let mut any_code = || {
+        let c = (rng.next_u64() % 254) as u32;
+        c + u32::from(c >= 0x7F) // skip 0x7F; 0xFF is past 253 + 1
+    };
+    let random_words = |any_code: &mut dyn FnMut() -> u32| -> Vec<u32> {
+        (0..pool * hkv * d / 4)
+            .map(|_| (0..4).fold(0, |w, i| w | any_code() << (8 * i)))
+            .collect()
+    };
+    let (rkw, rvw) = (random_words(&mut any_code), random_words(&mut any_code));
+    let (rkd, rvd) = (
+        decode(&rkw, k.len(), k_scale),
+        decode(&rvw, v.len(), v_scale),
+    );
     let batch = BatchIndices {
         qo_indptr: &qo,
         kv_indptr: &kv,
@@ -372,36 +387,38 @@ fn attention_over_fp8_pools_is_the_decoded_pools_attention() {
                 (&device, dtype),
             );
             let dims = [pool, hkv, d];
-            let inputs = PoolAttentionInputs::new(
-                q_t,
-                PoolTensor::fp8(words_tensor(&kw, dims, &device), k_scale),
-                PoolTensor::fp8(words_tensor(&vw, dims, &device), v_scale),
-            );
             let plan = PoolAttentionPlan::new(
                 TensorData::from(qo),
                 TensorData::from(kv),
                 TensorData::new(rows.clone(), [rows.len()]),
                 &device,
             );
-            let out = pool_attention(inputs, &plan, &config).unwrap();
-            let got = out
-                .out
-                .into_data()
-                .convert::<f64>()
-                .try_to_vec::<f64>()
-                .unwrap();
+            let attend = |kw: &[u32], vw: &[u32]| {
+                let inputs = PoolAttentionInputs::new(
+                    q_t.clone(),
+                    PoolTensor::fp8(words_tensor(kw, dims, &device), k_scale),
+                    PoolTensor::fp8(words_tensor(vw, dims, &device), v_scale),
+                );
+                let out = pool_attention(inputs, &plan, &config).unwrap();
+                out.out
+                    .into_data()
+                    .convert::<f64>()
+                    .try_to_vec::<f64>()
+                    .unwrap()
+            };
             // The output's rounding to `dtype` (and f32 sums in another order).
             let rel = match dtype {
                 DType::BF16 => 2f64.powi(-8),
                 DType::F16 => 2f64.powi(-10),
                 _ => 1e-6,
             };
-            // Against the decoded pools: the float arithmetic only.
-            let exact = pool_attention_reference(&config, &qr, [&kd, &vd], batch);
-            for (i, (a, b)) in got.iter().zip(&exact.out).enumerate() {
+            // Against the decoded pools (every code): the float arithmetic only.
+            let exact = pool_attention_reference(&config, &qr, [&rkd, &rvd], batch);
+            for (i, (a, b)) in attend(&rkw, &rvw).iter().zip(&exact.out).enumerate() {
                 let bound = b.abs() * rel + 1e-5;
                 assert!((a - b).abs() <= bound, "{what}: out[{i}] {a} vs {b}");
             }
+            let got = attend(&kw, &vw);
             let unquantized = pool_attention_reference(&config, &qr, [&k, &v], batch);
             // Against the unquantized pools: each score moves by at most Δ = scale · |q · δk|,
             // so each softmax weight by a factor within e^{±2Δ}; with |δv| ≤ δ the output moves
