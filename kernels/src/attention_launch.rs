@@ -221,10 +221,6 @@ impl AttentionLaunch {
     }
 }
 
-/// Copies of the fp8 decoding table the plane kernel keeps in shared memory (one per unit of a
-/// 32-wide plane: no bank conflicts), fewer where the shared memory is smaller.
-const FP8_TABLE_COPIES: usize = 32;
-
 /// The device tensors of one call: `q [T, Hq, D]`, `k_pool`, `v_pool [P, Hkv, D]` (float `F`,
 /// contiguous), `kv_indices [nnz]` and `ranges [T, 2]` (i32, contiguous), `out [T, Hq, D]` (`F`)
 /// and `lse [T, Hq]` (f32), written; with a split launch, `part_out [chunks, T, Hq, D]` and
@@ -313,14 +309,6 @@ pub unsafe fn launch_attention(
     };
     match kernel {
         AttentionKernel::Plane { lanes, vecs, steps } => unsafe {
-            // fp8: the decoding table's copies, as many (up to a plane's 32) as the shared
-            // memory holds beside the kernel's own.
-            let own = 4 * ((units / lanes) * heads * 2 + units * vecs * vector);
-            let shared = client.properties().hardware.max_shared_memory_size;
-            let mut table_copies = if fp8 { FP8_TABLE_COPIES } else { 1 };
-            while table_copies > 1 && own + 256 * 4 * table_copies > shared {
-                table_copies /= 2;
-            }
             attention_plane_kernel::launch_unchecked(
                 client,
                 cube_count,
@@ -354,7 +342,6 @@ pub unsafe fn launch_attention(
                 split,
                 scalars.soft_cap.is_some(),
                 fp8,
-                table_copies,
                 [float, pool_elem],
             );
         },

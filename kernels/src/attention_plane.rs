@@ -18,7 +18,7 @@
 //! the pool is masked, never read.
 
 use crate::attention::{cube_work, lane_sum};
-use crate::fp8::{fill_e4m3_table, unpack_e4m3_table};
+use crate::fp8::load_pool;
 use cubecl::prelude::*;
 
 /// The pool row of key `j` of a query whose keys start at entry `first` of `kv_indices`, or -1
@@ -71,7 +71,6 @@ pub fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     #[comptime] split: bool,
     #[comptime] capped: bool,
     #[comptime] fp8: bool,
-    #[comptime] table_copies: usize,
     #[define(F, P)] _dtypes: [ElemType; 2],
 ) {
     let num_tokens = q.shape(0);
@@ -86,14 +85,6 @@ pub fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let lane = u % lanes;
     let kg = u / lanes;
     let key_groups = comptime!(units / lanes);
-    // fp8 pools: every code's value in shared memory, `table_copies` times over (a unit reads
-    // its own copy: no bank conflicts); k's scale goes into the queries, v's into the output.
-    let mut table = Shared::<[f32]>::new_slice(comptime!(if fp8 { 256 * table_copies } else { 1 }));
-    if comptime!(fp8) {
-        fill_e4m3_table(&mut table, table_copies, units);
-        sync_cube();
-    }
-    let slot = u % comptime!(table_copies.max(1));
     let first = usize::cast_from(ranges[2 * t]);
     let count = usize::cast_from(ranges[2 * t + 1]);
     let lo = chunk * (chunk_keys as usize);
@@ -155,14 +146,9 @@ pub fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 let mut vx = Vector::<f32, N>::new(f32::new(0.0));
                 if row >= 0 && e < row_vectors {
                     let at = (usize::cast_from(row) * num_kv_heads + g) * row_vectors + e;
-                    if comptime!(fp8) {
-                        let (kw, vw) = (k_pool[at].extract(0usize), v_pool[at].extract(0usize));
-                        kx = unpack_e4m3_table::<N>(u32::cast_from(kw), &table, slot, table_copies);
-                        vx = unpack_e4m3_table::<N>(u32::cast_from(vw), &table, slot, table_copies);
-                    } else {
-                        kx = Vector::<f32, N>::cast_from(k_pool[at]);
-                        vx = Vector::<f32, N>::cast_from(v_pool[at]);
-                    }
+                    // fp8: k's scale is in the queries and v's goes into the output.
+                    kx = load_pool::<P, N, M>(k_pool, at, 1.0, fp8);
+                    vx = load_pool::<P, N, M>(v_pool, at, 1.0, fp8);
                 }
                 ks[s * vecs + i] = kx;
                 vs[s * vecs + i] = vx;

@@ -72,50 +72,45 @@ pub fn pack_e4m3<N: Size>(x: Vector<f32, N>, inv_scale: f32) -> u32 {
     word
 }
 
-/// The four values of a word of e4m3 codes (a vector of four), times `scale`.
+/// The four values of a word of e4m3 codes (a vector of four), times `scale`, exactly, with no
+/// f32 subnormal on the way (a device may flush those): each code's magnitude bits go under the
+/// f32 exponent with the bias moved by 120 (`2^(e-7) · (1 + m/8)`, right for every normal code);
+/// for a subnormal code (`e = 0`) that reads `2^-7 · (1 + m/8)`, and `2 · (x - 2^-7) = m · 2^-9`
+/// is its value. The NaN codes (`0x7F`, `0xFF`) read ±480 this way (no e4m3 value): a word
+/// holding one takes a slower path that makes them NaN.
 #[cube]
 pub fn unpack_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
     let n = N::value();
+    let magnitudes = word & 0x7F7F_7F7F;
+    let signs = word & 0x8080_8080;
     let mut x = Vector::<f32, N>::new(0.0);
     #[unroll]
     for i in 0..comptime!(n.min(4)) {
-        x.insert(i, e4m3_decode((word >> (8 * i as u32)) & 0xFF) * scale);
+        let shift = comptime!(8 * i as u32);
+        let bits = (((magnitudes >> shift) & 0x7F) << 20) + REBIASED;
+        let v = f32::reinterpret(bits);
+        let v = select(v < MIN_NORMAL, (v - HALF_MIN_NORMAL) * 2.0, v);
+        let sign = ((signs >> shift) & 0x80) << 24;
+        x.insert(i, f32::reinterpret(u32::reinterpret(v) | sign));
     }
-    x
+    // A byte whose low seven bits are all ones carries into its top bit.
+    if ((magnitudes + 0x0101_0101) & 0x8080_8080) != 0 {
+        let nan = f32::reinterpret(word | 0x7FC0_0000);
+        #[unroll]
+        for i in 0..comptime!(n.min(4)) {
+            let v = x.extract(i);
+            x.insert(i, select(f32::abs(v) == 480.0, nan, v));
+        }
+    }
+    x * Vector::new(scale)
 }
 
-/// The four values of a word of e4m3 codes (a vector of four) read from a decoding table in
-/// shared memory: `table[code · copies + slot]` holds code's value (unscaled) in each of
-/// `copies` copies, so that units reading slot `UNIT_POS % copies` meet in no bank.
-#[cube]
-pub fn unpack_e4m3_table<N: Size>(
-    word: u32,
-    table: &Shared<[f32]>,
-    slot: usize,
-    #[comptime] copies: usize,
-) -> Vector<f32, N> {
-    let n = N::value();
-    let mut x = Vector::<f32, N>::new(0.0);
-    #[unroll]
-    for i in 0..comptime!(n.min(4)) {
-        let code = ((word >> (8 * i as u32)) & 0xFF) as usize;
-        x.insert(i, table[code * copies + slot]);
-    }
-    x
-}
-
-/// Fills `table` (`256 · copies` entries) with every code's value, `copies` times over, by the
-/// cube's `units` units; the caller syncs the cube before reading it.
-#[cube]
-pub fn fill_e4m3_table(
-    table: &mut Shared<[f32]>,
-    #[comptime] copies: usize,
-    #[comptime] units: usize,
-) {
-    for i in range_stepped(UNIT_POS as usize, 256 * copies, units) {
-        table[i] = e4m3_decode((i / copies) as u32);
-    }
-}
+/// `120 << 23`: the f32 exponent bias minus e4m3's, in place.
+const REBIASED: u32 = 120 << 23;
+/// 2^-6, the smallest normal e4m3 magnitude.
+const MIN_NORMAL: f32 = 0.015_625;
+/// 2^-7.
+const HALF_MIN_NORMAL: f32 = 0.007_812_5;
 
 /// Vector `at` of a pool as f32: a float pool's vector (`P` its float type, `M = N`), or with
 /// `fp8` one word of four e4m3 codes times `scale` (`P` = u32, `M = 1`, `N = 4`).
