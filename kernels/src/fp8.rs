@@ -76,8 +76,8 @@ pub fn pack_e4m3<N: Size>(x: Vector<f32, N>, inv_scale: f32) -> u32 {
 /// f32 subnormal on the way (a device may flush those): each code's magnitude bits go under the
 /// f32 exponent with the bias moved by 120 (`2^(e-7) · (1 + m/8)`, right for every normal code);
 /// for a subnormal code (`e = 0`) that reads `2^-7 · (1 + m/8)`, and `2 · (x - 2^-7) = m · 2^-9`
-/// is its value. The NaN codes (`0x7F`, `0xFF`) read ±480 this way (no e4m3 value): a word
-/// holding one takes a slower path that makes them NaN.
+/// is its value. The NaN codes (`0x7F`, `0xFF`) read ±480 this way (no e4m3 value) and are
+/// replaced by NaN.
 #[cube]
 pub fn unpack_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
     let n = N::value();
@@ -93,14 +93,13 @@ pub fn unpack_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
         let sign = ((signs >> shift) & 0x80) << 24;
         x.insert(i, f32::reinterpret(u32::reinterpret(v) | sign));
     }
-    // A byte whose low seven bits are all ones carries into its top bit.
-    if ((magnitudes + 0x0101_0101) & 0x8080_8080) != 0 {
-        let nan = f32::reinterpret(word | 0x7FC0_0000);
-        #[unroll]
-        for i in 0..comptime!(n.min(4)) {
-            let v = x.extract(i);
-            x.insert(i, select(f32::abs(v) == 480.0, nan, v));
-        }
+    // The NaN codes, without a branch (a branch here costs the attention kernel its loads'
+    // scheduling): any lane that reads ±480 becomes NaN.
+    let nan = f32::reinterpret(word | 0x7FC0_0000);
+    #[unroll]
+    for i in 0..comptime!(n.min(4)) {
+        let v = x.extract(i);
+        x.insert(i, select(f32::abs(v) == 480.0, nan, v));
     }
     x * Vector::new(scale)
 }
