@@ -1,9 +1,9 @@
 //! fp8 e4m3 (OCP FP8 "E4M3FN": 1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no
 //! infinities; `0x7F`/`0xFF` are NaN; largest finite 448) in integer arithmetic only, so every
 //! backend — WGSL included, which has neither fp8 nor u8 — encodes and decodes the same bits:
-//! - [`e4m3_encode`]: f32 → code, round to nearest even, saturating (anything past 448, ∞
+//! - [`e4m3_encode()`]: f32 → code, round to nearest even, saturating (anything past 448, ∞
 //!   included, becomes ±448; NaN stays NaN; f32 subnormals become ±0);
-//! - [`e4m3_decode`]: code → f32, exact;
+//! - [`e4m3_decode()`]: code → f32, exact;
 //! - four codes to a `u32`, element `i` of four in bits `8i..8i + 8` (the bytes of an fp8 tensor
 //!   in memory on a little-endian machine), with one scale: stored code = e4m3(x / scale).
 //!
@@ -172,7 +172,7 @@ pub fn decode_e4m3_kernel<N: Size>(
     }
 }
 
-/// [`e4m3_encode`] on the host.
+/// [`e4m3_encode()`] on the host.
 pub fn encode_host(x: f32) -> u8 {
     let bits = x.to_bits();
     let sign = (bits >> 24) & 0x80;
@@ -197,7 +197,7 @@ pub fn encode_host(x: f32) -> u8 {
     (sign | code) as u8
 }
 
-/// [`e4m3_decode`] on the host.
+/// [`e4m3_decode()`] on the host.
 pub fn decode_host(code: u8) -> f32 {
     let code = u32::from(code);
     let sign = if code & 0x80 != 0 { -1.0 } else { 1.0 };

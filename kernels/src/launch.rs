@@ -193,7 +193,8 @@ pub struct QkNormArgs {
 }
 
 /// The largest head the q/k norm kernel takes: a (token, head group)'s units must fit one cube
-/// row of at most [`NORM_CUBE_UNITS`] units at vector width 1.
+/// row of at most 256 units (the smallest per-cube limit a WebGPU device may have) at vector
+/// width 1.
 pub const MAX_NORM_HEAD_DIM: usize = 2 * NORM_CUBE_UNITS;
 
 /// The vector width of a call with fp8 pools: four elements, one word of codes.

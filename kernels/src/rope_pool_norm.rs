@@ -34,7 +34,7 @@ fn scaled<F: Float, N: Size>(x: Vector<F, N>, w: Vector<F, N>, scale: f32) -> Ve
     Vector::cast_from(Vector::<f32, N>::cast_from(n) * Vector::<f32, N>::cast_from(w))
 }
 
-/// [`crate::rope_pool::rope_pool_kernel`] with the q/k norm: the same tensors plus `q_weight`,
+/// [`rope_pool_kernel`](fn@crate::rope_pool::rope_pool_kernel) with the q/k norm: the same tensors plus `q_weight`,
 /// `k_weight` (`[D]`, float `F`, dense) and `eps`. The cube is `(units_per_row, rows)` units
 /// (`rows` comptime, the cube's row count); `heads_per_unit` head steps per unit.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
