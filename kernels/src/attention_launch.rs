@@ -302,6 +302,12 @@ pub unsafe fn launch_attention(
         .max(chunks * num_tokens * num_qo_heads * head_dim);
     let soft_cap = scalars.soft_cap.unwrap_or(1.0);
     let first = args();
+    // fp8 words are read as vectors of four: a launch planned otherwise is never run.
+    if first.fp8_scales.is_some() != geometry.fp8_pools
+        || (geometry.fp8_pools && (vector != FP8_VECTOR || !head_dim.is_multiple_of(4)))
+    {
+        return;
+    }
     // The pools' element type and vector width, and their scales.
     let (pool_elem, pool_vector, (k_scale, v_scale), fp8) = match first.fp8_scales {
         Some(scales) => (ElemType::UInt(UIntKind::U32), 1, scales, true),

@@ -210,7 +210,8 @@ const NORM_CUBE_UNITS: usize = 256;
 /// # Safety
 /// The tensors must be live, of the shapes and token strides `geometry` describes (dense
 /// otherwise, see [`RopePoolArgs`]), and the pools must not alias an input: the kernel is
-/// launched unchecked. Slots are bounds-checked by the kernel
+/// launched unchecked. With fp8 pools, `head_dim` and `rotary_dim / 2` are multiples of 4 (the
+/// call is skipped otherwise) and so is every token stride. Slots are bounds-checked by the kernel
 /// itself (a slot `< 0` or `>= pool_size` writes nothing).
 pub unsafe fn launch_rope_pool(
     client: &Client,
@@ -228,6 +229,14 @@ pub unsafe fn launch_rope_pool(
     } = geometry;
     let rotary_dim = rope.rotary_dim;
     if num_tokens == 0 || rotary_dim < 2 || rotary_dim > head_dim {
+        return;
+    }
+    // fp8 words are vectors of four: shapes that do not hold them are never launched.
+    let whole = |n: usize| n.is_multiple_of(FP8_VECTOR);
+    let fp8_fits = whole(head_dim)
+        && whole(rotary_dim / 2)
+        && geometry.token_strides.iter().all(|&s| whole(s));
+    if args.fp8_scales.is_some() && !fp8_fits {
         return;
     }
     let max_vector = tuning.max_vector.unwrap_or(usize::MAX);
@@ -273,7 +282,8 @@ pub unsafe fn launch_rope_pool(
     );
     if let Some(norm) = args.qk_norm {
         let row_units = units / (num_tokens * heads.div_ceil(group));
-        let rows = (NORM_CUBE_UNITS / row_units).max(1);
+        let max_units = client.properties().hardware.max_units_per_cube as usize;
+        let rows = (NORM_CUBE_UNITS.min(max_units) / row_units).max(1);
         let cube_dim = CubeDim::new_2d(row_units as u32, rows as u32);
         let cubes = (num_tokens * heads.div_ceil(group)).div_ceil(rows);
         let cube_count = calculate_cube_count_elemwise(client, cubes * row_units * rows, cube_dim);

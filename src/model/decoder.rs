@@ -11,8 +11,8 @@ use crate::model::weights::{FromCheckpoint, Layer, Linear, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
 use crate::op::unfused::rope_pool_unfused;
 use crate::op::{
-    PoolTensor, RefusedCall, RopePoolError, RopePoolInputs, check_rope_pool_fused,
-    try_rope_pool_fused,
+    Fp8PoolError, PoolTensor, RefusedCall, RopePoolError, RopePoolInputs, check_fp8_settings,
+    check_rope_pool_fused, try_rope_pool_fused,
 };
 use crate::pool::{
     KvPoolError, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan,
@@ -114,7 +114,7 @@ impl Decoder {
 
     /// Builds the model from `weights`.
     pub(crate) fn build(
-        config: DecoderConfig,
+        mut config: DecoderConfig,
         weights: &impl Weights,
     ) -> Result<Self, DecoderError> {
         let (h, m) = (config.hidden_size, config.intermediate_size);
@@ -168,6 +168,8 @@ impl Decoder {
         } else {
             weights.linear(&[("lm_head", config.vocab_size)], h, false)?
         };
+        // The op's q/k norm uses the model's RMSNorm epsilon.
+        config.rope.qk_norm_eps = config.rms_norm_eps;
         Ok(Self {
             embed,
             layers,
@@ -234,6 +236,12 @@ impl Decoder {
         limit: Option<u64>,
     ) -> Result<KvCache, KvPoolError> {
         let tensors = 2 * self.layers.len() as u64;
+        if let Some((k_scale, v_scale)) = self.fp8_scales() {
+            let rope = &self.config.rope;
+            let rotary_dim = Some(rope.rotary_dim());
+            check_fp8_settings(rope.head_dim, rotary_dim, [k_scale, v_scale])
+                .map_err(|e| KvPoolError::Op(e.into()))?;
+        }
         let bytes = self.cache_bytes(pool_rows);
         check_pool_memory(&self.device, pool_rows, bytes, tensors, limit)?;
         let rope = &self.config.rope;
@@ -429,7 +437,13 @@ impl Decoder {
             let out = if self.fused {
                 try_rope_pool_fused(inputs, rope)
             } else {
+                // The unfused path writes float pools only: an fp8 cache is refused, kept.
+                let fp8 = inputs.k_pool.fp8_scale().is_some();
                 match check_rope_pool_fused(&inputs, rope) {
+                    Ok(()) if fp8 => Err(RefusedCall {
+                        error: Fp8PoolError::Unfused.into(),
+                        inputs: Box::new(inputs),
+                    }),
                     Ok(()) => Ok(rope_pool_unfused(inputs, rope)),
                     Err(error) => Err(RefusedCall {
                         error,

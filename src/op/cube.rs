@@ -11,7 +11,8 @@ use burn::tensor::Shape;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
 use cubecl::server::MemoryLayoutDescriptor;
 use rope_pool_kernels::{
-    LaunchTuning, QkNormArgs, RopePoolArgs, RopePoolGeometry, launch_append_max, launch_rope_pool,
+    FP8_VECTOR, LaunchTuning, QkNormArgs, RopePoolArgs, RopePoolGeometry, launch_append_max,
+    launch_rope_pool,
 };
 use std::sync::Arc;
 
@@ -28,12 +29,14 @@ fn owned_contiguous(tensor: CubeTensor) -> CubeTensor {
 
 /// `x` (`[T, H, D]`) as the kernel reads q, k and v: as is when each token's heads are one
 /// dense run of `H * D` elements, whatever the distance between tokens (a view of one fused QKV
-/// projection: no copy), else a dense copy.
-fn token_rows(x: CubeTensor) -> CubeTensor {
+/// projection: no copy) as long as it is a multiple of `whole`, else a dense copy.
+fn token_rows(x: CubeTensor, whole: usize) -> CubeTensor {
     let (shape, strides) = (x.meta.shape(), x.meta.strides());
     let dense_heads = strides[2] == 1 && (shape[1] <= 1 || strides[1] == shape[2]);
     let disjoint = shape[0] <= 1 || strides[0] >= shape[1] * shape[2];
-    if dense_heads && disjoint {
+    // The stride in whole vectors (fp8 calls read vectors of four whatever the stride).
+    let aligned = shape[0] <= 1 || strides[0].is_multiple_of(whole);
+    if dense_heads && disjoint && aligned {
         x
     } else {
         into_contiguous(x)
@@ -119,10 +122,16 @@ impl RopePoolBackend for CubeBackend {
         k_rot: bool,
         qk_norm_eps: f32,
     ) -> Outputs<Self> {
+        // fp8 pools fix the vector at four elements: a view's token stride must hold whole
+        // vectors (any other call picks a vector that divides the strides).
+        let whole = match inputs.k_pool {
+            PoolTensor::Fp8 { .. } => FP8_VECTOR,
+            PoolTensor::Float(_) => 1,
+        };
         let (q, k, v) = (
-            token_rows(inputs.q),
-            token_rows(inputs.k),
-            token_rows(inputs.v),
+            token_rows(inputs.q, whole),
+            token_rows(inputs.k, whole),
+            token_rows(inputs.v, whole),
         );
         let positions = kernel_positions(inputs.positions, rope.table.variant().long_short);
         let slots = into_contiguous(inputs.slots);

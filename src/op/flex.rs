@@ -1,6 +1,6 @@
 //! The Flex (pure-Rust CPU) implementation: the op as one host loop over dense buffers, with the
-//! kernel's exact-angle table and the same f32 arithmetic (the table's host twin of the angle),
-//! the q/k norm included.
+//! kernel's exact-angle table and the same f32 arithmetic (the table's host twin of the angle);
+//! the q/k norm's sum of squares is added in row order (the kernel adds per-unit partial sums).
 
 use crate::op::backend::{Outputs, QkNorm, RopePoolBackend, RopePoolInputs, no_rows};
 use crate::op::pool_tensor::PoolTensor;
@@ -125,10 +125,8 @@ fn run<E: Storage + Element + bytemuck::Pod>(
         QkNorm::Rms { q_weight, k_weight } => Some([dense(q_weight), dense(k_weight)]),
     };
     // fp8 pools: their words and `1 / scale`s (validation pairs the two pools' kinds).
-    let inv_scales = match (&inputs.k_pool, &inputs.v_pool) {
-        (PoolTensor::Fp8 { scale: ks, .. }, PoolTensor::Fp8 { scale: vs, .. }) => {
-            Some((1.0 / ks, 1.0 / vs))
-        }
+    let scales = match (&inputs.k_pool, &inputs.v_pool) {
+        (PoolTensor::Fp8 { scale: ks, .. }, PoolTensor::Fp8 { scale: vs, .. }) => Some((*ks, *vs)),
         _ => None,
     };
     let stored = |pool: PoolTensor<Flex>| match pool {
@@ -151,11 +149,11 @@ fn run<E: Storage + Element + bytemuck::Pod>(
     }
     // Copy-on-write: a pool still held elsewhere is copied here, never changed under its other
     // holder.
-    let mut rows = match inv_scales {
-        Some(inv) => Rows::Fp8(
+    let mut rows = match scales {
+        Some((ks, vs)) => Rows::Fp8(
             k_pool.storage_mut::<u32>(),
             v_pool.storage_mut::<u32>(),
-            inv,
+            (1.0 / ks, 1.0 / vs),
         ),
         None => Rows::Float(k_pool.storage_mut::<E>(), v_pool.storage_mut::<E>()),
     };
@@ -217,17 +215,17 @@ fn run<E: Storage + Element + bytemuck::Pod>(
         )
     };
     let pool = |tensor, fp8: Option<f32>| match fp8 {
-        Some(inv) => PoolTensor::Fp8 {
+        Some(scale) => PoolTensor::Fp8 {
             words: tensor,
-            scale: 1.0 / inv,
+            scale,
         },
         None => PoolTensor::Float(tensor),
     };
     (
         output(q_out, &q),
         k_rot,
-        pool(k_pool, inv_scales.map(|s| s.0)),
-        pool(v_pool, inv_scales.map(|s| s.1)),
+        pool(k_pool, scales.map(|s| s.0)),
+        pool(v_pool, scales.map(|s| s.1)),
     )
 }
 

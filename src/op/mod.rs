@@ -26,6 +26,6 @@ pub use api::{RefusedCall, check_rope_pool_fused, rope_pool_fused, try_rope_pool
 pub use backend::{QkNorm, RopePoolInputs, RopePoolOutputs};
 pub use config::RopePoolConfig;
 pub use error::{Dims, RopePoolError};
-pub(crate) use pool_tensor::check_pool_kinds;
 pub use pool_tensor::{Fp8PoolError, PoolTensor};
+pub(crate) use pool_tensor::{check_fp8_settings, check_pool_kinds};
 pub use rope::{MRope, RopeFrequencies, RopeScaling, RopeStyle};

@@ -43,6 +43,9 @@ pub enum Fp8PoolError {
     /// One pool is fp8 and the other is not.
     #[error("k_pool and v_pool must both be float or both be fp8")]
     Kinds,
+    /// fp8 pools given to a path that writes float pools only (the unfused tensor-op path).
+    #[error("the unfused tensor-op path takes float pools only, not fp8")]
+    Unfused,
     /// An fp8 pool's words are not `U32`.
     #[error("fp8 pools are U32 words, got {k_pool:?} and {v_pool:?}")]
     Dtype {
@@ -64,8 +67,9 @@ pub enum Fp8PoolError {
         /// The rotary dimension.
         rotary_dim: usize,
     },
-    /// A scale is not positive and finite, or its reciprocal is not finite in f32.
-    #[error("fp8 pool scales must be positive and finite, with a finite reciprocal, got {scale}")]
+    /// A scale outside `2^-100..=2^100` (NaN included): past it, a scale, its reciprocal or a
+    /// code's value times it may leave f32's normal range, which some devices flush.
+    #[error("fp8 pool scales must be in 2^-100..=2^100, got {scale}")]
     Scale {
         /// The scale.
         scale: f32,
@@ -93,18 +97,29 @@ pub(crate) fn check_pool_kinds<B: Backend>(
             v_pool: dv,
         });
     }
+    check_fp8_settings(head_dim, rotary_dim, scales)?;
+    Ok(true)
+}
+
+/// The checks of fp8 pools that do not need the tensors: `head_dim` (and, for the op,
+/// `rotary_dim / 2`) a multiple of 4, scales in `2^-100..=2^100`. Pool constructors run them
+/// before they allocate.
+pub(crate) fn check_fp8_settings(
+    head_dim: usize,
+    rotary_dim: Option<usize>,
+    scales: [f32; 2],
+) -> Result<(), Fp8PoolError> {
     if !head_dim.is_multiple_of(4) {
         return Err(Fp8PoolError::HeadDim { head_dim });
     }
     if let Some(rotary_dim) = rotary_dim.filter(|r| !(r / 2).is_multiple_of(4)) {
         return Err(Fp8PoolError::RotaryDim { rotary_dim });
     }
-    for scale in scales {
-        if !(scale > 0.0 && scale.is_finite() && (1.0 / scale).is_finite()) {
-            return Err(Fp8PoolError::Scale { scale });
-        }
+    let range = 2f32.powi(-100)..=2f32.powi(100);
+    if let Some(&scale) = scales.iter().find(|s| !range.contains(s)) {
+        return Err(Fp8PoolError::Scale { scale });
     }
-    Ok(true)
+    Ok(())
 }
 
 impl<B: Backend> PoolTensor<B> {

@@ -1,6 +1,8 @@
 //! A layer's KV pool: the k/v pool tensors the op writes, and the allocator of their rows.
 
-use crate::op::{PoolTensor, QkNorm, RopePoolConfig, RopePoolInputs, try_rope_pool_fused};
+use crate::op::{
+    PoolTensor, QkNorm, RopePoolConfig, RopePoolInputs, check_fp8_settings, try_rope_pool_fused,
+};
 use crate::pool::{KvPoolError, SlotAllocator, check_pool_memory, pool_bytes};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
@@ -37,7 +39,8 @@ impl KvPool {
     }
 
     /// [`Self::try_new`] with fp8 e4m3 pools of these scales ([`PoolTensor::Fp8`]: one byte an
-    /// element, `head_dim` a multiple of 4).
+    /// element); refused before anything is allocated unless `head_dim` and `rotary_dim / 2` are
+    /// multiples of 4 and the scales are in `2^-100..=2^100`.
     pub fn try_new_fp8(
         config: RopePoolConfig,
         pool_size: usize,
@@ -45,6 +48,9 @@ impl KvPool {
         k_scale: f32,
         v_scale: f32,
     ) -> Result<Self, KvPoolError> {
+        let rotary_dim = Some(config.rotary_dim());
+        check_fp8_settings(config.head_dim, rotary_dim, [k_scale, v_scale])
+            .map_err(|e| KvPoolError::Op(e.into()))?;
         Self::allocate(
             config,
             pool_size,

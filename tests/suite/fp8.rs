@@ -278,12 +278,18 @@ fn fp8_refusals_are_documented() {
             call(&config, i32_words, fp8(1.0)),
             "fp8 pools are U32 words, got I32 and U32"
         );
-        for scale in [0.0, -1.0, f32::NAN, f32::INFINITY, 1e-40] {
+        for scale in [
+            0.0,
+            -1.0,
+            f32::NAN,
+            f32::INFINITY,
+            1e-40,
+            1e31,
+            2f32.powi(-101),
+        ] {
             assert_eq!(
                 call(&config, fp8(1.0), fp8(scale)),
-                format!(
-                    "fp8 pool scales must be positive and finite, with a finite reciprocal, got {scale}"
-                )
+                format!("fp8 pool scales must be in 2^-100..=2^100, got {scale}")
             );
         }
         let wrong_shape = PoolTensor::fp8(Tensor::<3, Int>::zeros([4, 1, 8], (d, DType::U32)), 1.0);
@@ -481,5 +487,75 @@ fn decoders_with_fp8_caches_stay_near_the_float_ones() {
             eprintln!("{name} on {device_name}: first-token logits, fp8 vs float cache: {err:.2e}");
             assert!(err > 0.0 && err < 0.1, "{name} on {device_name}: {err:e}");
         }
+    }
+}
+
+/// An fp8 cache made by the fused decoder and stepped by the unfused one is refused with the
+/// documented error, and the cache keeps its pools: the fused decoder then runs on it.
+#[test]
+fn an_unfused_decoder_refuses_fp8_caches_and_keeps_them() {
+    use burn_rope_pool::model::{Checkpoint, Decoder, StepToken};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/models/llama31_tiny");
+    let device = Device::flex();
+    let checkpoint = Checkpoint::open(dir).unwrap();
+    let model = Decoder::load(&checkpoint, &device, DType::F32)
+        .unwrap()
+        .with_fp8_cache(Some((1.0 / 32.0, 1.0 / 32.0)));
+    let mut cache = model.new_cache(16).unwrap();
+    let tokens = [StepToken {
+        seq: 0,
+        token: 5,
+        position: 0,
+    }];
+    let model = model.with_fused(false);
+    let err = model.step(&tokens, &mut cache).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the unfused tensor-op path takes float pools only, not fp8"
+    );
+    let model = model.with_fused(true);
+    let logits = model.step(&tokens, &mut cache).unwrap();
+    assert_eq!(logits.dims()[0], 1);
+}
+
+/// fp8 calls on q, k, v sliced from one fused QKV projection whose row is not a whole number of
+/// words (a stride of 4n + 2 elements) equal the same call on dense copies, bit for bit. (Burn's
+/// fusion hands the op these slices already materialised; the op copies a view whose token
+/// stride is not whole words itself, and the kernel launch skips such a call.)
+#[test]
+fn fp8_calls_on_views_of_any_stride_equal_dense_calls() {
+    let (hq, hkv, d, t) = (4, 2, 16, 5);
+    let config = RopePoolConfig::new(d, hq, hkv);
+    for (device_name, device) in devices() {
+        let width = (hq + 2 * hkv) * d + 2;
+        let mut rng = Rng::new(9);
+        let values: Vec<f32> = rng.values(t * width).iter().map(|&x| x as f32).collect();
+        let qkv = Tensor::<2>::from_data(TensorData::new(values, [t, width]), &device);
+        let part = |from: usize, heads: usize| {
+            qkv.clone()
+                .slice([0..t, from * d..(from + heads) * d])
+                .reshape([t, heads, d])
+        };
+        let (q, k, v) = (part(0, hq), part(hq, hkv), part(hq + hkv, hkv));
+        let run = |q: Tensor<3>, k: Tensor<3>, v: Tensor<3>| {
+            let inputs = RopePoolInputs::new(
+                q,
+                k,
+                v,
+                Tensor::<1, Int>::from_ints([3, 4, 5, 6, 7], &device),
+                Tensor::<1, Int>::from_ints([0, 1, 2, 3, 4], &device),
+                PoolTensor::fp8_zeros([6, hkv, d], 0.25, &device),
+                PoolTensor::fp8_zeros([6, hkv, d], 0.25, &device),
+            );
+            let out = rope_pool_fused(inputs, &config).unwrap();
+            (
+                host(out.q_rot),
+                read_words(out.k_pool).0,
+                read_words(out.v_pool).0,
+            )
+        };
+        let dense = |x: &Tensor<3>| Tensor::<3>::from_data(x.to_data(), &device);
+        let want = run(dense(&q), dense(&k), dense(&v));
+        assert_eq!(run(q, k, v), want, "{device_name}");
     }
 }
