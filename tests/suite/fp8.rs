@@ -559,3 +559,187 @@ fn fp8_calls_on_views_of_any_stride_equal_dense_calls() {
         assert_eq!(run(q, k, v), want, "{device_name}");
     }
 }
+
+/// A fuzzer over the settings this session added: pool kinds (float, fp8, mixed), the words'
+/// dtype and shape, scales (sane and broken), q/k norm weights (absent, right, wrong shape or
+/// dtype), epsilons, head sizes and rotary dims, on every device. Every call either returns a
+/// documented message with its pools handed back unchanged, or runs: then every pool row no
+/// valid slot names keeps its sentinel words, and every other one holds codes of finite values.
+#[test]
+fn fp8_and_norm_calls_fuzzed() {
+    use crate::fuzz::{DOCUMENTED, matches};
+    let cases = crate::common::env_count("FP8_FUZZ_CASES", 200);
+    for (device_name, device) in devices() {
+        let d = &device;
+        // Calls refused, and fp8 calls that ran: the fuzzer must reach both.
+        let (mut refusals, mut fp8_runs) = (0, 0);
+        for seed in 0..cases as u64 {
+            let mut rng = Rng::new(seed * 7919 + 1);
+            let pick = |rng: &mut Rng, n: u64| rng.below(n) as usize;
+            // Half the calls are well-formed; the others break some settings.
+            let sane = rng.below(2) == 0;
+            let broken = |rng: &mut Rng| !sane && rng.below(3) == 0;
+            let head_dim = match broken(&mut rng) {
+                true => [2, 6, 10][pick(&mut rng, 3)],
+                false => [4, 8, 16, 16][pick(&mut rng, 4)],
+            };
+            let (hkv, group) = ([1, 2][pick(&mut rng, 2)], [1, 2, 4][pick(&mut rng, 3)]);
+            let mut config = RopePoolConfig::new(head_dim, hkv * group, hkv);
+            if rng.below(3) == 0 {
+                let rotary = match broken(&mut rng) {
+                    true => 2 * (1 + pick(&mut rng, head_dim as u64 / 2)),
+                    false => 8 * (1 + pick(&mut rng, (head_dim as u64 / 8).max(1))),
+                };
+                config = config.with_rotary_dim(Some(rotary.min(head_dim)));
+            }
+            if rng.below(3) == 0 {
+                config = config.with_style(RopeStyle::Gptj);
+            }
+            if broken(&mut rng) {
+                config = config.with_qk_norm_eps([-1.0, f64::NAN, 1e40][pick(&mut rng, 3)]);
+            }
+            let (tokens, rows) = (1 + pick(&mut rng, 5), 1 + pick(&mut rng, 6));
+            let case = Case::random(config.clone(), tokens, rows, 1 << 16, seed);
+            let scale = |rng: &mut Rng| match broken(rng) {
+                true => [0.0f32, f32::NAN, 1e-35, 1e35, -1.0][pick(rng, 5)],
+                false => [0.05f32, 0.25, 1.0][pick(rng, 3)],
+            };
+            let words_dims = |rng: &mut Rng| {
+                let mut dims = [rows, hkv, head_dim / 4];
+                if broken(rng) {
+                    dims[2] = head_dim;
+                }
+                dims
+            };
+            let word_dtype = |rng: &mut Rng| match broken(rng) {
+                true => DType::I32,
+                false => DType::U32,
+            };
+            // Sentinel words: random codes, none of them NaN.
+            let mut sentinel = |dims: [usize; 3], dtype: DType, rng: &mut Rng| {
+                let n: usize = dims.iter().product();
+                let words: Vec<u32> = (0..n)
+                    .map(|_| rng.next_u64() as u32 & 0x7E7E_7E7E)
+                    .collect();
+                let data = match dtype {
+                    DType::I32 => {
+                        TensorData::new(words.iter().map(|&w| w as i32).collect::<Vec<_>>(), dims)
+                    }
+                    _ => TensorData::new(words.clone(), dims),
+                };
+                (Tensor::<3, Int>::from_data(data, (d, dtype)), words)
+            };
+            // Both fp8, both float, or (broken) mixed.
+            let kinds = match broken(&mut rng) {
+                true => 3,
+                false => [0, 1, 2][pick(&mut rng, 3)],
+            };
+            let fp8_pool = |rng: &mut Rng,
+                            sentinel: &mut dyn FnMut(
+                [usize; 3],
+                DType,
+                &mut Rng,
+            ) -> (Tensor<3, Int>, Vec<u32>)| {
+                let (dims, dtype, s) = (words_dims(rng), word_dtype(rng), scale(rng));
+                let (t, words) = sentinel(dims, dtype, rng);
+                (PoolTensor::fp8(t, s), Some(words))
+            };
+            let float_pool = || {
+                let t = case.tensors(d, DType::F32).k_pool;
+                (PoolTensor::from(t), None)
+            };
+            let ((k_pool, k_words), (v_pool, v_words)) = match kinds {
+                2 => (float_pool(), float_pool()),
+                3 => (fp8_pool(&mut rng, &mut sentinel), float_pool()),
+                _ => (
+                    fp8_pool(&mut rng, &mut sentinel),
+                    fp8_pool(&mut rng, &mut sentinel),
+                ),
+            };
+            let t = case.tensors(d, DType::F32);
+            let mut inputs =
+                RopePoolInputs::new(t.q, t.k, t.v, t.positions, t.slots, k_pool, v_pool);
+            if rng.below(2) == 0 {
+                let len = if broken(&mut rng) {
+                    head_dim + 2
+                } else {
+                    head_dim
+                };
+                let dtype = if broken(&mut rng) {
+                    DType::F16
+                } else {
+                    DType::F32
+                };
+                let w =
+                    |_| Tensor::<1>::from_data(TensorData::new(vec![1f32; len], [len]), (d, dtype));
+                let [wq, wk] = [0, 1].map(w);
+                inputs = inputs.with_qk_norm(wq, wk);
+            }
+            let what = format!("{device_name} seed {seed}: {config:?}");
+            let stored = |pool: PoolTensor| match pool {
+                PoolTensor::Fp8 { .. } => Some(read_words(pool).0),
+                PoolTensor::Float(_) => None,
+            };
+            match try_rope_pool_fused(inputs, &config) {
+                Err(refused) => {
+                    refusals += 1;
+                    let message = refused.error.to_string();
+                    assert!(
+                        DOCUMENTED.iter().any(|t| matches(t, &message)),
+                        "{what}: undocumented `{message}`"
+                    );
+                    let inputs = refused.inputs;
+                    // The I32-word pools read back as their bits too.
+                    let bits = |pool: PoolTensor| match pool {
+                        PoolTensor::Fp8 { words, .. } => {
+                            let words = Tensor::<3, Int>::from_dispatch(words);
+                            Some(
+                                words
+                                    .cast(DType::I64)
+                                    .into_data()
+                                    .iter::<i64>()
+                                    .map(|w| w as u32)
+                                    .collect::<Vec<_>>(),
+                            )
+                        }
+                        PoolTensor::Float(_) => None,
+                    };
+                    assert_eq!(bits(inputs.k_pool), k_words, "{what}: k pool changed");
+                    assert_eq!(bits(inputs.v_pool), v_words, "{what}: v pool changed");
+                }
+                Ok(out) => {
+                    let (k, v) = (stored(out.k_pool), stored(out.v_pool));
+                    let (Some(k), Some(v), Some(k0), Some(v0)) = (k, v, k_words, v_words) else {
+                        continue;
+                    };
+                    fp8_runs += 1;
+                    let row = hkv * head_dim / 4;
+                    for r in 0..rows {
+                        let written = case.slots.contains(&(r as i64));
+                        let range = r * row..(r + 1) * row;
+                        for (words, before) in [(&k, &k0), (&v, &v0)] {
+                            if written {
+                                // Random inputs of |x| <= 1 at a sane scale: no NaN code.
+                                let nan = words[range.clone()]
+                                    .iter()
+                                    .any(|w| (0..4).any(|i| (w >> (8 * i)) & 0x7F == 0x7F));
+                                assert!(!nan, "{what}: row {r} holds a NaN code");
+                            } else {
+                                assert_eq!(
+                                    words[range.clone()],
+                                    before[range.clone()],
+                                    "{what}: row {r}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!("{device_name}: {refusals} refused, {fp8_runs} fp8 calls ran");
+        assert!(
+            refusals > 0 && fp8_runs > 0,
+            "{device_name}: {refusals}, {fp8_runs}"
+        );
+    }
+}

@@ -19,7 +19,7 @@ use burn_rope_pool::{
 };
 
 /// The messages of the README's error table; `{}` stands for a value.
-const DOCUMENTED: &[&str] = &[
+pub const DOCUMENTED: &[&str] = &[
     "rope_pool_fused expects q/k/v to be 3-D",
     "rope_pool_fused expects positions/slots to be 1-D",
     "positions must be [3, num_tokens] for mrope, got {}",
@@ -43,10 +43,19 @@ const DOCUMENTED: &[&str] = &[
     "slot {} of token {} is outside the pool of {} rows",
     "slot {} is written by both token {} and token {}",
     "position {} at positions[{}] is outside the i32 range",
+    "q_norm/k_norm weights must be [head_dim] = [{}], got {} and {}",
+    "q_norm/k_norm weight dtypes must match q/k/v dtype",
+    "qk_norm_eps must be >= 0 and finite in f32, got {}",
+    "the fused q/k norm supports head_dim up to 512, got {}",
+    "k_pool and v_pool must both be float or both be fp8",
+    "fp8 pools are U32 words, got {} and {}",
+    "fp8 pools need head_dim to be a multiple of 4, got {}",
+    "fp8 pools need rotary_dim / 2 to be a multiple of 4, got rotary_dim {}",
+    "fp8 pool scales must be in 2^-100..=2^100, got {}",
 ];
 
 /// Whether `message` is `template` with each `{}` replaced by some non-empty text.
-fn matches(template: &str, message: &str) -> bool {
+pub fn matches(template: &str, message: &str) -> bool {
     let parts: Vec<&str> = template.split("{}").collect();
     let Some(rest) = message.strip_prefix(parts[0]) else {
         return false;
