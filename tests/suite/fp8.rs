@@ -560,6 +560,25 @@ fn fp8_calls_on_views_of_any_stride_equal_dense_calls() {
     }
 }
 
+/// Words of random codes (none of them NaN) in a tensor of `dims` and `dtype` (`U32`, or `I32`
+/// holding the same bits): the sentinel of a fuzzed fp8 pool.
+fn sentinel_words(
+    dims: [usize; 3],
+    dtype: DType,
+    device: &Device,
+    rng: &mut Rng,
+) -> (Tensor<3, Int>, Vec<u32>) {
+    let n: usize = dims.iter().product();
+    let words: Vec<u32> = (0..n)
+        .map(|_| rng.next_u64() as u32 & 0x7E7E_7E7E)
+        .collect();
+    let data = match dtype {
+        DType::I32 => TensorData::new(words.iter().map(|&w| w as i32).collect::<Vec<_>>(), dims),
+        _ => TensorData::new(words.clone(), dims),
+    };
+    (Tensor::<3, Int>::from_data(data, (device, dtype)), words)
+}
+
 /// A fuzzer over the settings this session added: pool kinds (float, fp8, mixed), the words'
 /// dtype and shape, scales (sane and broken), q/k norm weights (absent, right, wrong shape or
 /// dtype), epsilons, head sizes and rotary dims, on every device. Every call either returns a
@@ -615,33 +634,14 @@ fn fp8_and_norm_calls_fuzzed() {
                 true => DType::I32,
                 false => DType::U32,
             };
-            // Sentinel words: random codes, none of them NaN.
-            let mut sentinel = |dims: [usize; 3], dtype: DType, rng: &mut Rng| {
-                let n: usize = dims.iter().product();
-                let words: Vec<u32> = (0..n)
-                    .map(|_| rng.next_u64() as u32 & 0x7E7E_7E7E)
-                    .collect();
-                let data = match dtype {
-                    DType::I32 => {
-                        TensorData::new(words.iter().map(|&w| w as i32).collect::<Vec<_>>(), dims)
-                    }
-                    _ => TensorData::new(words.clone(), dims),
-                };
-                (Tensor::<3, Int>::from_data(data, (d, dtype)), words)
-            };
             // Both fp8, both float, or (broken) mixed.
             let kinds = match broken(&mut rng) {
                 true => 3,
                 false => [0, 1, 2][pick(&mut rng, 3)],
             };
-            let fp8_pool = |rng: &mut Rng,
-                            sentinel: &mut dyn FnMut(
-                [usize; 3],
-                DType,
-                &mut Rng,
-            ) -> (Tensor<3, Int>, Vec<u32>)| {
+            let fp8_pool = |rng: &mut Rng| {
                 let (dims, dtype, s) = (words_dims(rng), word_dtype(rng), scale(rng));
-                let (t, words) = sentinel(dims, dtype, rng);
+                let (t, words) = sentinel_words(dims, dtype, d, rng);
                 (PoolTensor::fp8(t, s), Some(words))
             };
             let float_pool = || {
@@ -650,11 +650,8 @@ fn fp8_and_norm_calls_fuzzed() {
             };
             let ((k_pool, k_words), (v_pool, v_words)) = match kinds {
                 2 => (float_pool(), float_pool()),
-                3 => (fp8_pool(&mut rng, &mut sentinel), float_pool()),
-                _ => (
-                    fp8_pool(&mut rng, &mut sentinel),
-                    fp8_pool(&mut rng, &mut sentinel),
-                ),
+                3 => (fp8_pool(&mut rng), float_pool()),
+                _ => (fp8_pool(&mut rng), fp8_pool(&mut rng)),
             };
             let t = case.tensors(d, DType::F32);
             let mut inputs =
