@@ -45,6 +45,55 @@ pub fn rms_norm_kernel<F: Float, N: Size>(
     }
 }
 
+/// [`rms_norm_kernel`] of the residual sum: `sum = x + y` (rounded once to `F`, as the model's
+/// residual add), written, and its RMSNorm into `out`: the decoder's add-then-norm in one launch.
+#[cube(launch_unchecked, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    y: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
+    sum: &mut Tensor<Vector<F, N>>,
+    out: &mut Tensor<Vector<F, N>>,
+    eps: f32,
+    inv_hidden: f32,
+    #[comptime] units: usize,
+    #[comptime] row_vectors: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let row = CUBE_POS;
+    if row >= x.shape(0) {
+        terminate!();
+    }
+    let u = UNIT_POS as usize;
+    let base = row * row_vectors;
+    let mut squares = f32::new(0.0);
+    for i in range_stepped(u, row_vectors, units) {
+        let a = Vector::<f32, N>::cast_from(x[base + i]) + Vector::<f32, N>::cast_from(y[base + i]);
+        let s = Vector::<F, N>::cast_from(a);
+        sum[base + i] = s;
+        let v = Vector::<f32, N>::cast_from(s);
+        squares += lane_sum::<N>(v * v);
+    }
+    let mut red = Shared::<[f32]>::new_slice(units);
+    let total = cube_sum(&mut red, squares, units);
+    let inv = f32::new(1.0) / f32::sqrt(total * inv_hidden + eps);
+    // Each unit reads back only the vectors it wrote.
+    for i in range_stepped(u, row_vectors, units) {
+        let v = Vector::<f32, N>::cast_from(sum[base + i]) * Vector::new(inv);
+        out[base + i] = Vector::<F, N>::cast_from(v) * w[i];
+    }
+}
+
+/// The launch shape of the norm kernels for rows of `hidden`: the vector width, the units of a
+/// row's cube (a power of two), and the row's vectors.
+fn norm_shape(client: &Client, elem_size: usize, hidden: usize) -> (usize, usize, usize) {
+    let vector = widest_vector(client, elem_size, |n| hidden.is_multiple_of(n));
+    let row_vectors = hidden / vector;
+    let units = row_vectors.next_power_of_two().clamp(32, 256);
+    (vector, units, row_vectors)
+}
+
 /// Enqueues the RMSNorm of the `rows` rows of `hidden` elements of `x` (contiguous, float
 /// `float`) with weight `w [hidden]` into `out` (contiguous, `x`'s shape). Does nothing for an
 /// empty input.
@@ -67,9 +116,7 @@ pub unsafe fn launch_rms_norm(
     if rows == 0 || hidden == 0 {
         return;
     }
-    let vector = widest_vector(client, elem_size, |n| hidden.is_multiple_of(n));
-    let row_vectors = hidden / vector;
-    let units = row_vectors.next_power_of_two().clamp(32, 256);
+    let (vector, units, row_vectors) = norm_shape(client, elem_size, hidden);
     let cube_dim = CubeDim::new_1d(units as u32);
     unsafe {
         rms_norm_kernel::launch_unchecked(
@@ -80,6 +127,50 @@ pub unsafe fn launch_rms_norm(
             vector,
             x,
             w,
+            out,
+            eps,
+            1.0 / hidden as f32,
+            units,
+            row_vectors,
+            float,
+        );
+    }
+}
+
+/// Enqueues `sum = x + y` and the RMSNorm of `sum` with weight `w [hidden]` into `out`, for the
+/// `rows` rows of `hidden` elements of `x`, `y` (contiguous, float `float`). Does nothing for an
+/// empty input.
+///
+/// # Safety
+/// The tensors must be live and contiguous with those shapes, and `sum` and `out` must alias
+/// neither each other nor an input.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_add_rms_norm(
+    client: &Client,
+    float: ElemType,
+    elem_size: usize,
+    rows: usize,
+    hidden: usize,
+    eps: f32,
+    [x, y, w]: [TensorArg; 3],
+    [sum, out]: [TensorArg; 2],
+) {
+    if rows == 0 || hidden == 0 {
+        return;
+    }
+    let (vector, units, row_vectors) = norm_shape(client, elem_size, hidden);
+    let cube_dim = CubeDim::new_1d(units as u32);
+    unsafe {
+        add_rms_norm_kernel::launch_unchecked(
+            client,
+            calculate_cube_count_elemwise(client, rows * units, cube_dim),
+            cube_dim,
+            AddressType::from_len(rows * hidden),
+            vector,
+            x,
+            y,
+            w,
+            sum,
             out,
             eps,
             1.0 / hidden as f32,

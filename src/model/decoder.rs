@@ -6,7 +6,10 @@
 //! together — and [`pool_attention`] reads the pool rows of each token's sequence in place (one
 //! plan per step, used by every layer).
 
-use crate::model::kernels::{rms_norm, rms_norm_tensor_ops, silu_mul, silu_mul_tensor_ops};
+use crate::model::kernels::{
+    add_rms_norm, add_rms_norm_tensor_ops, rms_norm, rms_norm_tensor_ops, silu_mul,
+    silu_mul_tensor_ops,
+};
 use crate::model::weights::{FromCheckpoint, Layer, Linear, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
 use crate::op::unfused::rope_pool_unfused;
@@ -405,6 +408,14 @@ impl Decoder {
                 rms_norm_tensor_ops(x, w, eps)
             }
         };
+        // The residual add and the norm after it: one kernel in fused mode.
+        let add_rms_norm = |x: Tensor<2>, y: Tensor<2>, w: &Tensor<1>| {
+            if fused {
+                add_rms_norm(x, y, w, eps)
+            } else {
+                add_rms_norm_tensor_ops(x, y, w, eps)
+            }
+        };
         let project = |linear: &Linear, x: Tensor<2>| {
             if fused {
                 linear.forward(x)
@@ -413,8 +424,17 @@ impl Decoder {
             }
         };
         let mut x = self.embed.clone().select(0, ids);
+        // A layer's MLP output, added to the residual stream by the next layer's input norm.
+        let mut mlp_out: Option<Tensor<2>> = None;
         for (l, layer) in self.layers.iter().enumerate() {
-            let h = rms_norm(x.clone(), &layer.input_norm, eps);
+            let h = match mlp_out.take() {
+                Some(y) => {
+                    let (sum, h) = add_rms_norm(x, y, &layer.input_norm);
+                    x = sum;
+                    h
+                }
+                None => rms_norm(x.clone(), &layer.input_norm, eps),
+            };
             // One projection; q, k and v are views of its columns (the op reads them in place).
             let qkv = project(&layer.qkv, h);
             let (q_end, k_end) = (hq * d, (hq + hkv) * d);
@@ -470,15 +490,18 @@ impl Decoder {
             };
             (*k_pool, *v_pool) = (Some(kp), Some(vp));
             let attended = attended?.out.reshape([t, hq * d]);
-            x = x + project(&layer.o, attended);
-            let h = rms_norm(x.clone(), &layer.post_norm, eps);
+            let (sum, h) = add_rms_norm(x, project(&layer.o, attended), &layer.post_norm);
+            x = sum;
             let gate_up = project(&layer.gate_up, h);
             let mlp = if fused {
                 silu_mul(gate_up)
             } else {
                 silu_mul_tensor_ops(gate_up)
             };
-            x = x + project(&layer.down, mlp);
+            mlp_out = Some(project(&layer.down, mlp));
+        }
+        if let Some(y) = mlp_out {
+            x = x + y;
         }
         let last = rms_norm(x.select(0, last), &self.norm, eps);
         Ok(project(&self.lm_head, last))

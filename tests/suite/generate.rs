@@ -423,6 +423,52 @@ fn sliding_windows_follow_the_config() {
 /// The decoder's RMSNorm (one kernel on CubeCL devices, tensor ops on Flex) against float64
 /// with transformers' rounding (normalised row rounded to the dtype, then times the weight), on
 /// odd widths and many rows.
+/// The residual add and its norm in one launch: the sum rounded once to the dtype, then the norm
+/// of that sum, against float64 (the residual stream returned too).
+#[test]
+fn add_rms_norm_matches_float64() {
+    use burn_rope_pool::model::add_rms_norm;
+    let mut rng = burn_rope_pool::testing::Rng::new(78);
+    for (name, device) in crate::common::devices() {
+        for (rows, hidden) in [(1usize, 4096usize), (3, 7), (17, 96), (64, 128)] {
+            for dtype in [DType::F32, DType::F16] {
+                if !device.supports_dtype(dtype) {
+                    continue;
+                }
+                let round = |v: f64| crate::common::round_to(v, dtype);
+                let x: Vec<f64> = rng.values(rows * hidden).into_iter().map(round).collect();
+                let y: Vec<f64> = rng.values(rows * hidden).into_iter().map(round).collect();
+                let w: Vec<f64> = rng.values(hidden).into_iter().map(round).collect();
+                let eps = 1e-5;
+                let [xt, yt] = [&x, &y].map(|v| float_tensor(v, [rows, hidden], &device, dtype));
+                let wt = float_tensor(&w, [hidden], &device, dtype);
+                let (sum, out) = add_rms_norm(xt, yt, &wt, eps);
+                let [sum, out] =
+                    [sum, out].map(|t| t.into_data().iter::<f64>().collect::<Vec<_>>());
+                for r in 0..rows {
+                    let s: Vec<f64> = (0..hidden)
+                        .map(|c| round(x[r * hidden + c] + y[r * hidden + c]))
+                        .collect();
+                    let mean = s.iter().map(|v| v * v).sum::<f64>() / hidden as f64;
+                    let inv = 1.0 / (mean + eps).sqrt();
+                    for c in 0..hidden {
+                        let at = r * hidden + c;
+                        assert_eq!(sum[at], s[c], "{name} {dtype:?}: sum at ({r}, {c})");
+                        let want = round(round(s[c] * inv) * w[c]);
+                        let tol =
+                            if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + want.abs());
+                        assert!(
+                            (out[at] - want).abs() <= tol,
+                            "{name} {dtype:?} [{rows}, {hidden}] at ({r}, {c}): {} vs {want}",
+                            out[at]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn rms_norm_matches_float64() {
     use burn_rope_pool::model::rms_norm;

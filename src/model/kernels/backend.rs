@@ -15,6 +15,18 @@ pub struct NormTensors<B: Backend> {
     pub w: FloatTensor<B>,
 }
 
+/// The residual add and RMSNorm's tensors.
+#[derive(Debug, ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub struct AddNormTensors<B: Backend> {
+    /// The residual stream, `[rows, hidden]`.
+    pub x: FloatTensor<B>,
+    /// What is added to it, x's shape and dtype.
+    pub y: FloatTensor<B>,
+    /// Weight, `[hidden]`, x's dtype.
+    pub w: FloatTensor<B>,
+}
+
 /// The matrix-vector product's tensors.
 #[derive(Debug, ExtensionType)]
 #[extension_type(fusion: cfg(feature = "cube"))]
@@ -40,6 +52,13 @@ pub trait DecoderKernels: Backend {
     #[fusion(meta = norm_meta)]
     fn rms_norm(#[extension_type] inputs: NormTensors<Self>, eps: f32) -> FloatTensor<Self>;
 
+    /// `(x + y, rms_norm(x + y))`, both x's shape and dtype.
+    #[fusion(meta = add_norm_meta)]
+    fn add_rms_norm(
+        #[extension_type] inputs: AddNormTensors<Self>,
+        eps: f32,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
     /// `x · w_tᵀ`, `[m, out]` in x's dtype (the caller checked `matvec_fits`).
     #[fusion(meta = matvec_meta)]
     fn matvec(#[extension_type] inputs: MatvecTensors<Self>) -> FloatTensor<Self>;
@@ -52,6 +71,11 @@ pub trait DecoderKernels: Backend {
 /// Output metadata for the lazy (fusion) path.
 fn norm_meta(inputs: &NormTensorsMetadata, _eps: &f32) -> TensorSpec {
     inputs.x.clone()
+}
+
+/// Output metadata for the lazy (fusion) path.
+fn add_norm_meta(inputs: &AddNormTensorsMetadata, _eps: &f32) -> (TensorSpec, TensorSpec) {
+    (inputs.x.clone(), inputs.x.clone())
 }
 
 /// Output metadata for the lazy (fusion) path.

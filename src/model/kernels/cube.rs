@@ -1,11 +1,13 @@
 //! The CubeCL implementations: contiguous inputs, a fresh output, one launch each.
 
-use crate::model::kernels::backend::{ActTensors, DecoderKernels, MatvecTensors, NormTensors};
+use crate::model::kernels::backend::{
+    ActTensors, AddNormTensors, DecoderKernels, MatvecTensors, NormTensors,
+};
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::Shape;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
-use rope_pool_kernels::{launch_matvec, launch_rms_norm, launch_silu_mul};
+use rope_pool_kernels::{launch_add_rms_norm, launch_matvec, launch_rms_norm, launch_silu_mul};
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
 fn fresh(like: &CubeTensor, shape: Shape) -> CubeTensor {
@@ -40,6 +42,27 @@ impl DecoderKernels for CubeBackend {
             );
         }
         out
+    }
+
+    fn add_rms_norm(inputs: AddNormTensors<Self>, eps: f32) -> (CubeTensor, CubeTensor) {
+        let [x, y, w] = [inputs.x, inputs.y, inputs.w].map(into_contiguous);
+        let shape = x.shape();
+        let [sum, out] = [0, 1].map(|_| fresh(&x, shape.clone()));
+        // Safety: x and y [rows, hidden], w [hidden] are contiguous and share a dtype (checked
+        // by `add_rms_norm`); sum and out are fresh buffers of x's shape.
+        unsafe {
+            launch_add_rms_norm(
+                &x.client,
+                dtype_to_storage_type(x.dtype),
+                x.dtype.size(),
+                shape[0],
+                shape[1],
+                eps,
+                [x.clone(), y, w].map(|t| t.into_tensor_arg()),
+                [sum.clone(), out.clone()].map(|t| t.into_tensor_arg()),
+            );
+        }
+        (sum, out)
     }
 
     fn matvec(inputs: MatvecTensors<Self>) -> CubeTensor {

@@ -51,6 +51,57 @@ pub fn rms_norm(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
     rms_norm_tensor_ops(x, w, eps)
 }
 
+/// The residual add and the norm after it, `(s, rms_norm(s))` with `s = x + y` (rounded to x's
+/// dtype, as the model's residual add): one kernel launch on CubeCL devices (when `y` and `w`
+/// have x's dtype and device), Burn tensor ops elsewhere.
+///
+/// # Panics
+/// When `y`'s shape is not `x`'s, or `w`'s length is not `x`'s row length.
+pub fn add_rms_norm(x: Tensor<2>, y: Tensor<2>, w: &Tensor<1>, eps: f64) -> (Tensor<2>, Tensor<2>) {
+    assert_eq!(
+        x.dims(),
+        y.dims(),
+        "add_rms_norm: {:?} + {:?}",
+        x.dims(),
+        y.dims()
+    );
+    assert_eq!(
+        w.dims()[0],
+        x.dims()[1],
+        "add_rms_norm: a weight of {} for rows of {}",
+        w.dims()[0],
+        x.dims()[1]
+    );
+    #[cfg(feature = "cube")]
+    if on_cube(&x)
+        && [y.dtype(), w.dtype()] == [x.dtype(); 2]
+        && y.device() == x.device()
+        && w.device() == x.device()
+    {
+        let inputs = backend::AddNormTensors {
+            x: x.into_dispatch(),
+            y: y.into_dispatch(),
+            w: w.clone().into_dispatch(),
+        };
+        let (sum, out) =
+            <burn::backend::Dispatch as backend::DecoderKernels>::add_rms_norm(inputs, eps as f32);
+        return (Tensor::from_dispatch(sum), Tensor::from_dispatch(out));
+    }
+    add_rms_norm_tensor_ops(x, y, w, eps)
+}
+
+/// [`add_rms_norm`] in Burn tensor ops (any backend, Autodiff included).
+pub(crate) fn add_rms_norm_tensor_ops(
+    x: Tensor<2>,
+    y: Tensor<2>,
+    w: &Tensor<1>,
+    eps: f64,
+) -> (Tensor<2>, Tensor<2>) {
+    let sum = x + y;
+    let out = rms_norm_tensor_ops(sum.clone(), w, eps);
+    (sum, out)
+}
+
 /// [`rms_norm`] in Burn tensor ops (any backend, Autodiff included).
 pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
     let dtype = x.dtype();
