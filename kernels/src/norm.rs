@@ -45,7 +45,7 @@ pub fn rms_norm_kernel<F: Float, N: Size>(
     }
 }
 
-/// [`rms_norm_kernel`] of the residual sum: `sum = x + y` (rounded once to `F`, as the model's
+/// [`rms_norm_kernel`](fn@rms_norm_kernel) of the residual sum: `sum = x + y` (rounded once to `F`, as the model's
 /// residual add), written, and its RMSNorm into `out`: the decoder's add-then-norm in one launch.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
