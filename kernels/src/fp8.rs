@@ -3,9 +3,9 @@
 //! backend — WGSL included, which has neither fp8 nor u8 — encodes and decodes the same bits:
 //! - [`e4m3_encode()`]: f32 → code, round to nearest even, saturating (anything past 448, ∞
 //!   included, becomes ±448; NaN stays NaN; f32 subnormals become ±0);
-//! - [`e4m3_decode()`]: code → f32, exact;
 //! - four codes to a `u32`, element `i` of four in bits `8i..8i + 8` (the bytes of an fp8 tensor
-//!   in memory on a little-endian machine), with one scale: stored code = e4m3(x / scale).
+//!   in memory on a little-endian machine), with one scale: stored code = e4m3(x · (1 / scale))
+//!   ([`pack_e4m3()`]), read back exactly as code value × scale ([`unpack_e4m3()`]).
 //!
 //! [`encode_host`] and [`decode_host`] are the same arithmetic on the host.
 
@@ -43,20 +43,6 @@ pub fn e4m3_encode(x: f32) -> u32 {
     small = select(exp == 0, 0, small);
     let code = select(m >= MIN_NORMAL_BITS, normal, small);
     sign | select(mag > 0x7F80_0000, 0x7F, code)
-}
-
-/// The value of e4m3 code `code` (its low 8 bits), exact.
-#[cube]
-pub fn e4m3_decode(code: u32) -> f32 {
-    let sign = (code & 0x80) << 24;
-    let exp = (code >> 3) & 0xF;
-    let mantissa = code & 7;
-    // Subnormal: mantissa · 2^-9, a normal f32.
-    let small = u32::reinterpret(f32::cast_from(mantissa) * 0.001_953_125);
-    let normal = ((exp + 120) << 23) | (mantissa << 20);
-    let mut bits = select(exp == 0, small, normal);
-    bits = select((code & 0x7F) == 0x7F, 0x7FC0_0000, bits);
-    f32::reinterpret(sign | bits)
 }
 
 /// The values `x * inv_scale` (a vector of four) as one word of e4m3 codes, lane `i` in bits
@@ -104,8 +90,8 @@ pub fn unpack_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
     x * Vector::new(scale)
 }
 
-/// `120 << 23`: the f32 exponent bias minus e4m3's, in place.
-const REBIASED: u32 = 120 << 23;
+/// [`REBIAS`] in place under the f32 exponent (`120 << 23`).
+const REBIASED: u32 = REBIAS << 20;
 /// 2^-6, the smallest normal e4m3 magnitude.
 const MIN_NORMAL: f32 = 0.015_625;
 /// 2^-7.

@@ -29,6 +29,6 @@ pub use launch::{
     launch_append_max, launch_rope_pool, vector_size,
 };
 pub use matvec::{MATVEC_MAX_ROWS, launch_matvec, matvec_fits};
-pub use norm::{launch_add_rms_norm, launch_rms_norm};
+pub use norm::launch_rms_norm;
 pub use table::{RopeTable, RopeVariant};
 pub use tuning::LaunchTuning;

@@ -36,13 +36,20 @@ pub fn rms_norm_kernel<F: Float, N: Size>(
         let v = Vector::<f32, N>::cast_from(x[base + i]);
         sum += lane_sum::<N>(v * v);
     }
-    let mut red = Shared::<[f32]>::new_slice(units);
-    let total = cube_sum(&mut red, sum, units);
-    let inv = f32::new(1.0) / f32::sqrt(total * inv_hidden + eps);
+    let inv = row_scale(sum, eps, inv_hidden, units);
     for i in range_stepped(u, row_vectors, units) {
         let v = Vector::<f32, N>::cast_from(x[base + i]) * Vector::new(inv);
         out[base + i] = Vector::<F, N>::cast_from(v) * w[i];
     }
+}
+
+/// A row's `rsqrt(mean(x²) + eps)` from each unit's sum of squares of it, added over the cube
+/// (`units` units).
+#[cube]
+fn row_scale(squares: f32, eps: f32, inv_hidden: f32, #[comptime] units: usize) -> f32 {
+    let mut red = Shared::<[f32]>::new_slice(units);
+    let total = cube_sum(&mut red, squares, units);
+    f32::new(1.0) / f32::sqrt(total * inv_hidden + eps)
 }
 
 /// [`rms_norm_kernel`](fn@rms_norm_kernel) of the residual sum: `sum = x + y` (rounded once to `F`, as the model's
@@ -75,9 +82,7 @@ pub fn add_rms_norm_kernel<F: Float, N: Size>(
         let v = Vector::<f32, N>::cast_from(s);
         squares += lane_sum::<N>(v * v);
     }
-    let mut red = Shared::<[f32]>::new_slice(units);
-    let total = cube_sum(&mut red, squares, units);
-    let inv = f32::new(1.0) / f32::sqrt(total * inv_hidden + eps);
+    let inv = row_scale(squares, eps, inv_hidden, units);
     // Each unit reads back only the vectors it wrote.
     for i in range_stepped(u, row_vectors, units) {
         let v = Vector::<f32, N>::cast_from(sum[base + i]) * Vector::new(inv);
@@ -85,22 +90,13 @@ pub fn add_rms_norm_kernel<F: Float, N: Size>(
     }
 }
 
-/// The launch shape of the norm kernels for rows of `hidden`: the vector width, the units of a
-/// row's cube (a power of two), and the row's vectors.
-fn norm_shape(client: &Client, elem_size: usize, hidden: usize) -> (usize, usize, usize) {
-    let vector = widest_vector(client, elem_size, |n| hidden.is_multiple_of(n));
-    let row_vectors = hidden / vector;
-    let units = row_vectors.next_power_of_two().clamp(32, 256);
-    (vector, units, row_vectors)
-}
-
 /// Enqueues the RMSNorm of the `rows` rows of `hidden` elements of `x` (contiguous, float
-/// `float`) with weight `w [hidden]` into `out` (contiguous, `x`'s shape). Does nothing for an
-/// empty input.
+/// `float`) with weight `w [hidden]` into `out` (contiguous, `x`'s shape); with `residual =
+/// Some((y, sum))`, of `sum = x + y` instead, `sum` written too. Does nothing for an empty input.
 ///
 /// # Safety
-/// The tensors must be live and contiguous with those shapes, and `out` must not alias `x` or
-/// `w`.
+/// The tensors must be live and contiguous with those shapes, and `out` and `sum` must alias
+/// neither each other nor an input.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn launch_rms_norm(
     client: &Client,
@@ -109,74 +105,53 @@ pub unsafe fn launch_rms_norm(
     rows: usize,
     hidden: usize,
     eps: f32,
-    x: TensorArg,
-    w: TensorArg,
-    out: TensorArg,
+    [x, w, out]: [TensorArg; 3],
+    residual: Option<(TensorArg, TensorArg)>,
 ) {
     if rows == 0 || hidden == 0 {
         return;
     }
-    let (vector, units, row_vectors) = norm_shape(client, elem_size, hidden);
+    let vector = widest_vector(client, elem_size, |n| hidden.is_multiple_of(n));
+    let row_vectors = hidden / vector;
+    let units = row_vectors.next_power_of_two().clamp(32, 256);
     let cube_dim = CubeDim::new_1d(units as u32);
+    let count = calculate_cube_count_elemwise(client, rows * units, cube_dim);
+    let address = AddressType::from_len(rows * hidden);
+    let inv_hidden = 1.0 / hidden as f32;
     unsafe {
-        rms_norm_kernel::launch_unchecked(
-            client,
-            calculate_cube_count_elemwise(client, rows * units, cube_dim),
-            cube_dim,
-            AddressType::from_len(rows * hidden),
-            vector,
-            x,
-            w,
-            out,
-            eps,
-            1.0 / hidden as f32,
-            units,
-            row_vectors,
-            float,
-        );
-    }
-}
-
-/// Enqueues `sum = x + y` and the RMSNorm of `sum` with weight `w [hidden]` into `out`, for the
-/// `rows` rows of `hidden` elements of `x`, `y` (contiguous, float `float`). Does nothing for an
-/// empty input.
-///
-/// # Safety
-/// The tensors must be live and contiguous with those shapes, and `sum` and `out` must alias
-/// neither each other nor an input.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn launch_add_rms_norm(
-    client: &Client,
-    float: ElemType,
-    elem_size: usize,
-    rows: usize,
-    hidden: usize,
-    eps: f32,
-    [x, y, w]: [TensorArg; 3],
-    [sum, out]: [TensorArg; 2],
-) {
-    if rows == 0 || hidden == 0 {
-        return;
-    }
-    let (vector, units, row_vectors) = norm_shape(client, elem_size, hidden);
-    let cube_dim = CubeDim::new_1d(units as u32);
-    unsafe {
-        add_rms_norm_kernel::launch_unchecked(
-            client,
-            calculate_cube_count_elemwise(client, rows * units, cube_dim),
-            cube_dim,
-            AddressType::from_len(rows * hidden),
-            vector,
-            x,
-            y,
-            w,
-            sum,
-            out,
-            eps,
-            1.0 / hidden as f32,
-            units,
-            row_vectors,
-            float,
-        );
+        match residual {
+            None => rms_norm_kernel::launch_unchecked(
+                client,
+                count,
+                cube_dim,
+                address,
+                vector,
+                x,
+                w,
+                out,
+                eps,
+                inv_hidden,
+                units,
+                row_vectors,
+                float,
+            ),
+            Some((y, sum)) => add_rms_norm_kernel::launch_unchecked(
+                client,
+                count,
+                cube_dim,
+                address,
+                vector,
+                x,
+                y,
+                w,
+                sum,
+                out,
+                eps,
+                inv_hidden,
+                units,
+                row_vectors,
+                float,
+            ),
+        }
     }
 }

@@ -3,11 +3,17 @@
 
 use cubecl::prelude::*;
 
-/// The sum of every unit's `value` (`units` units, a power of two): each writes its own into
-/// `red[UNIT_POS]`, a tree halves them in place with a sync per level, and every unit gets the
-/// total. `red` holds at least `units` entries; it is free again after the caller's next sync.
+/// The sum (or with `max`, the largest) of every unit's `value` (`units` units, a power of two):
+/// each writes its own into `red[UNIT_POS]`, a tree halves them in place with a sync per level,
+/// and every unit gets the result. `red` holds at least `units` entries; it is free again after
+/// the caller's next sync.
 #[cube]
-pub(crate) fn cube_sum(red: &mut Shared<[f32]>, value: f32, #[comptime] units: usize) -> f32 {
+fn cube_reduce(
+    red: &mut Shared<[f32]>,
+    value: f32,
+    #[comptime] units: usize,
+    #[comptime] max: bool,
+) -> f32 {
     let u = UNIT_POS as usize;
     red[u] = value;
     sync_cube();
@@ -15,28 +21,26 @@ pub(crate) fn cube_sum(red: &mut Shared<[f32]>, value: f32, #[comptime] units: u
     for level in 0..comptime!(units.trailing_zeros()) {
         let stride = comptime!(units >> (level + 1));
         if u < stride {
-            red[u] += red[u + stride];
+            let (a, b) = (red[u], red[u + stride]);
+            red[u] = if comptime!(max) {
+                select(b > a, b, a)
+            } else {
+                a + b
+            };
         }
         sync_cube();
     }
     red[0]
 }
 
-/// [`cube_sum`] with the largest value in place of the sum.
+/// The sum of every unit's `value` ([`cube_reduce`]).
+#[cube]
+pub(crate) fn cube_sum(red: &mut Shared<[f32]>, value: f32, #[comptime] units: usize) -> f32 {
+    cube_reduce(red, value, units, false)
+}
+
+/// The largest of every unit's `value` ([`cube_reduce`]).
 #[cube]
 pub(crate) fn cube_max(red: &mut Shared<[f32]>, value: f32, #[comptime] units: usize) -> f32 {
-    let u = UNIT_POS as usize;
-    red[u] = value;
-    sync_cube();
-    #[unroll]
-    for level in 0..comptime!(units.trailing_zeros()) {
-        let stride = comptime!(units >> (level + 1));
-        if u < stride {
-            let a = red[u];
-            let b = red[u + stride];
-            red[u] = select(b > a, b, a);
-        }
-        sync_cube();
-    }
-    red[0]
+    cube_reduce(red, value, units, true)
 }

@@ -3,11 +3,10 @@
 //! for bit, on the host and in a kernel on wgpu (Mesa's software Vulkan in CI), and the value of
 //! every code.
 
-use cubecl::Device;
-use cubecl::client::Client;
+mod common;
+
 use cubecl::ir::AddressType;
 use cubecl::prelude::*;
-use cubecl::wgpu::WgpuDevice;
 use rope_pool_kernels::fp8::{decode_e4m3_kernel, decode_host, encode_e4m3_kernel, encode_host};
 
 struct Golden {
@@ -65,22 +64,11 @@ fn host_codec_matches_the_golden_file() {
     }
 }
 
-fn client() -> Option<Client> {
-    match std::panic::catch_unwind(|| Device::Wgpu(WgpuDevice::default()).client()) {
-        Ok(client) => Some(client),
-        Err(_) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI=true but no wgpu adapter: install mesa-vulkan-drivers (software Vulkan)")
-        }
-        Err(_) => {
-            eprintln!("no wgpu adapter here: fp8 kernel test skipped");
-            None
-        }
-    }
-}
-
 #[test]
 fn kernel_codec_matches_the_golden_file() {
-    let Some(client) = client() else { return };
+    let Some(client) = common::client("fp8 kernel test") else {
+        return;
+    };
     let g = golden();
     // Encode: the inputs padded to whole words (scale 1), the codes read back bit for bit.
     let mut inputs = g.inputs.clone();

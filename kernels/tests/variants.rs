@@ -3,33 +3,18 @@
 //! same. Runs the real kernel on wgpu (Mesa's software Vulkan in CI); the default launch itself
 //! is checked against the float64 reference by the root crate's tests.
 
+mod common;
 #[path = "../../src/testing/rng.rs"]
 #[allow(dead_code)]
 mod rng;
-use cubecl::Device;
+
 use cubecl::client::Client;
 use cubecl::ir::{ElemType, FloatKind, IntKind};
 use cubecl::prelude::*;
-use cubecl::wgpu::WgpuDevice;
 use rng::Rng;
 use rope_pool_kernels::{
     LaunchTuning, RopePoolArgs, RopePoolGeometry, RopeTable, launch_rope_pool,
 };
-
-/// The wgpu client, or `None` (test skipped) without an adapter; with `CI=true` a missing
-/// adapter fails.
-fn client() -> Option<Client> {
-    match std::panic::catch_unwind(|| Device::Wgpu(WgpuDevice::default()).client()) {
-        Ok(client) => Some(client),
-        Err(_) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI=true but no wgpu adapter: install mesa-vulkan-drivers (software Vulkan)")
-        }
-        Err(_) => {
-            eprintln!("no wgpu adapter here: kernel variant test skipped");
-            None
-        }
-    }
-}
 
 /// Host data of one call: f32 tensors, i32 positions and slots.
 struct Case {
@@ -145,7 +130,9 @@ impl Case {
 
 #[test]
 fn every_tuning_variant_matches_the_default_bit_for_bit() {
-    let Some(client) = client() else { return };
+    let Some(client) = common::client("kernel variant test") else {
+        return;
+    };
     // (tokens, q heads, kv heads, head_dim, pool): GQA with an odd head count (groups that cross
     // from q to kv heads and uneven groups), MHA with head_dim 6 (vectors of 1), one token.
     let shapes = [(37, 7, 3, 16, 50), (19, 4, 4, 6, 8), (1, 32, 8, 128, 4)];

@@ -124,9 +124,9 @@ impl RopePoolBackend for CubeBackend {
     ) -> Outputs<Self> {
         // fp8 pools fix the vector at four elements: a view's token stride must hold whole
         // vectors (any other call picks a vector that divides the strides).
-        let whole = match inputs.k_pool {
-            PoolTensor::Fp8 { .. } => FP8_VECTOR,
-            PoolTensor::Float(_) => 1,
+        let whole = match inputs.k_pool.fp8_scale() {
+            Some(_) => FP8_VECTOR,
+            None => 1,
         };
         let (q, k, v) = (
             token_rows(inputs.q, whole),
@@ -143,25 +143,11 @@ impl RopePoolBackend for CubeBackend {
                 eps: qk_norm_eps,
             }),
         };
-        // The pools' buffers (fp8: their words) and the fp8 scales.
-        let (k_pool, v_pool, fp8_scales) = match (inputs.k_pool, inputs.v_pool) {
-            (
-                PoolTensor::Fp8 {
-                    words: kw,
-                    scale: ks,
-                },
-                PoolTensor::Fp8 {
-                    words: vw,
-                    scale: vs,
-                },
-            ) => (owned_contiguous(kw), owned_contiguous(vw), Some((ks, vs))),
-            // Validation pairs the kinds: two float pools here.
-            (k_pool, v_pool) => (
-                owned_contiguous(stored(k_pool)),
-                owned_contiguous(stored(v_pool)),
-                None,
-            ),
-        };
+        // The pools' buffers (fp8: their words) and the fp8 scales (validation pairs the kinds).
+        let (k_pool, k_scale) = inputs.k_pool.into_stored();
+        let (v_pool, v_scale) = inputs.v_pool.into_stored();
+        let (k_pool, v_pool) = (owned_contiguous(k_pool), owned_contiguous(v_pool));
+        let fp8_scales = k_scale.zip(v_scale);
         // Without k_rot the kernel never writes `k_out`: an empty `[0, Hkv, D]` output whose
         // buffer of one head row stands in for it (a binding may not be empty, and holds at
         // least one vector).
@@ -207,25 +193,11 @@ impl RopePoolBackend for CubeBackend {
                 &tuning(),
             );
         }
-        let pool = |tensor, fp8: Option<f32>| match fp8 {
-            Some(scale) => PoolTensor::Fp8 {
-                words: tensor,
-                scale,
-            },
-            None => PoolTensor::Float(tensor),
-        };
         (
             q_rot,
             k_rot,
-            pool(k_pool, fp8_scales.map(|s| s.0)),
-            pool(v_pool, fp8_scales.map(|s| s.1)),
+            PoolTensor::from_stored(k_pool, k_scale),
+            PoolTensor::from_stored(v_pool, v_scale),
         )
-    }
-}
-
-/// The tensor a pool is stored in.
-fn stored(pool: PoolTensor<CubeBackend>) -> CubeTensor {
-    match pool {
-        PoolTensor::Float(t) | PoolTensor::Fp8 { words: t, .. } => t,
     }
 }

@@ -124,15 +124,11 @@ fn run<E: Storage + Element + bytemuck::Pod>(
         QkNorm::None => None,
         QkNorm::Rms { q_weight, k_weight } => Some([dense(q_weight), dense(k_weight)]),
     };
-    // fp8 pools: their words and `1 / scale`s (validation pairs the two pools' kinds).
-    let scales = match (&inputs.k_pool, &inputs.v_pool) {
-        (PoolTensor::Fp8 { scale: ks, .. }, PoolTensor::Fp8 { scale: vs, .. }) => Some((*ks, *vs)),
-        _ => None,
-    };
-    let stored = |pool: PoolTensor<Flex>| match pool {
-        PoolTensor::Float(t) | PoolTensor::Fp8 { words: t, .. } => dense(t),
-    };
-    let (mut k_pool, mut v_pool) = (stored(inputs.k_pool), stored(inputs.v_pool));
+    // The pools (fp8: their words) and the fp8 scales (validation pairs the two pools' kinds).
+    let (k_pool, k_scale) = inputs.k_pool.into_stored();
+    let (v_pool, v_scale) = inputs.v_pool.into_stored();
+    let (mut k_pool, mut v_pool) = (dense(k_pool), dense(v_pool));
+    let scales = k_scale.zip(v_scale);
     let (positions, slots) = (indices(inputs.positions), indices(inputs.slots));
     let [num_tokens, num_qo_heads, head_dim] = q.shape().dims();
     let (q_row, kv_row) = (num_qo_heads * head_dim, k.shape()[1] * head_dim);
@@ -214,18 +210,11 @@ fn run<E: Storage + Element + bytemuck::Pod>(
             k.dtype(),
         )
     };
-    let pool = |tensor, fp8: Option<f32>| match fp8 {
-        Some(scale) => PoolTensor::Fp8 {
-            words: tensor,
-            scale,
-        },
-        None => PoolTensor::Float(tensor),
-    };
     (
         output(q_out, &q),
         k_rot,
-        pool(k_pool, scales.map(|s| s.0)),
-        pool(v_pool, scales.map(|s| s.1)),
+        PoolTensor::from_stored(k_pool, k_scale),
+        PoolTensor::from_stored(v_pool, v_scale),
     )
 }
 

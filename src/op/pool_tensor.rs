@@ -148,6 +148,31 @@ impl<B: Backend> PoolTensor<B> {
     }
 }
 
+impl<B, T> PoolTensor<B>
+where
+    B: Backend<FloatTensorPrimitive = T, IntTensorPrimitive = T>,
+{
+    /// The tensor the pool is stored in and its fp8 scale (`None`: a float pool), on backends
+    /// whose float and integer tensors are one type (CubeCL, Flex).
+    pub(crate) fn into_stored(self) -> (T, Option<f32>) {
+        match self {
+            PoolTensor::Float(t) => (t, None),
+            PoolTensor::Fp8 { words, scale } => (words, Some(scale)),
+        }
+    }
+
+    /// [`Self::into_stored`]'s inverse.
+    pub(crate) fn from_stored(tensor: T, fp8_scale: Option<f32>) -> Self {
+        match fp8_scale {
+            Some(scale) => PoolTensor::Fp8 {
+                words: tensor,
+                scale,
+            },
+            None => PoolTensor::Float(tensor),
+        }
+    }
+}
+
 impl PoolTensor<Dispatch> {
     /// A float pool.
     pub fn float(tensor: Tensor<3>) -> Self {

@@ -265,6 +265,19 @@ pub fn ulp(x: f64, dtype: DType) -> f64 {
     2f64.powi(exp - mantissa)
 }
 
+/// The four outputs of two runs side by side, with their names.
+pub fn output_pairs<'a>(
+    actual: &'a ReferenceOutput,
+    expected: &'a ReferenceOutput,
+) -> [(&'static str, &'a [f64], &'a [f64]); 4] {
+    [
+        ("q_rot", &actual.q_rot, &expected.q_rot),
+        ("k_rot", &actual.k_rot, &expected.k_rot),
+        ("k_pool", &actual.k_pool, &expected.k_pool),
+        ("v_pool", &actual.v_pool, &expected.v_pool),
+    ]
+}
+
 /// Asserts `actual` matches `expected` output by output: norm-relative error ≤ `rel`, and for
 /// half types every element within one rounding of the storage type plus 4e-6 absolute: the f32
 /// arithmetic's own error on pairs of magnitude ≤ 2√2 (angle ≤ 4e-7 rad, sin/cos and products a
@@ -276,13 +289,7 @@ pub fn assert_close(
     rel: f64,
     what: &str,
 ) {
-    let pairs = [
-        ("q_rot", &actual.q_rot, &expected.q_rot),
-        ("k_rot", &actual.k_rot, &expected.k_rot),
-        ("k_pool", &actual.k_pool, &expected.k_pool),
-        ("v_pool", &actual.v_pool, &expected.v_pool),
-    ];
-    for (name, a, e) in pairs {
+    for (name, a, e) in output_pairs(actual, expected) {
         assert_eq!(a.len(), e.len(), "{what}: {name} length");
         let err = burn_rope_pool::testing::norm_relative_error(a, e);
         assert!(

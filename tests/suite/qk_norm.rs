@@ -3,7 +3,9 @@
 //! rotary tails, many head groups, the unfused path, the documented refusals (nothing written),
 //! and gradients under Autodiff against Burn's autodiff of the unfused path.
 
-use crate::common::{Case, Rng, devices, dtypes, host, poison, round_to, to_host, ulp};
+use crate::common::{
+    Case, Rng, devices, dtypes, host, output_pairs, poison, round_to, to_host, ulp,
+};
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use burn_rope_pool::reference::{ReferenceOutput, head_rms_norm, rope_pool_reference};
 use burn_rope_pool::unfused::rope_pool_unfused;
@@ -92,13 +94,7 @@ fn assert_near(
     abs: f64,
     what: &str,
 ) {
-    let pairs = [
-        ("q_rot", &actual.q_rot, &expected.q_rot),
-        ("k_rot", &actual.k_rot, &expected.k_rot),
-        ("k_pool", &actual.k_pool, &expected.k_pool),
-        ("v_pool", &actual.v_pool, &expected.v_pool),
-    ];
-    for (name, a, e) in pairs {
+    for (name, a, e) in output_pairs(actual, expected) {
         assert_eq!(a.len(), e.len(), "{what}: {name} length");
         for (row, (a, e)) in a.chunks(d).zip(e.chunks(d)).enumerate() {
             let largest = e.iter().fold(0f64, |m, y| m.max(y.abs()));

@@ -7,7 +7,7 @@ use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::Shape;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
-use rope_pool_kernels::{launch_add_rms_norm, launch_matvec, launch_rms_norm, launch_silu_mul};
+use rope_pool_kernels::{launch_matvec, launch_rms_norm, launch_silu_mul};
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
 fn fresh(like: &CubeTensor, shape: Shape) -> CubeTensor {
@@ -21,47 +21,45 @@ fn fresh(like: &CubeTensor, shape: Shape) -> CubeTensor {
     )
 }
 
+/// RMSNorm of `x`'s rows (`[rows, hidden]`, weight `w [hidden]`) into a fresh output, or with
+/// `residual = Some((y, sum))` of `x + y`, the sum written into `sum` (a fresh buffer of x's
+/// shape): one launch.
+fn norm(
+    x: CubeTensor,
+    w: CubeTensor,
+    eps: f32,
+    residual: Option<(CubeTensor, CubeTensor)>,
+) -> CubeTensor {
+    let [x, w] = [x, w].map(into_contiguous);
+    let shape = x.shape();
+    let out = fresh(&x, shape.clone());
+    let residual =
+        residual.map(|(y, sum)| (into_contiguous(y).into_tensor_arg(), sum.into_tensor_arg()));
+    // Safety: x (and y) [rows, hidden] and w [hidden] are contiguous and share a dtype (checked
+    // by `rms_norm` / `add_rms_norm`); out (and sum) are fresh buffers of x's shape.
+    unsafe {
+        launch_rms_norm(
+            &x.client,
+            dtype_to_storage_type(x.dtype),
+            x.dtype.size(),
+            shape[0],
+            shape[1],
+            eps,
+            [x.clone(), w, out.clone()].map(|t| t.into_tensor_arg()),
+            residual,
+        );
+    }
+    out
+}
+
 impl DecoderKernels for CubeBackend {
     fn rms_norm(inputs: NormTensors<Self>, eps: f32) -> CubeTensor {
-        let [x, w] = [inputs.x, inputs.w].map(into_contiguous);
-        let shape = x.shape();
-        let out = fresh(&x, shape.clone());
-        // Safety: x [rows, hidden] and w [hidden] are contiguous and share a dtype (checked by
-        // `rms_norm`); out is a fresh buffer of x's shape.
-        unsafe {
-            launch_rms_norm(
-                &x.client,
-                dtype_to_storage_type(x.dtype),
-                x.dtype.size(),
-                shape[0],
-                shape[1],
-                eps,
-                x.clone().into_tensor_arg(),
-                w.into_tensor_arg(),
-                out.clone().into_tensor_arg(),
-            );
-        }
-        out
+        norm(inputs.x, inputs.w, eps, None)
     }
 
     fn add_rms_norm(inputs: AddNormTensors<Self>, eps: f32) -> (CubeTensor, CubeTensor) {
-        let [x, y, w] = [inputs.x, inputs.y, inputs.w].map(into_contiguous);
-        let shape = x.shape();
-        let [sum, out] = [0, 1].map(|_| fresh(&x, shape.clone()));
-        // Safety: x and y [rows, hidden], w [hidden] are contiguous and share a dtype (checked
-        // by `add_rms_norm`); sum and out are fresh buffers of x's shape.
-        unsafe {
-            launch_add_rms_norm(
-                &x.client,
-                dtype_to_storage_type(x.dtype),
-                x.dtype.size(),
-                shape[0],
-                shape[1],
-                eps,
-                [x.clone(), y, w].map(|t| t.into_tensor_arg()),
-                [sum.clone(), out.clone()].map(|t| t.into_tensor_arg()),
-            );
-        }
+        let sum = fresh(&inputs.x, inputs.x.shape());
+        let out = norm(inputs.x, inputs.w, eps, Some((inputs.y, sum.clone())));
         (sum, out)
     }
 

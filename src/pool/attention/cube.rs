@@ -1,7 +1,6 @@
 //! The CubeCL implementation: contiguous inputs, fresh outputs (and, for a split launch, the
 //! scratch of partial results), then the kernels of `rope-pool-kernels`.
 
-use crate::PoolTensor;
 use crate::op::cube::tuning;
 use crate::pool::attention::backend::{AttentionParams, AttentionTensors, PoolAttentionBackend};
 use burn::backend::TensorMetadata;
@@ -38,10 +37,9 @@ impl PoolAttentionBackend for CubeBackend {
             ranges,
         } = inputs;
         // The pools' buffers (fp8: their words) and the fp8 scales.
-        let fp8_scales = k_pool.fp8_scale().zip(v_pool.fp8_scale());
-        let [k_pool, v_pool] = [k_pool, v_pool].map(|p| match p {
-            PoolTensor::Float(t) | PoolTensor::Fp8 { words: t, .. } => t,
-        });
+        let (k_pool, k_scale) = k_pool.into_stored();
+        let (v_pool, v_scale) = v_pool.into_stored();
+        let fp8_scales = k_scale.zip(v_scale);
         let [q, k_pool, v_pool, kv_indices, ranges] =
             [q, k_pool, v_pool, kv_indices, ranges].map(into_contiguous);
         let (qs, ps) = (q.shape(), k_pool.shape());

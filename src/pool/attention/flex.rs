@@ -1,7 +1,6 @@
 //! The Flex (pure-Rust CPU) implementation: one host pass per query head; scores rounded to
 //! f32 as the GPU kernel's are, sums in f64.
 
-use crate::PoolTensor;
 use crate::op::flex::{Storage, dense, indices};
 use crate::pool::attention::backend::{AttentionParams, AttentionTensors, PoolAttentionBackend};
 use burn::backend::TensorMetadata;
@@ -14,20 +13,18 @@ fn run<E: Storage + Element + bytemuck::Pod>(
     inputs: AttentionTensors<Flex>,
     params: AttentionParams,
 ) -> (FlexTensor, FlexTensor) {
-    let scales = [&inputs.k_pool, &inputs.v_pool].map(|p| p.fp8_scale());
-    let stored = |pool: PoolTensor<Flex>| match pool {
-        PoolTensor::Float(t) | PoolTensor::Fp8 { words: t, .. } => dense(t),
-    };
+    let (k_pool, k_scale) = inputs.k_pool.into_stored();
+    let (v_pool, v_scale) = inputs.v_pool.into_stored();
     let q = dense(inputs.q);
-    let (k_pool, v_pool) = (stored(inputs.k_pool), stored(inputs.v_pool));
+    let (k_pool, v_pool) = (dense(k_pool), dense(v_pool));
     let (kv_indices, ranges) = (indices(inputs.kv_indices), indices(inputs.ranges));
     let [num_tokens, hq, d] = q.shape().dims();
     let [pool_size, hkv, _] = k_pool.shape().dims();
     let group = hq / hkv.max(1);
     let q_in = q.storage::<E>();
     let (k_in, v_in) = (
-        Elements::<E>::of(&k_pool, scales[0]),
-        Elements::<E>::of(&v_pool, scales[1]),
+        Elements::<E>::of(&k_pool, k_scale),
+        Elements::<E>::of(&v_pool, v_scale),
     );
     let mut out = vec![E::from_f32(0.0); num_tokens * hq * d];
     let mut lse = vec![f32::NEG_INFINITY; num_tokens * hq];
