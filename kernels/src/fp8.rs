@@ -183,7 +183,7 @@ pub fn encode_host(x: f32) -> u8 {
     (sign | code) as u8
 }
 
-/// [`e4m3_decode()`] on the host.
+/// [`unpack_e4m3()`]'s decode of one code, on the host.
 pub fn decode_host(code: u8) -> f32 {
     let code = u32::from(code);
     let sign = if code & 0x80 != 0 { -1.0 } else { 1.0 };
