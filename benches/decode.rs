@@ -40,8 +40,10 @@ struct Args {
     /// Only the fused path.
     #[arg(long)]
     fused_only: bool,
-    /// Also time Burn's matmul alone: `[m, 4096] × [4096, 14336]` (the MLP's gate projection)
-    /// for m = 1, 8, 64, 32768 — what a decode or prefill step is made of.
+    /// Also time the projections alone — the decoder's weight shapes at m = 24, 64, 512 and
+    /// 32768 rows — through each matmul routine `project` can run past the matrix-vector
+    /// kernel (`ROPE_POOL_MATMUL` names one in `tuning` builds), each checked against the
+    /// heuristic routine's output.
     #[arg(long)]
     matmul_probe: bool,
     /// After the table, profile a few decode steps per batch: every kernel launched, its
@@ -113,38 +115,7 @@ fn main() {
         args.layers, args.prompt, args.steps
     );
     if args.matmul_probe {
-        // Row-major weight `[k, n]` (as `nn::Linear` stores it) and the same weight stored
-        // `[n, k]` and read transposed (column-major: what cubek's matrix-vector path ranks first).
-        println!(
-            "| matmul [m, 4096] × [4096, 14336] | weight layout | m | µs | weight GB/s | TFLOPS |"
-        );
-        println!("| --- | --- | ---: | ---: | ---: | ---: |");
-        let dist = burn::tensor::Distribution::Normal(0.0, 0.02);
-        let w = burn::tensor::Tensor::<2>::random([4096, 14_336], dist, (&device, dtype));
-        let w_t = burn::tensor::Tensor::<2>::random([14_336, 4096], dist, (&device, dtype));
-        for (layout, column_major) in [("row-major [k, n]", false), ("column-major [n, k]ᵀ", true)]
-        {
-            for m in [1usize, 8, 64, 32_768] {
-                let x = burn::tensor::Tensor::<2>::random([m, 4096], dist, (&device, dtype));
-                let t = time_per_call(&device, 5, || {
-                    let _ = if column_major {
-                        x.clone().matmul(w_t.clone().transpose())
-                    } else {
-                        x.clone().matmul(w.clone())
-                    };
-                })
-                .as_secs_f64();
-                let bytes = 4096.0 * 14_336.0 * dtype.size() as f64;
-                let flops = 2.0 * m as f64 * 4096.0 * 14_336.0;
-                println!(
-                    "| {dtype:?} | {layout} | {m} | {:.1} | {:.0} | {:.1} |",
-                    t * 1e6,
-                    bytes / t / 1e9,
-                    flops / t / 1e12
-                );
-            }
-        }
-        println!();
+        matmul_probe(&device, dtype);
     }
     println!("| path | batch | prefill tok/s | decode tok/s | decode ms/step |");
     println!("| --- | ---: | ---: | ---: | ---: |");
@@ -182,6 +153,74 @@ fn main() {
     if let Some(path) = &args.json {
         std::fs::write(path, format!("[\n{}\n]\n", rows.join(",\n"))).expect("write json");
     }
+}
+
+/// Device time of each matmul routine on the decoder's projections (Llama-3-8B: q/k/v stacked,
+/// o, gate/up stacked, down), weights stored `[out, in]` as the decoder holds them.
+fn matmul_probe(device: &burn::tensor::Device, dtype: DType) {
+    const ROWS: [usize; 4] = [24, 64, 512, 32_768];
+    use burn::tensor::{Distribution, Tensor};
+    use burn_rope_pool::model::{MatmulRoutine, project_with};
+    println!(
+        "| matmul routine | m | weight [out, in] | µs | weight GB/s | TFLOPS | max |Δ| vs heuristic |"
+    );
+    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: |");
+    let dist = Distribution::Normal(0.0, 0.02);
+    let shapes = [
+        [6144usize, 4096],
+        [4096, 4096],
+        [28_672, 4096],
+        [4096, 14_336],
+        [128_256, 4096],
+    ];
+    let weights: Vec<Tensor<2>> = shapes
+        .iter()
+        .map(|&shape| Tensor::random(shape, dist, (device, dtype)))
+        .collect();
+    // Clocks up before the first row: a second of the largest product.
+    let x = Tensor::<2>::random([32_768, 4096], dist, (device, dtype));
+    let start = std::time::Instant::now();
+    while start.elapsed().as_secs_f64() < 1.0 {
+        let _ = project_with(x.clone(), &weights[2], MatmulRoutine::Heuristic).into_data();
+    }
+    for m in ROWS {
+        for (w, [n, k]) in weights.iter().zip(shapes) {
+            if n > 32_768 && m > 512 {
+                continue; // the LM head runs for each sequence's last token only
+            }
+            let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), (device, dtype));
+            // Checked on the first rows (a whole f32 copy of the largest output passes what one
+            // buffer may hold).
+            let head = x.clone().slice([0..m.min(256)]);
+            let reference = project_with(head.clone(), w, MatmulRoutine::Heuristic);
+            for routine in MatmulRoutine::ALL {
+                let out = project_with(head.clone(), w, routine);
+                let diff = (out.cast(DType::F32) - reference.clone().cast(DType::F32))
+                    .abs()
+                    .max()
+                    .into_scalar::<f32>();
+                // Windows of several calls: the device stays busy between them.
+                let calls = if m >= 4096 { 2 } else { 20 };
+                let t = time_per_call(device, 3, || {
+                    for _ in 0..calls {
+                        let _ = project_with(x.clone(), w, routine);
+                    }
+                })
+                .as_secs_f64()
+                    / calls as f64;
+                let bytes = (n * k * dtype.size()) as f64;
+                let flops = 2.0 * (m * n * k) as f64;
+                println!(
+                    "| {} | {m} | [{n}, {k}] | {:.1} | {:.0} | {:.1} | {diff:.2e} |",
+                    routine.name(),
+                    t * 1e6,
+                    bytes / t / 1e9,
+                    flops / t / 1e12
+                );
+            }
+        }
+    }
+    println!();
 }
 
 /// Every launch's name and its device-time measurement, kept unread until the steps are over.

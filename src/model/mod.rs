@@ -21,6 +21,6 @@ pub use generate::argmax_rows;
 pub use generate::{
     GenerateError, GenerateOptions, Generated, Request, Stats, generate, requests_from_json,
 };
-pub use kernels::{add_rms_norm, project, rms_norm, silu_mul};
+pub use kernels::{MatmulRoutine, add_rms_norm, project, project_with, rms_norm, silu_mul};
 #[cfg(feature = "testing")]
 pub(crate) use weights::Random;

@@ -511,7 +511,7 @@ fn rms_norm_matches_float64() {
 /// and odd widths.
 #[test]
 fn projections_match_float64() {
-    use burn_rope_pool::model::project;
+    use burn_rope_pool::model::{MatmulRoutine, project, project_with};
     let mut rng = burn_rope_pool::testing::Rng::new(78);
     for (name, device) in crate::common::devices() {
         for (m, k, n) in [
@@ -520,6 +520,8 @@ fn projections_match_float64() {
             (16, 130, 33),
             (17, 64, 5),
             (8, 4100, 1),
+            (40, 64, 300),
+            (64, 96, 40),
         ] {
             for dtype in [DType::F32, DType::F16] {
                 if !device.supports_dtype(dtype) {
@@ -529,21 +531,30 @@ fn projections_match_float64() {
                 let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();
                 let w: Vec<f64> = rng.values(n * k).into_iter().map(round).collect();
                 let tensor = |v: &[f64], dims: [usize; 2]| float_tensor(v, dims, &device, dtype);
-                let got: Vec<f64> = project(tensor(&x, [m, k]), &tensor(&w, [n, k]))
-                    .into_data()
-                    .iter::<f64>()
-                    .collect();
-                for r in 0..m {
-                    for c in 0..n {
-                        let dot: f64 = (0..k).map(|i| x[r * k + i] * w[c * k + i]).sum();
-                        let scale: f64 = (0..k).map(|i| (x[r * k + i] * w[c * k + i]).abs()).sum();
-                        let want = round(dot);
-                        let tol = if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + scale);
-                        let a = got[r * n + c];
-                        assert!(
-                            (a - want).abs() <= tol,
-                            "{name} {dtype:?} [{m}, {k}]·[{n}, {k}]ᵀ at ({r}, {c}): {a} vs {want}"
-                        );
+                // `project`'s own choice, and past 16 rows every matmul routine by name (one that
+                // refuses the device leaves the product to Burn's matmul).
+                let mut runs = vec![("project", project(tensor(&x, [m, k]), &tensor(&w, [n, k])))];
+                if m > 16 {
+                    for routine in MatmulRoutine::ALL {
+                        let out = project_with(tensor(&x, [m, k]), &tensor(&w, [n, k]), routine);
+                        runs.push((routine.name(), out));
+                    }
+                }
+                for (path, out) in runs {
+                    let got: Vec<f64> = out.into_data().iter::<f64>().collect();
+                    for r in 0..m {
+                        for c in 0..n {
+                            let dot: f64 = (0..k).map(|i| x[r * k + i] * w[c * k + i]).sum();
+                            let scale: f64 =
+                                (0..k).map(|i| (x[r * k + i] * w[c * k + i]).abs()).sum();
+                            let want = round(dot);
+                            let tol = if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + scale);
+                            let a = got[r * n + c];
+                            assert!(
+                                (a - want).abs() <= tol,
+                                "{name} {path} {dtype:?} [{m}, {k}]·[{n}, {k}]ᵀ at ({r}, {c}): {a} vs {want}"
+                            );
+                        }
                     }
                 }
             }

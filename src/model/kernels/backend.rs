@@ -63,6 +63,11 @@ pub trait DecoderKernels: Backend {
     #[fusion(meta = matvec_meta)]
     fn matvec(#[extension_type] inputs: MatvecTensors<Self>) -> FloatTensor<Self>;
 
+    /// `x · w_tᵀ`, `[m, out]` in x's dtype, through the matmul routine `routine` names
+    /// ([`super::MatmulRoutine`]'s index; Burn's choice when that one refuses the problem).
+    #[fusion(meta = matmul_meta)]
+    fn matmul(#[extension_type] inputs: MatvecTensors<Self>, routine: u32) -> FloatTensor<Self>;
+
     /// `cast(silu(gate)) * up`, `[rows, m]` in the input's dtype.
     #[fusion(meta = act_meta)]
     fn silu_mul(#[extension_type] inputs: ActTensors<Self>) -> FloatTensor<Self>;
@@ -82,6 +87,11 @@ fn add_norm_meta(inputs: &AddNormTensorsMetadata, _eps: &f32) -> (TensorSpec, Te
 fn matvec_meta(inputs: &MatvecTensorsMetadata) -> TensorSpec {
     let shape = Shape::from(vec![inputs.x.shape[0], inputs.w_t.shape[0]]);
     TensorSpec::new(shape, inputs.x.dtype)
+}
+
+/// Output metadata for the lazy (fusion) path.
+fn matmul_meta(inputs: &MatvecTensorsMetadata, _routine: &u32) -> TensorSpec {
+    matvec_meta(inputs)
 }
 
 /// Output metadata for the lazy (fusion) path.

@@ -1,5 +1,6 @@
 //! The CubeCL implementations: contiguous inputs, a fresh output, one launch each.
 
+use crate::model::kernels::MatmulRoutine;
 use crate::model::kernels::backend::{
     ActTensors, AddNormTensors, DecoderKernels, MatvecTensors, NormTensors,
 };
@@ -7,6 +8,9 @@ use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::Shape;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
+use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
+use cubek::matmul::strategy::Strategy;
+use cubek::std::InputBinding;
 use rope_pool_kernels::{launch_matvec, launch_rms_norm, launch_silu_mul};
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
@@ -52,6 +56,30 @@ fn norm(
     out
 }
 
+/// `out = lhs · rhs` through cubek's `routine`, accumulated in f32 and written in `out`'s dtype;
+/// an error when the routine refuses the problem or the device (nothing launched then).
+fn launch_matmul(
+    routine: &Strategy,
+    lhs: &CubeTensor,
+    rhs: &CubeTensor,
+    out: &CubeTensor,
+) -> Result<(), MatmulSetupError> {
+    let storage = dtype_to_storage_type(lhs.dtype);
+    let mut elems = MatmulElems::from_globals(&MatmulGlobalElems {
+        lhs: storage,
+        rhs: storage,
+        out: dtype_to_storage_type(out.dtype),
+    });
+    cubek::matmul::launch::launch_ref(
+        routine,
+        &lhs.client,
+        InputBinding::new(lhs.clone().binding(), storage),
+        InputBinding::new(rhs.clone().binding(), storage),
+        out.clone().binding(),
+        &mut elems,
+    )
+}
+
 impl DecoderKernels for CubeBackend {
     fn rms_norm(inputs: NormTensors<Self>, eps: f32) -> CubeTensor {
         norm(inputs.x, inputs.w, eps, None)
@@ -81,6 +109,30 @@ impl DecoderKernels for CubeBackend {
                 w_t.into_tensor_arg(),
                 out.clone().into_tensor_arg(),
             );
+        }
+        out
+    }
+
+    fn matmul(inputs: MatvecTensors<Self>, routine: u32) -> CubeTensor {
+        let [x, w_t] = [inputs.x, inputs.w_t].map(into_contiguous);
+        let routine = MatmulRoutine::from_index(routine).strategy();
+        let (m, n) = (x.shape()[0], w_t.shape()[0]);
+        let out = fresh(&x, Shape::new([m, n]));
+        // `[k, n]`, read column-major: the weight as stored, no copy.
+        let mut rhs = w_t;
+        rhs.meta.swap(0, 1);
+        let dtype = x.dtype;
+        if launch_matmul(&routine, &x, &rhs, &out).is_err() {
+            // The routine refused the problem or the device (checked before anything ran):
+            // Burn's own choice, which always has a fallback.
+            burn_cubecl::kernel::matmul::matmul(
+                x,
+                rhs,
+                Some(out.clone()),
+                Default::default(),
+                dtype,
+            )
+            .expect("Burn's matmul has a routine for every dense problem");
         }
         out
     }

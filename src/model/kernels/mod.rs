@@ -112,12 +112,23 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 
 /// `x [m, in] · w_tᵀ` for a weight stored `w_t [out, in]` (HuggingFace's layout): `[m, out]`
 /// in x's dtype, accumulated in f32. For up to 16 rows on a CubeCL device with plane
-/// operations, one matrix-vector kernel that reads each weight byte once for all rows; else
-/// Burn's matmul on the transposed view.
+/// operations, one matrix-vector kernel that reads each weight byte once for all rows; past
+/// that, on CubeCL devices, the matmul routine [`MatmulRoutine::for_problem`] picks, reading the
+/// weight as stored; Burn's matmul on the transposed view elsewhere.
 ///
 /// # Panics
 /// When the inner sizes differ (as Burn's matmul does).
 pub fn project(x: Tensor<2>, w_t: &Tensor<2>) -> Tensor<2> {
+    let ([m, k], [n, _]) = (x.dims(), w_t.dims());
+    project_with(x, w_t, MatmulRoutine::for_problem(m, n, k))
+}
+
+/// [`project`] with the matmul routine for rows past the matrix-vector kernel given (benchmarks
+/// compare them; a routine that refuses the problem or the device leaves the choice to Burn).
+///
+/// # Panics
+/// When the inner sizes differ (as Burn's matmul does).
+pub fn project_with(x: Tensor<2>, w_t: &Tensor<2>, routine: MatmulRoutine) -> Tensor<2> {
     assert_eq!(
         x.dims()[1],
         w_t.dims()[1],
@@ -126,32 +137,158 @@ pub fn project(x: Tensor<2>, w_t: &Tensor<2>) -> Tensor<2> {
         w_t.dims()[1]
     );
     #[cfg(feature = "cube")]
-    if matvec_applies(&x, w_t) {
+    if let Some(matvec) = kernel_applies(&x, w_t) {
         let inputs = backend::MatvecTensors {
             x: x.into_dispatch(),
             w_t: w_t.clone().into_dispatch(),
         };
-        let out = <burn::backend::Dispatch as backend::DecoderKernels>::matvec(inputs);
+        let out = match matvec {
+            true => <burn::backend::Dispatch as backend::DecoderKernels>::matvec(inputs),
+            false => {
+                <burn::backend::Dispatch as backend::DecoderKernels>::matmul(inputs, routine as u32)
+            }
+        };
         return Tensor::from_dispatch(out);
     }
+    let _ = routine;
     x.matmul(w_t.clone().transpose())
 }
 
-/// Whether the kernel takes `x · w_tᵀ`: one dtype and device, a non-empty product, a CubeCL
-/// device (not Autodiff-wrapped) whose planes fit `x`'s rows.
-#[cfg(feature = "cube")]
-fn matvec_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> bool {
-    let ([m, k], [n, _]) = (x.dims(), w_t.dims());
-    x.dtype() == w_t.dtype()
-        && k > 0
-        && n > 0
-        && x.device() == w_t.device()
-        && match x.device().as_dispatch() {
-            burn::backend::DispatchDevice::Cube(cube) => {
-                rope_pool_kernels::matvec_fits(&cube.client(), m)
-            }
-            _ => false,
+/// The matmul routines (CubeCL's matmul library, cubek) [`project`] runs for rows past the
+/// matrix-vector kernel. Each reads the weight `[out, in]` as stored, as the right-hand side
+/// `[in, out]` in column-major order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatmulRoutine {
+    /// The library's heuristic choice (what Burn's matmul runs without autotune).
+    Heuristic = 0,
+    /// One stage of tensor-core tiles, cyclic loading.
+    SimpleCyclic,
+    /// As `SimpleCyclic`, several tile rows per plane.
+    SimpleCyclicMultiRows,
+    /// Double-buffered stages, ordered loading, four tile rows.
+    OrderedDouble4,
+    /// As `OrderedDouble4`, eight tile rows.
+    OrderedDouble8,
+    /// Double-buffered stages, cyclic loading.
+    DoubleCyclic,
+    /// As `DoubleCyclic`, with load and compute planes specialised.
+    DoubleCyclicSpecialized,
+    /// Specialised load and compute planes, cyclic loading.
+    SpecializedCyclic,
+}
+
+impl MatmulRoutine {
+    /// Every routine, in index order.
+    pub const ALL: [Self; 8] = [
+        Self::Heuristic,
+        Self::SimpleCyclic,
+        Self::SimpleCyclicMultiRows,
+        Self::OrderedDouble4,
+        Self::OrderedDouble8,
+        Self::DoubleCyclic,
+        Self::DoubleCyclicSpecialized,
+        Self::SpecializedCyclic,
+    ];
+
+    /// The routine [`project`] runs for `x [m, k] · w_tᵀ` with `w_t [n, k]`, past the
+    /// matrix-vector kernel: what measured fastest on the H200 through Vulkan for the Llama-3-8B
+    /// projections in f16 (`cargo bench --bench decode -- --matmul-probe`, `benches/NOTES.md`
+    /// entry 27) — several tile rows per plane for prefill-sized `m` (every shape) and for
+    /// an MLP-wide output at any `m` (`4k ≤ n < 16k`: not the LM head), the heuristic routine
+    /// otherwise (the others were not faster in every run).
+    pub fn for_problem(m: usize, n: usize, k: usize) -> Self {
+        #[cfg(feature = "tuning")]
+        if let Some(forced) = std::env::var("ROPE_POOL_MATMUL")
+            .ok()
+            .and_then(|name| Self::ALL.into_iter().find(|r| r.name() == name))
+        {
+            return forced;
         }
+        if m >= 2048 || (4 * k..16 * k).contains(&n) {
+            Self::SimpleCyclicMultiRows
+        } else {
+            Self::Heuristic
+        }
+    }
+
+    /// A short name (benchmark tables; `ROPE_POOL_MATMUL` in `tuning` builds).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Heuristic => "heuristic",
+            Self::SimpleCyclic => "simple",
+            Self::SimpleCyclicMultiRows => "simple-multi-rows",
+            Self::OrderedDouble4 => "ordered-4",
+            Self::OrderedDouble8 => "ordered-8",
+            Self::DoubleCyclic => "double",
+            Self::DoubleCyclicSpecialized => "double-specialized",
+            Self::SpecializedCyclic => "specialized",
+        }
+    }
+
+    #[cfg(feature = "cube")]
+    fn from_index(index: u32) -> Self {
+        Self::ALL
+            .get(index as usize)
+            .copied()
+            .unwrap_or(Self::Heuristic)
+    }
+
+    /// The library's strategy for this routine.
+    #[cfg(feature = "cube")]
+    fn strategy(self) -> cubek::matmul::strategy::Strategy {
+        use cubek::matmul::multi_level::Strategy;
+        use cubek::matmul::multi_level::components::tile::TileMatmulKind::Cmma;
+        use cubek::matmul::multi_level::routines::batch::{
+            double_buffering::DoubleBufferingArgs, ordered_double_buffering::OrderedSelectionArgs,
+            simple::SimpleArgs,
+        };
+        use cubek::matmul::routine::BlueprintStrategy::Inferred;
+        let simple = |multi_rows| {
+            Strategy::SimpleCyclicCmma(Inferred(SimpleArgs {
+                multi_rows,
+                tile_matmul: Cmma,
+            }))
+        };
+        let ordered = |rows| {
+            Strategy::OrderedDoubleCmma(Inferred(OrderedSelectionArgs {
+                partition_k: Some(2),
+                row_count: Some(rows),
+                rows_per_plane: Some(2),
+                tile_matmul: Cmma,
+            }))
+        };
+        let double = |specialized| {
+            Strategy::DoubleCyclicCmma(Inferred(DoubleBufferingArgs {
+                specialized,
+                tile_matmul: Cmma,
+            }))
+        };
+        match self {
+            Self::Heuristic => cubek::matmul::strategy::Strategy::Auto,
+            Self::SimpleCyclic => simple(false).into(),
+            Self::SimpleCyclicMultiRows => simple(true).into(),
+            Self::OrderedDouble4 => ordered(4).into(),
+            Self::OrderedDouble8 => ordered(8).into(),
+            Self::DoubleCyclic => double(false).into(),
+            Self::DoubleCyclicSpecialized => double(true).into(),
+            Self::SpecializedCyclic => Strategy::SpecializedCyclicCmma(Inferred(().into())).into(),
+        }
+    }
+}
+
+/// Which of the decoder's kernels takes `x · w_tᵀ`: `Some(true)` the matrix-vector kernel (rows
+/// that fit a plane), `Some(false)` the matmul routine; `None` Burn's matmul (not one dtype or
+/// device, an empty product, not a CubeCL device without Autodiff).
+#[cfg(feature = "cube")]
+fn kernel_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<bool> {
+    let ([m, k], [n, _]) = (x.dims(), w_t.dims());
+    let same = x.dtype() == w_t.dtype() && k > 0 && n > 0 && m > 0 && x.device() == w_t.device();
+    match x.device().as_dispatch() {
+        burn::backend::DispatchDevice::Cube(cube) if same => {
+            Some(rope_pool_kernels::matvec_fits(&cube.client(), m))
+        }
+        _ => None,
+    }
 }
 
 /// The MLP's activation of a stacked `gate_up [rows, 2m]` (gate columns, then up): `[rows, m]`,
