@@ -40,12 +40,18 @@ struct Args {
     /// Only the fused path.
     #[arg(long)]
     fused_only: bool,
-    /// Also time the projections alone — the decoder's weight shapes at m = 24, 64, 512 and
-    /// 32768 rows — through each matmul routine `project` can run past the matrix-vector
+    /// Also time the projections alone — the decoder's weight shapes at the rows of
+    /// `--probe-rows` — through each matmul routine `project` can run past the matrix-vector
     /// kernel (`ROPE_POOL_MATMUL` names one in `tuning` builds), each checked against the
     /// heuristic routine's output.
     #[arg(long)]
     matmul_probe: bool,
+    /// `--matmul-probe` times `project` alone, not the routines.
+    #[arg(long)]
+    probe_project_only: bool,
+    /// The rows `--matmul-probe` times.
+    #[arg(long, value_delimiter = ',', default_values_t = [24usize, 64, 512, 32_768])]
+    probe_rows: Vec<usize>,
     /// After the table, profile a few decode steps per batch: every kernel launched, its
     /// device time (CubeCL's launch observer, device timestamps), by kernel; and the step's
     /// wall time against the time the device was busy.
@@ -115,7 +121,7 @@ fn main() {
         args.layers, args.prompt, args.steps
     );
     if args.matmul_probe {
-        matmul_probe(&device, dtype);
+        matmul_probe(&device, dtype, &args.probe_rows, args.probe_project_only);
     }
     println!("| path | batch | prefill tok/s | decode tok/s | decode ms/step |");
     println!("| --- | ---: | ---: | ---: | ---: |");
@@ -157,10 +163,9 @@ fn main() {
 
 /// Device time of each matmul routine on the decoder's projections (Llama-3-8B: q/k/v stacked,
 /// o, gate/up stacked, down), weights stored `[out, in]` as the decoder holds them.
-fn matmul_probe(device: &burn::tensor::Device, dtype: DType) {
-    const ROWS: [usize; 4] = [24, 64, 512, 32_768];
+fn matmul_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize], project_only: bool) {
     use burn::tensor::{Distribution, Tensor};
-    use burn_rope_pool::model::{MatmulRoutine, project_with};
+    use burn_rope_pool::model::{MatmulRoutine, project, project_with};
     println!(
         "| matmul routine | m | weight [out, in] | µs | weight GB/s | TFLOPS | max |Δ| vs heuristic |"
     );
@@ -183,7 +188,7 @@ fn matmul_probe(device: &burn::tensor::Device, dtype: DType) {
     while start.elapsed().as_secs_f64() < 1.0 {
         let _ = project_with(x.clone(), &weights[2], MatmulRoutine::Heuristic).into_data();
     }
-    for m in ROWS {
+    for &m in rows {
         for (w, [n, k]) in weights.iter().zip(shapes) {
             if n > 32_768 && m > 512 {
                 continue; // the LM head runs for each sequence's last token only
@@ -191,10 +196,21 @@ fn matmul_probe(device: &burn::tensor::Device, dtype: DType) {
             let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), (device, dtype));
             // Checked on the first rows (a whole f32 copy of the largest output passes what one
             // buffer may hold).
-            let head = x.clone().slice([0..m.min(256)]);
+            let head = x.clone().narrow(0, 0, m.min(256));
             let reference = project_with(head.clone(), w, MatmulRoutine::Heuristic);
-            for routine in MatmulRoutine::ALL {
-                let out = project_with(head.clone(), w, routine);
+            // `project`'s own choice (the few-rows kernel up to 64 rows), then every routine.
+            let routines = if project_only {
+                &[][..]
+            } else {
+                &MatmulRoutine::ALL[..]
+            };
+            let paths = std::iter::once(None).chain(routines.iter().copied().map(Some));
+            for routine in paths {
+                let run = |x: Tensor<2>| match routine {
+                    Some(routine) => project_with(x, w, routine),
+                    None => project(x, w),
+                };
+                let out = run(head.clone());
                 let diff = (out.cast(DType::F32) - reference.clone().cast(DType::F32))
                     .abs()
                     .max()
@@ -203,7 +219,7 @@ fn matmul_probe(device: &burn::tensor::Device, dtype: DType) {
                 let calls = if m >= 4096 { 2 } else { 20 };
                 let t = time_per_call(device, 3, || {
                     for _ in 0..calls {
-                        let _ = project_with(x.clone(), w, routine);
+                        let _ = run(x.clone());
                     }
                 })
                 .as_secs_f64()
@@ -212,7 +228,7 @@ fn matmul_probe(device: &burn::tensor::Device, dtype: DType) {
                 let flops = 2.0 * (m * n * k) as f64;
                 println!(
                     "| {} | {m} | [{n}, {k}] | {:.1} | {:.0} | {:.1} | {diff:.2e} |",
-                    routine.name(),
+                    routine.map_or("project", MatmulRoutine::name),
                     t * 1e6,
                     bytes / t / 1e9,
                     flops / t / 1e12

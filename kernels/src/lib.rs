@@ -28,7 +28,9 @@ pub use launch::{
     FP8_VECTOR, MAX_NORM_HEAD_DIM, QkNormArgs, RopePoolArgs, RopePoolGeometry, heads_per_unit,
     launch_append_max, launch_rope_pool, vector_size,
 };
-pub use matvec::{MATVEC_MAX_ROWS, launch_matvec, matvec_fits};
+pub use matvec::{
+    FEW_ROWS_MAX, MATVEC_MAX_ROWS, few_rows_fits, launch_few_rows, launch_matvec, matvec_fits,
+};
 pub use norm::launch_rms_norm;
 pub use table::{RopeTable, RopeVariant};
 pub use tuning::LaunchTuning;

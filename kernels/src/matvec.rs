@@ -11,8 +11,8 @@ use crate::attention::lane_sum;
 use crate::launch::widest_vector;
 use cubecl::calculate_cube_count_elemwise;
 use cubecl::client::Client;
-use cubecl::features::Plane;
-use cubecl::ir::{AddressType, ElemType};
+use cubecl::features::{MmaConfig, Plane};
+use cubecl::ir::{AddressType, ElemType, FloatKind};
 use cubecl::prelude::*;
 
 /// The most rows a launch takes (each unit keeps one accumulator per row).
@@ -158,6 +158,211 @@ pub unsafe fn launch_matvec(
             cols,
             unroll,
             k / vector,
+            float,
+        );
+    }
+}
+
+/// The side of a tensor-core tile ([`few_rows_kernel`]): 16 × 16 × 16, f32 accumulation.
+const TILE: usize = 16;
+/// The most rows [`launch_few_rows`] takes: four tiles of 16.
+pub const FEW_ROWS_MAX: usize = 4 * TILE;
+/// Planes of a [`few_rows_kernel`] cube: each takes one in `PLANES` of the inner tiles.
+const FEW_ROWS_PLANES: usize = 8;
+
+/// `out [m, n] = x [m, k] · wᵀ` (`w [n, k]`) for `16 < m ≤ 64` rows with tensor-core tiles: the
+/// cube of `CUBE_POS` owns `cols` tiles of 16 output columns; each of its `planes` planes walks
+/// one in `planes` of the 16-wide inner tiles, loading the weight's `16 × 16` tiles once (read
+/// column-major from the stored rows) for all `m_tiles` row tiles of `x` (small, served from
+/// cache; each row tile loaded once for the `cols` column tiles), one f32 accumulator per (row
+/// tile, column tile). The planes' partial products meet in shared memory, one column tile at a
+/// time, are added in f32 and rounded once. The last row tile starts at `m - 16` (it overlaps the
+/// one before when 16 does not divide `m`; its rows already written are skipped), so no read
+/// passes `x`.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn few_rows_kernel<F: Float>(
+    x: &Tensor<F>,
+    w: &Tensor<F>,
+    out: &mut Tensor<F>,
+    #[comptime] m_tiles: usize,
+    #[comptime] cols: usize,
+    #[comptime] planes: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let m = x.shape(0);
+    let k = x.shape(1);
+    let n = w.shape(0);
+    let n0 = CUBE_POS * TILE * cols;
+    // The whole cube leaves together: the syncs below stay uniform.
+    if n0 >= n {
+        terminate!();
+    }
+    let mut accs = Sequence::<cmma::Matrix<f32>>::new();
+    #[unroll]
+    for _ in 0..m_tiles * cols {
+        accs.push(cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            TILE,
+            TILE,
+            TILE,
+            cmma::MatrixLayout::Undefined,
+            f32::new(0.0),
+        ));
+    }
+    let k_tiles = k / TILE;
+    let stride = k as u32;
+    let mut t = UNIT_POS_Y as usize;
+    while t < k_tiles {
+        let k0 = t * TILE;
+        let mut bs = Sequence::<cmma::Matrix<F>>::new();
+        #[unroll]
+        for c in 0..cols {
+            let w0 = (n0 + c * TILE) * k + k0;
+            bs.push(cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::B,
+                TILE,
+                TILE,
+                TILE,
+                cmma::MatrixLayout::ColMajor,
+                w.slice(w0, w0 + (TILE - 1) * k + TILE),
+                stride,
+            ));
+        }
+        #[unroll]
+        for r in 0..m_tiles {
+            let x0 = usize::min(r * TILE, m - TILE) * k + k0;
+            let a = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::A,
+                TILE,
+                TILE,
+                TILE,
+                cmma::MatrixLayout::RowMajor,
+                x.slice(x0, x0 + (TILE - 1) * k + TILE),
+                stride,
+            );
+            #[unroll]
+            for c in 0..cols {
+                let acc = accs.index(r * cols + c);
+                cmma::execute(&a, bs.index(c), acc, acc);
+            }
+        }
+        t += planes;
+    }
+    // Column tile by column tile: each plane's row tiles, then the sum over planes.
+    let tile_elems = TILE * TILE;
+    let cells = m_tiles * tile_elems;
+    let mut partial = Shared::<[f32]>::new_slice(planes * cells);
+    let plane = UNIT_POS_Y as usize;
+    #[unroll]
+    for c in 0..cols {
+        #[unroll]
+        for r in 0..m_tiles {
+            let start = plane * cells + r * tile_elems;
+            cmma::store(
+                partial.slice_mut(start, start + tile_elems),
+                accs.index(r * cols + c),
+                TILE as u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+        }
+        sync_cube();
+        let mut e = UNIT_POS as usize;
+        while e < cells {
+            let r = e / tile_elems;
+            let row = usize::min(r * TILE, m - TILE) + (e % tile_elems) / TILE;
+            // Rows below `r * TILE` of the last (overlapping) tile belong to the tile before it.
+            if row >= r * TILE {
+                let mut s = f32::new(0.0);
+                for p in 0..planes {
+                    s += partial[p * cells + e];
+                }
+                out[row * n + n0 + c * TILE + e % TILE] = F::cast_from(s);
+            }
+            e += CUBE_DIM as usize;
+        }
+        sync_cube();
+    }
+}
+
+/// Whether [`launch_few_rows`] takes `x [rows, k] · wᵀ` (`w [n, k]`) of float `float` on
+/// `client`'s device: `16 < rows ≤ 64`, `k` and `n` multiples of 16, and tensor-core tiles of
+/// `float` with f32 accumulation (16 × 16 × 16), planes of one fixed size.
+pub fn few_rows_fits(client: &Client, float: ElemType, rows: usize, k: usize, n: usize) -> bool {
+    let properties = client.properties();
+    let hardware = &properties.hardware;
+    let tiles = MmaConfig {
+        a_type: float,
+        b_type: float,
+        cd_type: ElemType::Float(FloatKind::F32),
+        m: TILE as u32,
+        n: TILE as u32,
+        k: TILE as u32,
+    };
+    (TILE + 1..=FEW_ROWS_MAX).contains(&rows)
+        && k.is_multiple_of(TILE)
+        && n.is_multiple_of(TILE)
+        && k > 0
+        && n > 0
+        && hardware.plane_size_min == hardware.plane_size_max
+        && (hardware.max_units_per_cube as usize)
+            >= hardware.plane_size_min as usize * FEW_ROWS_PLANES
+        && properties.features.matmul.cmma.contains(&tiles)
+}
+
+/// Enqueues [`few_rows_kernel`]: `out [rows, n] = x [rows, k] · wᵀ` for `w [n, k]`, all
+/// contiguous of float `float`.
+///
+/// # Safety
+/// [`few_rows_fits`] must hold; the tensors must be live and contiguous with those shapes; `out`
+/// must not alias `x` or `w`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_few_rows(
+    client: &Client,
+    float: ElemType,
+    rows: usize,
+    k: usize,
+    n: usize,
+    x: TensorArg,
+    w: TensorArg,
+    out: TensorArg,
+) {
+    let lanes = client.properties().hardware.plane_size_min;
+    // Column tiles per cube: four for outputs wider than the input, else two (the H200 probe of
+    // `benches/NOTES.md` entry 27: q/k/v 86 µs at 64 rows with four, 118 with two; o and down
+    // 60 and 197 µs with two, 84 and 280 with four).
+    #[allow(unused_mut)]
+    let (mut cols, mut planes) = (if n > k { 4 } else { 2 }, FEW_ROWS_PLANES);
+    #[cfg(feature = "tuning")]
+    {
+        let knob = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+        };
+        cols = knob("ROPE_POOL_FEW_COLS").unwrap_or(cols).max(1);
+        planes = knob("ROPE_POOL_FEW_PLANES")
+            .unwrap_or(planes)
+            .clamp(1, FEW_ROWS_PLANES);
+    }
+    // Column tiles per cube: the most of `cols` that divides the output's tiles.
+    let cols = (1..=cols)
+        .rev()
+        .find(|c| (n / TILE).is_multiple_of(*c))
+        .unwrap_or(1);
+    let cube_dim = CubeDim::new_2d(lanes, planes as u32);
+    let cubes = n / (TILE * cols);
+    unsafe {
+        few_rows_kernel::launch_unchecked(
+            client,
+            calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
+            cube_dim,
+            AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+            x,
+            w,
+            out,
+            rows.div_ceil(TILE),
+            cols,
+            planes,
             float,
         );
     }

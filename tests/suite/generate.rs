@@ -522,6 +522,10 @@ fn projections_match_float64() {
             (8, 4100, 1),
             (40, 64, 300),
             (64, 96, 40),
+            // Sizes the tensor-core kernel for 17–64 rows takes (where the device has it).
+            (20, 32, 48),
+            (49, 1024, 80),
+            (64, 256, 32),
         ] {
             for dtype in [DType::F32, DType::F16] {
                 if !device.supports_dtype(dtype) {

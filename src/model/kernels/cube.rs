@@ -11,7 +11,9 @@ use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
 use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
-use rope_pool_kernels::{launch_matvec, launch_rms_norm, launch_silu_mul};
+use rope_pool_kernels::{
+    MATVEC_MAX_ROWS, launch_few_rows, launch_matvec, launch_rms_norm, launch_silu_mul,
+};
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
 fn fresh(like: &CubeTensor, shape: Shape) -> CubeTensor {
@@ -95,20 +97,17 @@ impl DecoderKernels for CubeBackend {
         let [x, w_t] = [inputs.x, inputs.w_t].map(into_contiguous);
         let (m, k, n) = (x.shape()[0], x.shape()[1], w_t.shape()[0]);
         let out = fresh(&x, Shape::new([m, n]));
-        // Safety: `project` checked `matvec_fits` for m rows, matching inner sizes k ≥ 1 and
-        // one dtype; x [m, k] and w_t [n, k] are contiguous; out is a fresh [m, n] buffer.
+        let float = dtype_to_storage_type(x.dtype);
+        let [x, w_t, o] = [x, w_t, out.clone()].map(|t| t.into_tensor_arg());
+        // Safety: `project` checked `matvec_fits` (up to 16 rows) or `few_rows_fits` (17 to 64)
+        // for these sizes, matching inner sizes k ≥ 1 and one dtype; x [m, k] and w_t [n, k]
+        // are contiguous; out is a fresh [m, n] buffer.
         unsafe {
-            launch_matvec(
-                &x.client,
-                dtype_to_storage_type(x.dtype),
-                x.dtype.size(),
-                m,
-                k,
-                n,
-                x.clone().into_tensor_arg(),
-                w_t.into_tensor_arg(),
-                out.clone().into_tensor_arg(),
-            );
+            if m <= MATVEC_MAX_ROWS {
+                launch_matvec(&out.client, float, out.dtype.size(), m, k, n, x, w_t, o);
+            } else {
+                launch_few_rows(&out.client, float, m, k, n, x, w_t, o);
+            }
         }
         out
     }

@@ -112,23 +112,32 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 
 /// `x [m, in] · w_tᵀ` for a weight stored `w_t [out, in]` (HuggingFace's layout): `[m, out]`
 /// in x's dtype, accumulated in f32. For up to 16 rows on a CubeCL device with plane
-/// operations, one matrix-vector kernel that reads each weight byte once for all rows; past
-/// that, on CubeCL devices, the matmul routine [`MatmulRoutine::for_problem`] picks, reading the
+/// operations, one matrix-vector kernel that reads each weight byte once for all rows; for 17 to
+/// 64 rows where the device has f32-accumulating tensor-core tiles of x's type, one kernel of such
+/// tiles that also reads the weight once (`rope_pool_kernels::few_rows_kernel`); otherwise, on
+/// CubeCL devices, the matmul routine [`MatmulRoutine::for_problem`] picks, reading the
 /// weight as stored; Burn's matmul on the transposed view elsewhere.
 ///
 /// # Panics
 /// When the inner sizes differ (as Burn's matmul does).
 pub fn project(x: Tensor<2>, w_t: &Tensor<2>) -> Tensor<2> {
     let ([m, k], [n, _]) = (x.dims(), w_t.dims());
-    project_with(x, w_t, MatmulRoutine::for_problem(m, n, k))
+    product(x, w_t, MatmulRoutine::for_problem(m, n, k), false)
 }
 
-/// [`project`] with the matmul routine for rows past the matrix-vector kernel given (benchmarks
-/// compare them; a routine that refuses the problem or the device leaves the choice to Burn).
+/// `x [m, in] · w_tᵀ` as [`project`] computes it, through the matmul routine given on CubeCL
+/// devices whatever `m` (benchmarks compare them with the kernels [`project`] picks; a routine
+/// that refuses the problem or the device leaves it to Burn's matmul).
 ///
 /// # Panics
 /// When the inner sizes differ (as Burn's matmul does).
 pub fn project_with(x: Tensor<2>, w_t: &Tensor<2>, routine: MatmulRoutine) -> Tensor<2> {
+    product(x, w_t, routine, true)
+}
+
+/// [`project`] (`forced`: [`project_with`]): the decoder's kernels where they take the product
+/// (unless `forced`), `routine` past them on CubeCL devices, Burn's matmul elsewhere.
+fn product(x: Tensor<2>, w_t: &Tensor<2>, routine: MatmulRoutine, forced: bool) -> Tensor<2> {
     assert_eq!(
         x.dims()[1],
         w_t.dims()[1],
@@ -137,12 +146,12 @@ pub fn project_with(x: Tensor<2>, w_t: &Tensor<2>, routine: MatmulRoutine) -> Te
         w_t.dims()[1]
     );
     #[cfg(feature = "cube")]
-    if let Some(matvec) = kernel_applies(&x, w_t) {
+    if let Some(kernel) = kernel_applies(&x, w_t) {
         let inputs = backend::MatvecTensors {
             x: x.into_dispatch(),
             w_t: w_t.clone().into_dispatch(),
         };
-        let out = match matvec {
+        let out = match kernel && !forced {
             true => <burn::backend::Dispatch as backend::DecoderKernels>::matvec(inputs),
             false => {
                 <burn::backend::Dispatch as backend::DecoderKernels>::matmul(inputs, routine as u32)
@@ -150,10 +159,9 @@ pub fn project_with(x: Tensor<2>, w_t: &Tensor<2>, routine: MatmulRoutine) -> Te
         };
         return Tensor::from_dispatch(out);
     }
-    let _ = routine;
+    let _ = (routine, forced);
     x.matmul(w_t.clone().transpose())
 }
-
 /// The matmul routines (CubeCL's matmul library, cubek) [`project`] runs for rows past the
 /// matrix-vector kernel. Each reads the weight `[out, in]` as stored, as the right-hand side
 /// `[in, out]` in column-major order.
@@ -276,16 +284,24 @@ impl MatmulRoutine {
     }
 }
 
-/// Which of the decoder's kernels takes `x · w_tᵀ`: `Some(true)` the matrix-vector kernel (rows
-/// that fit a plane), `Some(false)` the matmul routine; `None` Burn's matmul (not one dtype or
-/// device, an empty product, not a CubeCL device without Autodiff).
+/// Which of the decoder's kernels takes `x · w_tᵀ`: `Some(true)` the matrix-vector kernels (up to
+/// 16 rows; 17 to 64 with tensor-core tiles where the device has them), `Some(false)` the matmul
+/// routine; `None` Burn's matmul (not one dtype or device, an empty product, not a CubeCL device
+/// without Autodiff).
 #[cfg(feature = "cube")]
 fn kernel_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<bool> {
     let ([m, k], [n, _]) = (x.dims(), w_t.dims());
     let same = x.dtype() == w_t.dtype() && k > 0 && n > 0 && m > 0 && x.device() == w_t.device();
     match x.device().as_dispatch() {
         burn::backend::DispatchDevice::Cube(cube) if same => {
-            Some(rope_pool_kernels::matvec_fits(&cube.client(), m))
+            let client = cube.client();
+            let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
+            // The few-rows kernel for outputs narrower than the MLP's: the matmul routines were
+            // faster on gate/up and the LM head in the H200 probe (`benches/NOTES.md` entry 27).
+            Some(
+                rope_pool_kernels::matvec_fits(&client, m)
+                    || (n < 4 * k && rope_pool_kernels::few_rows_fits(&client, float, m, k, n)),
+            )
         }
         _ => None,
     }
