@@ -5,7 +5,9 @@
 //! all `m` rows), multiply by the rows of `x` (small, served from cache), accumulate in f32 and
 //! add their partial sums with a plane sum. No shared memory, no synchronisation: the weight
 //! streams at the memory bus's pace where Burn's tiled matmul, built for large `m`, reaches a
-//! fraction of it (`benches/NOTES.md` entry 25).
+//! fraction of it (`benches/NOTES.md` entry 25). From 17 to 64 rows,
+//! [`few_rows_kernel`](fn@few_rows_kernel): the same single read of the weight through
+//! tensor-core tiles (entry 27).
 
 use crate::attention::lane_sum;
 use crate::launch::widest_vector;
@@ -163,11 +165,13 @@ pub unsafe fn launch_matvec(
     }
 }
 
-/// The side of a tensor-core tile ([`few_rows_kernel`]): 16 × 16 × 16, f32 accumulation.
+/// The side of a tensor-core tile ([`few_rows_kernel`](fn@few_rows_kernel)): 16 × 16 × 16, f32
+/// accumulation.
 const TILE: usize = 16;
 /// The most rows [`launch_few_rows`] takes: four tiles of 16.
 pub const FEW_ROWS_MAX: usize = 4 * TILE;
-/// Planes of a [`few_rows_kernel`] cube: each takes one in `PLANES` of the inner tiles.
+/// Planes of a [`few_rows_kernel`](fn@few_rows_kernel) cube: each takes one in `PLANES` of the
+/// inner tiles.
 const FEW_ROWS_PLANES: usize = 8;
 
 /// `out [m, n] = x [m, k] · wᵀ` (`w [n, k]`) for `16 < m ≤ 64` rows with tensor-core tiles: the
@@ -309,8 +313,8 @@ pub fn few_rows_fits(client: &Client, float: ElemType, rows: usize, k: usize, n:
         && properties.features.matmul.cmma.contains(&tiles)
 }
 
-/// Enqueues [`few_rows_kernel`]: `out [rows, n] = x [rows, k] · wᵀ` for `w [n, k]`, all
-/// contiguous of float `float`.
+/// Enqueues [`few_rows_kernel`](fn@few_rows_kernel): `out [rows, n] = x [rows, k] · wᵀ` for
+/// `w [n, k]`, all contiguous of float `float`; two or four column tiles a cube by shape.
 ///
 /// # Safety
 /// [`few_rows_fits`] must hold; the tensors must be live and contiguous with those shapes; `out`

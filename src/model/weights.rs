@@ -7,9 +7,9 @@ use crate::model::{Checkpoint, DecoderError};
 use burn::tensor::Distribution;
 use burn::tensor::{DType, Device, Tensor};
 
-/// `x · w_tᵀ (+ b)` with the weight stored `[out, in]` (contiguous, HuggingFace's layout): a
-/// matrix-vector kernel for decode-sized batches where the device has one, Burn's matmul on the
-/// transposed view otherwise.
+/// `x · w_tᵀ (+ b)` with the weight stored `[out, in]` (contiguous, HuggingFace's layout),
+/// through [`project`]: the decoder's kernels for decode-sized batches where the device has
+/// them, a matmul routine past them, Burn's matmul off CubeCL devices.
 #[derive(Debug, Clone)]
 pub(crate) struct Linear {
     pub(crate) w_t: Tensor<2>,
