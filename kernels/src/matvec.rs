@@ -289,8 +289,9 @@ pub fn few_rows_kernel<F: Float>(
 }
 
 /// Whether [`launch_few_rows`] takes `x [rows, k] · wᵀ` (`w [n, k]`) of float `float` on
-/// `client`'s device: `16 < rows ≤ 64`, `k` and `n` multiples of 16, and tensor-core tiles of
-/// `float` with f32 accumulation (16 × 16 × 16), planes of one fixed size.
+/// `client`'s device: `16 < rows ≤ 64`, `k` and `n` multiples of 16, `float` f16 (the type the
+/// kernel was checked and measured in on a GPU; bf16 and f32 go elsewhere), tensor-core tiles of
+/// f16 with f32 accumulation (16 × 16 × 16), planes of one fixed size.
 pub fn few_rows_fits(client: &Client, float: ElemType, rows: usize, k: usize, n: usize) -> bool {
     let properties = client.properties();
     let hardware = &properties.hardware;
@@ -302,7 +303,8 @@ pub fn few_rows_fits(client: &Client, float: ElemType, rows: usize, k: usize, n:
         n: TILE as u32,
         k: TILE as u32,
     };
-    (TILE + 1..=FEW_ROWS_MAX).contains(&rows)
+    float == ElemType::Float(FloatKind::F16)
+        && (TILE + 1..=FEW_ROWS_MAX).contains(&rows)
         && k.is_multiple_of(TILE)
         && n.is_multiple_of(TILE)
         && k > 0

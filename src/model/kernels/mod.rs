@@ -113,8 +113,8 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 /// `x [m, in] · w_tᵀ` for a weight stored `w_t [out, in]` (HuggingFace's layout): `[m, out]`
 /// in x's dtype, accumulated in f32. For up to 16 rows on a CubeCL device with plane
 /// operations, one matrix-vector kernel that reads each weight byte once for all rows; for 17 to
-/// 64 rows where the device has f32-accumulating tensor-core tiles of x's type, one kernel of such
-/// tiles that also reads the weight once (`rope_pool_kernels::few_rows_kernel`); otherwise, on
+/// 64 rows of f16 where the device has f16 tensor-core tiles with f32 accumulation, one kernel of
+/// such tiles that also reads the weight once (`rope_pool_kernels::few_rows_kernel`); otherwise, on
 /// CubeCL devices, the matmul routine [`MatmulRoutine::for_problem`] picks, reading the
 /// weight as stored; Burn's matmul on the transposed view elsewhere.
 ///
