@@ -316,7 +316,8 @@ pub fn few_rows_fits(client: &Client, float: ElemType, rows: usize, k: usize, n:
 }
 
 /// Enqueues [`few_rows_kernel`](fn@few_rows_kernel): `out [rows, n] = x [rows, k] · wᵀ` for
-/// `w [n, k]`, all contiguous of float `float`; two or four column tiles a cube by shape.
+/// `w [n, k]`, all contiguous of float `float`; up to four column tiles a cube (outputs wider than
+/// the input) or two (others), the most that divides the output's tiles.
 ///
 /// # Safety
 /// [`few_rows_fits`] must hold; the tensors must be live and contiguous with those shapes; `out`
@@ -345,7 +346,7 @@ pub unsafe fn launch_few_rows(
                 .ok()
                 .and_then(|v| v.parse::<usize>().ok())
         };
-        cols = knob("ROPE_POOL_FEW_COLS").unwrap_or(cols).max(1);
+        cols = knob("ROPE_POOL_FEW_COLS").unwrap_or(cols).clamp(1, 4);
         planes = knob("ROPE_POOL_FEW_PLANES")
             .unwrap_or(planes)
             .clamp(1, FEW_ROWS_PLANES);

@@ -526,6 +526,8 @@ fn projections_match_float64() {
             (20, 32, 48),
             (49, 1024, 80),
             (64, 256, 32),
+            (33, 64, 128),
+            (24, 160, 64),
         ] {
             for dtype in [DType::F32, DType::F16] {
                 if !device.supports_dtype(dtype) {

@@ -59,12 +59,14 @@ pub trait DecoderKernels: Backend {
         eps: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
-    /// `x · w_tᵀ`, `[m, out]` in x's dtype (the caller checked `matvec_fits`).
+    /// `x · w_tᵀ`, `[m, out]` in x's dtype (the caller checked `matvec_fits` for up to 16 rows,
+    /// `few_rows_fits` past that).
     #[fusion(meta = matvec_meta)]
     fn matvec(#[extension_type] inputs: MatvecTensors<Self>) -> FloatTensor<Self>;
 
     /// `x · w_tᵀ`, `[m, out]` in x's dtype, through the matmul routine `routine` names
-    /// ([`super::MatmulRoutine`]'s index; Burn's choice when that one refuses the problem).
+    /// ([`super::MatmulRoutine`]'s index; Burn's matmul for the heuristic routine and when the
+    /// named one refuses the problem).
     #[fusion(meta = matmul_meta)]
     fn matmul(#[extension_type] inputs: MatvecTensors<Self>, routine: u32) -> FloatTensor<Self>;
 

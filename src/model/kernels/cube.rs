@@ -114,16 +114,19 @@ impl DecoderKernels for CubeBackend {
 
     fn matmul(inputs: MatvecTensors<Self>, routine: u32) -> CubeTensor {
         let [x, w_t] = [inputs.x, inputs.w_t].map(into_contiguous);
-        let routine = MatmulRoutine::from_index(routine).strategy();
         let (m, n) = (x.shape()[0], w_t.shape()[0]);
         let out = fresh(&x, Shape::new([m, n]));
         // `[k, n]`, read column-major: the weight as stored, no copy.
         let mut rhs = w_t;
         rhs.meta.swap(0, 1);
         let dtype = x.dtype;
-        if launch_matmul(&routine, &x, &rhs, &out).is_err() {
-            // The routine refused the problem or the device (checked before anything ran):
-            // Burn's own choice, which always has a fallback.
+        // A named routine, unless it refuses the problem or the device (checked before anything
+        // is launched); then, and for the heuristic routine, Burn's own matmul.
+        let launched = match MatmulRoutine::from_index(routine).strategy() {
+            Some(strategy) => launch_matmul(&strategy, &x, &rhs, &out).is_ok(),
+            None => false,
+        };
+        if !launched {
             burn_cubecl::kernel::matmul::matmul(
                 x,
                 rhs,

@@ -113,8 +113,10 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 /// `x [m, in] · w_tᵀ` for a weight stored `w_t [out, in]` (HuggingFace's layout): `[m, out]`
 /// in x's dtype, accumulated in f32. For up to 16 rows on a CubeCL device with plane
 /// operations, one matrix-vector kernel that reads each weight byte once for all rows; for 17 to
-/// 64 rows of f16 where the device has f16 tensor-core tiles with f32 accumulation, one kernel of
-/// such tiles that also reads the weight once (`rope_pool_kernels::few_rows_kernel`); otherwise, on
+/// 64 rows of f16 where the device has f16 tensor-core tiles with f32 accumulation and the output
+/// is narrower than 4× the input (not gate/up or the LM head, where cubek's routines were faster),
+/// one kernel of such tiles that also reads the weight once
+/// (`rope_pool_kernels::few_rows_kernel`); otherwise, on
 /// CubeCL devices, the matmul routine [`MatmulRoutine::for_problem`] picks, reading the
 /// weight as stored; Burn's matmul on the transposed view elsewhere.
 ///
@@ -127,7 +129,8 @@ pub fn project(x: Tensor<2>, w_t: &Tensor<2>) -> Tensor<2> {
 
 /// `x [m, in] · w_tᵀ` as [`project`] computes it, through the matmul routine given on CubeCL
 /// devices whatever `m` (benchmarks compare them with the kernels [`project`] picks; a routine
-/// that refuses the problem or the device leaves it to Burn's matmul).
+/// that refuses the problem or the device leaves it to Burn's matmul, which panics where it has
+/// no routine either, as Burn's `matmul` does).
 ///
 /// # Panics
 /// When the inner sizes differ (as Burn's matmul does).
@@ -167,7 +170,7 @@ fn product(x: Tensor<2>, w_t: &Tensor<2>, routine: MatmulRoutine, forced: bool) 
 /// `[in, out]` in column-major order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatmulRoutine {
-    /// The library's heuristic choice (what Burn's matmul runs without autotune).
+    /// Burn's own matmul (without autotune: the library's heuristic choice).
     Heuristic = 0,
     /// One stage of tensor-core tiles, cyclic loading.
     SimpleCyclic,
@@ -241,9 +244,9 @@ impl MatmulRoutine {
             .unwrap_or(Self::Heuristic)
     }
 
-    /// The library's strategy for this routine.
+    /// The library's strategy for this routine (`None`: Burn's matmul).
     #[cfg(feature = "cube")]
-    fn strategy(self) -> cubek::matmul::strategy::Strategy {
+    fn strategy(self) -> Option<cubek::matmul::strategy::Strategy> {
         use cubek::matmul::multi_level::Strategy;
         use cubek::matmul::multi_level::components::tile::TileMatmulKind::Cmma;
         use cubek::matmul::multi_level::routines::batch::{
@@ -271,22 +274,25 @@ impl MatmulRoutine {
                 tile_matmul: Cmma,
             }))
         };
-        match self {
-            Self::Heuristic => cubek::matmul::strategy::Strategy::Auto,
-            Self::SimpleCyclic => simple(false).into(),
-            Self::SimpleCyclicMultiRows => simple(true).into(),
-            Self::OrderedDouble4 => ordered(4).into(),
-            Self::OrderedDouble8 => ordered(8).into(),
-            Self::DoubleCyclic => double(false).into(),
-            Self::DoubleCyclicSpecialized => double(true).into(),
-            Self::SpecializedCyclic => Strategy::SpecializedCyclicCmma(Inferred(().into())).into(),
-        }
+        Some(
+            match self {
+                Self::Heuristic => return None,
+                Self::SimpleCyclic => simple(false),
+                Self::SimpleCyclicMultiRows => simple(true),
+                Self::OrderedDouble4 => ordered(4),
+                Self::OrderedDouble8 => ordered(8),
+                Self::DoubleCyclic => double(false),
+                Self::DoubleCyclicSpecialized => double(true),
+                Self::SpecializedCyclic => Strategy::SpecializedCyclicCmma(Inferred(().into())),
+            }
+            .into(),
+        )
     }
 }
 
 /// Which of the decoder's kernels takes `x · w_tᵀ`: `Some(true)` the matrix-vector kernels (up to
-/// 16 rows; 17 to 64 with tensor-core tiles where the device has them), `Some(false)` the matmul
-/// routine; `None` Burn's matmul (not one dtype or device, an empty product, not a CubeCL device
+/// 16 rows; 17 to 64 of f16 with tensor-core tiles where the device has them and the output is
+/// narrower than 4× the input), `Some(false)` the matmul routine; `None` Burn's matmul (not one dtype or device, an empty product, not a CubeCL device
 /// without Autodiff).
 #[cfg(feature = "cube")]
 fn kernel_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<bool> {
