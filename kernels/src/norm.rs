@@ -37,8 +37,23 @@ pub fn rms_norm_kernel<F: Float, N: Size>(
         sum += lane_sum::<N>(v * v);
     }
     let inv = row_scale(sum, eps, inv_hidden, units);
-    for i in range_stepped(u, row_vectors, units) {
-        let v = Vector::<f32, N>::cast_from(x[base + i]) * Vector::new(inv);
+    scale_row(x, w, out, base, inv, units, row_vectors);
+}
+
+/// `out = w * cast(src * inv)` over the row of `src` from `base`, each unit its strided vectors
+/// (the ones it read or wrote for the row's sum).
+#[cube]
+fn scale_row<F: Float, N: Size>(
+    src: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
+    out: &mut Tensor<Vector<F, N>>,
+    base: usize,
+    inv: f32,
+    #[comptime] units: usize,
+    #[comptime] row_vectors: usize,
+) {
+    for i in range_stepped(UNIT_POS as usize, row_vectors, units) {
+        let v = Vector::<f32, N>::cast_from(src[base + i]) * Vector::new(inv);
         out[base + i] = Vector::<F, N>::cast_from(v) * w[i];
     }
 }
@@ -84,10 +99,7 @@ pub fn add_rms_norm_kernel<F: Float, N: Size>(
     }
     let inv = row_scale(squares, eps, inv_hidden, units);
     // Each unit reads back only the vectors it wrote.
-    for i in range_stepped(u, row_vectors, units) {
-        let v = Vector::<f32, N>::cast_from(sum[base + i]) * Vector::new(inv);
-        out[base + i] = Vector::<F, N>::cast_from(v) * w[i];
-    }
+    scale_row(&*sum, w, out, base, inv, units, row_vectors);
 }
 
 /// Enqueues the RMSNorm of the `rows` rows of `hidden` elements of `x` (contiguous, float
