@@ -11,6 +11,7 @@
 
 use crate::attention::lane_sum;
 use crate::launch::widest_vector;
+use crate::tuning::LaunchTuning;
 use cubecl::calculate_cube_count_elemwise;
 use cubecl::client::Client;
 use cubecl::features::{MmaConfig, Plane};
@@ -317,7 +318,8 @@ pub fn few_rows_fits(client: &Client, float: ElemType, rows: usize, k: usize, n:
 
 /// Enqueues [`few_rows_kernel`](fn@few_rows_kernel): `out [rows, n] = x [rows, k] · wᵀ` for
 /// `w [n, k]`, all contiguous of float `float`; up to four column tiles a cube (outputs wider than
-/// the input) or two (others), the most that divides the output's tiles.
+/// the input) or two (others), the most that divides the output's tiles. `tuning` is
+/// [`LaunchTuning::default`] in normal use (benchmark builds override it).
 ///
 /// # Safety
 /// [`few_rows_fits`] must hold; the tensors must be live and contiguous with those shapes; `out`
@@ -332,25 +334,20 @@ pub unsafe fn launch_few_rows(
     x: TensorArg,
     w: TensorArg,
     out: TensorArg,
+    tuning: &LaunchTuning,
 ) {
     let lanes = client.properties().hardware.plane_size_min;
     // Column tiles per cube: four for outputs wider than the input, else two (the H200 probe of
     // `benches/NOTES.md` entry 27: q/k/v 86 µs at 64 rows with four, 118 with two; o and down
     // 60 and 197 µs with two, 84 and 280 with four).
-    #[allow(unused_mut)]
-    let (mut cols, mut planes) = (if n > k { 4 } else { 2 }, FEW_ROWS_PLANES);
-    #[cfg(feature = "tuning")]
-    {
-        let knob = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-        };
-        cols = knob("ROPE_POOL_FEW_COLS").unwrap_or(cols).clamp(1, 4);
-        planes = knob("ROPE_POOL_FEW_PLANES")
-            .unwrap_or(planes)
-            .clamp(1, FEW_ROWS_PLANES);
-    }
+    let cols = tuning
+        .few_rows_cols
+        .unwrap_or(if n > k { 4 } else { 2 })
+        .clamp(1, 4);
+    let planes = tuning
+        .few_rows_planes
+        .unwrap_or(FEW_ROWS_PLANES)
+        .clamp(1, FEW_ROWS_PLANES);
     // Column tiles per cube: the most of `cols` that divides the output's tiles.
     let cols = (1..=cols)
         .rev()

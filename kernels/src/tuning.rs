@@ -29,6 +29,10 @@ pub struct LaunchTuning {
     /// Attention: the portable kernel even where planes exist
     /// (`ROPE_POOL_ATTENTION_PORTABLE=1`).
     pub attention_portable: bool,
+    /// Few-rows product: the most column tiles a cube (`ROPE_POOL_FEW_COLS`, 1 to 4).
+    pub few_rows_cols: Option<usize>,
+    /// Few-rows product: planes a cube (`ROPE_POOL_FEW_PLANES`, 1 to 8).
+    pub few_rows_planes: Option<usize>,
 }
 
 #[cfg(feature = "tuning")]
@@ -50,6 +54,8 @@ impl LaunchTuning {
                 attention_steps: number("ROPE_POOL_ATTENTION_STEPS"),
                 attention_lanes: number("ROPE_POOL_ATTENTION_LANES"),
                 attention_portable: number("ROPE_POOL_ATTENTION_PORTABLE") == Some(1),
+                few_rows_cols: number("ROPE_POOL_FEW_COLS"),
+                few_rows_planes: number("ROPE_POOL_FEW_PLANES"),
             }
         })
     }

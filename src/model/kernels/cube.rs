@@ -4,6 +4,7 @@ use crate::model::kernels::MatmulRoutine;
 use crate::model::kernels::backend::{
     ActTensors, AddNormTensors, DecoderKernels, MatvecTensors, NormTensors,
 };
+use crate::op::cube::tuning;
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::Shape;
@@ -106,7 +107,7 @@ impl DecoderKernels for CubeBackend {
             if m <= MATVEC_MAX_ROWS {
                 launch_matvec(&out.client, float, out.dtype.size(), m, k, n, x, w_t, o);
             } else {
-                launch_few_rows(&out.client, float, m, k, n, x, w_t, o);
+                launch_few_rows(&out.client, float, m, k, n, x, w_t, o, &tuning());
             }
         }
         out

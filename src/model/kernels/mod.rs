@@ -209,11 +209,16 @@ impl MatmulRoutine {
     /// otherwise (the others were not faster in every run).
     pub fn for_problem(m: usize, n: usize, k: usize) -> Self {
         #[cfg(feature = "tuning")]
-        if let Some(forced) = std::env::var("ROPE_POOL_MATMUL")
-            .ok()
-            .and_then(|name| Self::ALL.into_iter().find(|r| r.name() == name))
         {
-            return forced;
+            // Read once per process, as the kernels' other knobs (`LaunchTuning::from_env`).
+            static FORCED: std::sync::OnceLock<Option<MatmulRoutine>> = std::sync::OnceLock::new();
+            let forced = FORCED.get_or_init(|| {
+                let name = std::env::var("ROPE_POOL_MATMUL").ok()?;
+                Self::ALL.into_iter().find(|r| r.name() == name)
+            });
+            if let Some(forced) = *forced {
+                return forced;
+            }
         }
         if m >= 2048 || (4 * k..16 * k).contains(&n) {
             Self::SimpleCyclicMultiRows
