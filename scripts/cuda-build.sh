@@ -4,7 +4,7 @@
 # which the Vulkan path does not allow. cubecl-cuda pulls `tracel-llvm-bundler`, whose build
 # script downloads LLVM 23 (impossible offline); this points it at Debian's LLVM 22 instead, an
 # unsupported version mismatch (../shared/GPU.md). Output: `.dev/bench-cuda.xz` (stripped, xz);
-# with `all`, also the decode and pool_attention benches and the replay example
+# with `decode`, only the decode bench (`.dev/decode-cuda.xz`); with `all`, also the decode and pool_attention benches and the replay example
 # (`.dev/{decode,attention,replay}-cuda.xz`).
 # Run there: `xz -d -c .dev/bench-cuda.xz > /tmp/bench-cuda; chmod +x /tmp/bench-cuda;
 # /tmp/bench-cuda --device cuda --fused-only --tokens 4096` (under `ncu` for counters).
@@ -28,9 +28,16 @@ features=(--no-default-features --features cuda,flex)
 targets=(--bench rope_pool)
 if [ "${1:-}" = all ]; then
   targets+=(--bench decode --bench pool_attention --example replay)
+elif [ "${1:-}" = decode ]; then
+  targets=(--bench decode)
 fi
 CARGO_TARGET_DIR=target/cuda cargo build --release "${features[@]}" "${targets[@]}"
 newest() { ls -t target/cuda/release/$1 | grep -v '\.d$' | head -1; }
+if [ "${1:-}" = decode ]; then
+  strip -o .dev/decode-cuda "$(newest 'deps/decode-*')"
+  xz -T2 -6 -f .dev/decode-cuda
+  exit 0
+fi
 strip -o .dev/bench-cuda "$(newest 'deps/rope_pool-*')"
 packed=(.dev/bench-cuda)
 if [ "${1:-}" = all ]; then

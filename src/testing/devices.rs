@@ -15,14 +15,45 @@ pub fn device_works(device: &Device) -> bool {
     .unwrap_or(false)
 }
 
+/// Why wgpu must not be opened here, if it must not: this build compiles SPIR-V (the `vulkan`
+/// feature, on by default) and wgpu finds no hardware GPU, only software adapters. Mesa 22.3's
+/// lavapipe segfaults inside `vkCreateComputePipelines` on SPIR-V kernels with workgroup memory
+/// and barriers (Burn's `sum`, this crate's RMSNorm): a crash no panic handler catches. The WGSL
+/// build (`--no-default-features --features wgpu,flex,autodiff`) runs there. Looked up once.
+pub fn wgpu_refusal() -> Option<&'static str> {
+    #[cfg(feature = "vulkan")]
+    {
+        use cubecl::device::WgpuDeviceKind;
+        static HARDWARE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let hardware = *HARDWARE.get_or_init(|| {
+            cubecl::Device::enumerate_all().iter().any(|device| {
+                matches!(device, cubecl::Device::Wgpu(wgpu) if wgpu.kind != WgpuDeviceKind::Cpu)
+            })
+        });
+        if !hardware {
+            return Some(
+                "wgpu finds no hardware GPU here, and this build compiles SPIR-V, which Mesa's \
+                 software Vulkan (lavapipe 22.3) crashes on: use `--device flex`, or the WGSL \
+                 build (`--no-default-features --features wgpu,flex,autodiff`)",
+            );
+        }
+    }
+    None
+}
+
 /// The device names this build can open: `flex`, `wgpu`, `vulkan`, `metal`, `cuda`, `default`.
-/// `default` is burn's default device, or Flex when that one has no usable adapter (the caller
-/// sees which in the device's `Debug` form).
+/// `default` is burn's default device, or Flex when that one has no usable adapter or
+/// [`wgpu_refusal`] applies (the caller sees which in the device's `Debug` form); `wgpu` and
+/// `vulkan` are refused with [`wgpu_refusal`]'s reason where it applies.
 pub fn device_by_name(name: &str) -> Result<Device, String> {
     #[cfg(feature = "wgpu")]
     use burn::tensor::DeviceKind;
     match name {
         "default" => {
+            #[cfg(feature = "flex")]
+            if wgpu_refusal().is_some() {
+                return Ok(Device::flex());
+            }
             let device = Device::default();
             #[cfg(feature = "flex")]
             if !device_works(&device) {
@@ -32,6 +63,11 @@ pub fn device_by_name(name: &str) -> Result<Device, String> {
         }
         #[cfg(feature = "flex")]
         "flex" => Ok(Device::flex()),
+        #[cfg(feature = "wgpu")]
+        "wgpu" | "vulkan" if wgpu_refusal().is_some() => Err(format!(
+            "device `{name}`: {}",
+            wgpu_refusal().unwrap_or_default()
+        )),
         #[cfg(feature = "wgpu")]
         "wgpu" => Ok(Device::wgpu(DeviceKind::DefaultDevice)),
         #[cfg(feature = "vulkan")]

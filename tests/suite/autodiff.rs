@@ -164,19 +164,24 @@ fn grads(case: &Case, device: &Device, fused: bool, seed: u64) -> Vec<Vec<f32>> 
         .collect()
 }
 
+/// The op's gradients on every device against Burn's autodiff of the unfused path on Flex. The
+/// oracle runs on Flex because the unfused path takes `cos`/`sin` of f32 angles in Burn's ops,
+/// which a GPU evaluates with its own approximations: on the H200 through SPIR-V its gradients
+/// were 7e-5 (relative) off the op's at positions up to 64, where Flex's agree to 1e-5.
 #[test]
 fn gradients_match_unfused_autodiff() {
     let names = ["q", "k", "v", "k_pool", "v_pool"];
-    for (device_name, device) in devices() {
-        for (variant, config) in configs() {
-            for (seed, (tokens, pool)) in [(1, 5), (7, 12), (33, 40)].into_iter().enumerate() {
-                let seed = seed as u64 + 100;
-                // Positions past LongRoPE's threshold (16) in the last case: the long set. Kept
-                // small because the unfused path's f32 angle `p·f` loses ~p·2^-24 radians.
-                let max_position = if tokens > 20 { 64 } else { 12 };
-                let case = Case::random(config.clone(), tokens, pool, max_position, seed);
-                let fused = grads(&case, &device, true, seed);
-                let unfused = grads(&case, &device, false, seed);
+    let devices = devices();
+    for (variant, config) in configs() {
+        for (seed, (tokens, pool)) in [(1, 5), (7, 12), (33, 40)].into_iter().enumerate() {
+            let seed = seed as u64 + 100;
+            // Positions past LongRoPE's threshold (16) in the last case: the long set. Kept
+            // small because the unfused path's f32 angle `p·f` loses ~p·2^-24 radians.
+            let max_position = if tokens > 20 { 64 } else { 12 };
+            let case = Case::random(config.clone(), tokens, pool, max_position, seed);
+            let unfused = grads(&case, &Device::flex(), false, seed);
+            for (device_name, device) in &devices {
+                let fused = grads(&case, device, true, seed);
                 for ((name, a), e) in names.iter().zip(&fused).zip(&unfused) {
                     assert_eq!(a.len(), e.len());
                     for (i, (a, e)) in a.iter().zip(e).enumerate() {

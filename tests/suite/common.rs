@@ -10,6 +10,13 @@ use burn_rope_pool::{
 /// Whether wgpu opens an adapter here. With `CI=true` a missing adapter fails the test run
 /// (CI installs Mesa's software Vulkan so that the real kernel runs).
 pub fn wgpu_device() -> Option<Device> {
+    if let Some(reason) = burn_rope_pool::testing::wgpu_refusal() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true and wgpu refused: {reason} (scripts/test.sh picks the WGSL build)");
+        }
+        eprintln!("wgpu tests skipped: {reason}");
+        return None;
+    }
     let device = Device::wgpu(DeviceKind::DefaultDevice);
     if burn_rope_pool::testing::device_works(&device) {
         return Some(device);
@@ -19,6 +26,28 @@ pub fn wgpu_device() -> Option<Device> {
     }
     eprintln!("no wgpu adapter here: wgpu tests skipped (install mesa-vulkan-drivers)");
     None
+}
+
+/// The adapter [`wgpu_device`] opens, named by its kind (`DiscreteGpu(0)`, `Cpu`, …) rather than
+/// `DefaultDevice`: CubeCL keys that as another device, with a client and memory of its own, so
+/// the memory a test measures there is not moved by the tests running beside it.
+pub fn own_wgpu_device() -> Option<Device> {
+    use cubecl::device::WgpuDeviceKind as Kind;
+    wgpu_device()?;
+    let kind = cubecl::Device::enumerate_all()
+        .into_iter()
+        .find_map(|device| match device {
+            cubecl::Device::Wgpu(wgpu) => Some(wgpu.kind),
+            _ => None,
+        })?;
+    let kind = match kind {
+        Kind::DiscreteGpu(i) => DeviceKind::DiscreteGpu(i),
+        Kind::IntegratedGpu(i) => DeviceKind::IntegratedGpu(i),
+        Kind::VirtualGpu(i) => DeviceKind::VirtualGpu(i),
+        Kind::Cpu => DeviceKind::Cpu,
+        _ => return None,
+    };
+    Some(Device::wgpu(kind))
 }
 
 /// Flex, then wgpu when an adapter is there.
