@@ -194,9 +194,13 @@ fn matmul_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize], pro
                 continue; // the LM head runs for each sequence's last token only
             }
             let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), (device, dtype));
-            // Checked on the first rows (a whole f32 copy of the largest output passes what one
-            // buffer may hold).
-            let head = x.clone().narrow(0, 0, m.min(256));
+            // Checked on the first 256 rows, in f32; from 2048 rows (where the prefill routines
+            // take over) on every row, in the dtype (a whole f32 copy of the largest output passes
+            // what one buffer may hold).
+            let head = match m >= 2048 {
+                true => x.clone(),
+                false => x.clone().narrow(0, 0, m.min(256)),
+            };
             let reference = project_with(head.clone(), w, MatmulRoutine::Heuristic);
             // `project`'s own choice (the few-rows kernel up to 64 rows), then every routine.
             let routines = if project_only {
@@ -211,10 +215,13 @@ fn matmul_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize], pro
                     None => project(x, w),
                 };
                 let out = run(head.clone());
-                let diff = (out.cast(DType::F32) - reference.clone().cast(DType::F32))
-                    .abs()
-                    .max()
-                    .into_scalar::<f32>();
+                let diff = match m >= 2048 {
+                    true => (out - reference.clone()).abs().max().cast(DType::F32),
+                    false => (out.cast(DType::F32) - reference.clone().cast(DType::F32))
+                        .abs()
+                        .max(),
+                }
+                .into_scalar::<f32>();
                 // Windows of several calls: the device stays busy between them.
                 let calls = if m >= 4096 { 2 } else { 20 };
                 let t = time_per_call(device, 3, || {

@@ -4,8 +4,9 @@
 # which the Vulkan path does not allow. cubecl-cuda pulls `tracel-llvm-bundler`, whose build
 # script downloads LLVM 23 (impossible offline); this points it at Debian's LLVM 22 instead, an
 # unsupported version mismatch (../shared/GPU.md). Output: `.dev/bench-cuda.xz` (stripped, xz);
-# with `decode`, only the decode bench (`.dev/decode-cuda.xz`); with `all`, also the decode and pool_attention benches and the replay example
-# (`.dev/{decode,attention,replay}-cuda.xz`).
+# with `decode`, only the decode bench (`.dev/decode-cuda.xz`); with `suite`, only the test
+# suite, CUDA its GPU device (`.dev/suite-cuda.xz`); with `all`, also the decode and
+# pool_attention benches and the replay example (`.dev/{decode,attention,replay}-cuda.xz`).
 # Run there: `xz -d -c .dev/bench-cuda.xz > /tmp/bench-cuda; chmod +x /tmp/bench-cuda;
 # /tmp/bench-cuda --device cuda --fused-only --tokens 4096` (under `ncu` for counters).
 set -euo pipefail
@@ -29,13 +30,19 @@ targets=(--bench rope_pool)
 if [ "${1:-}" = all ]; then
   targets+=(--bench decode --bench pool_attention --example replay)
 elif [ "${1:-}" = decode ]; then
+  # The suite's features, so that the two share one build of burn.
+  features=(--no-default-features --features cuda,flex,autodiff)
   targets=(--bench decode)
+elif [ "${1:-}" = suite ]; then
+  # The test suite with CUDA as its GPU device (tests/suite/common.rs), autodiff included.
+  features=(--no-default-features --features cuda,flex,autodiff)
+  targets=(--test suite)
 fi
 CARGO_TARGET_DIR=target/cuda cargo build --release "${features[@]}" "${targets[@]}"
 newest() { ls -t target/cuda/release/$1 | grep -v '\.d$' | head -1; }
-if [ "${1:-}" = decode ]; then
-  strip -o .dev/decode-cuda "$(newest 'deps/decode-*')"
-  xz -T2 -6 -f .dev/decode-cuda
+if [ "${1:-}" = decode ] || [ "${1:-}" = suite ]; then
+  strip -o ".dev/$1-cuda" "$(newest "deps/$1-*")"
+  xz -T2 -6 -f ".dev/$1-cuda"
   exit 0
 fi
 strip -o .dev/bench-cuda "$(newest 'deps/rope_pool-*')"

@@ -12,6 +12,8 @@ executable() {
   cargo build --release "$@" --message-format=json |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
 }
+# The WGSL-only build (the default build compiles SPIR-V on Vulkan).
+wgsl=(--no-default-features --features wgpu,flex,autodiff)
 # On the H200 machine: the Vulkan loader from the packages carried in .gl, and NVIDIA's ICD.
 vulkan_env() {
   for f in .gl/*.deb; do dpkg -x "$f" /; done
@@ -22,15 +24,15 @@ vulkan_env() {
 }
 case "${1:-run}" in
   pack)
-    # Builds the bench and the replay example twice — burn's `wgpu` (WGSL) and `vulkan` (SPIR-V)
-    # paths — strips them and compresses them into .dev for the device tool to carry.
+    # Builds the bench and the replay example twice — the WGSL build and the default build
+    # (SPIR-V on Vulkan) — strips them and compresses them into .dev for the device tool to carry.
     mkdir -p .dev
     # The bench is built with `tuning` (launch knobs from ROPE_POOL_* for the sweep); the shipped
     # kernel and launch are the same as without it.
-    strip -o .dev/bench "$(executable --bench rope_pool --features tuning)"
-    strip -o .dev/bench-vulkan "$(executable --bench rope_pool --features vulkan,tuning)"
-    strip -o .dev/replay "$(executable --example replay)"
-    strip -o .dev/replay-vulkan "$(executable --example replay --features vulkan)"
+    strip -o .dev/bench "$(executable --bench rope_pool "${wgsl[@]}",tuning)"
+    strip -o .dev/bench-vulkan "$(executable --bench rope_pool --features tuning)"
+    strip -o .dev/replay "$(executable --example replay "${wgsl[@]}")"
+    strip -o .dev/replay-vulkan "$(executable --example replay)"
     xz -T2 -6 -f .dev/bench .dev/bench-vulkan .dev/replay .dev/replay-vulkan
     [ -f ../shared/anchors/h200_anchor_bench.py ] && cp ../shared/anchors/h200_anchor_bench.py .dev/
     ls -la .dev
@@ -39,9 +41,9 @@ case "${1:-run}" in
     # The pool_attention bench, WGSL and SPIR-V builds, for `run-attention`.
     mkdir -p .dev
     # `tuning`: the launch knobs from ROPE_POOL_* (for `SWEEP`); the defaults are the shipped
-    # launch. The test suite (WGSL build) checks the kernels on the GPU itself.
-    strip -o .dev/attention "$(executable --bench pool_attention --features tuning)"
-    strip -o .dev/attention-vulkan "$(executable --bench pool_attention --features vulkan,tuning)"
+    # launch. The test suite (default build) checks the kernels on the GPU itself.
+    strip -o .dev/attention "$(executable --bench pool_attention "${wgsl[@]}",tuning)"
+    strip -o .dev/attention-vulkan "$(executable --bench pool_attention --features tuning)"
     strip -o .dev/suite "$(executable --test suite)"
     xz -T2 -6 -f .dev/attention .dev/attention-vulkan .dev/suite
     cp ../shared/anchors/pool_attention_anchor.py .dev/

@@ -1,60 +1,90 @@
 //! Test support: the devices under test, random cases, poisoning, and scoring against the f64
 //! reference.
 
-use burn::tensor::{DType, Device, DeviceKind, Int, Tensor, TensorData};
+#[cfg(feature = "wgpu")]
+use burn::tensor::DeviceKind;
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use burn_rope_pool::reference::{ReferenceOutput, rope_pool_reference};
 use burn_rope_pool::{
     RopePoolConfig, RopePoolError, RopePoolInputs, RopePoolOutputs, rope_pool_fused,
 };
 
-/// Whether wgpu opens an adapter here. With `CI=true` a missing adapter fails the test run
-/// (CI installs Mesa's software Vulkan so that the real kernel runs).
-pub fn wgpu_device() -> Option<Device> {
-    if let Some(reason) = burn_rope_pool::testing::wgpu_refusal() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true and wgpu refused: {reason} (scripts/test.sh picks the WGSL build)");
-        }
-        eprintln!("wgpu tests skipped: {reason}");
-        return None;
-    }
-    let device = Device::wgpu(DeviceKind::DefaultDevice);
-    if burn_rope_pool::testing::device_works(&device) {
-        return Some(device);
-    }
+/// The GPU runtime under test: wgpu in builds with it (CI: Mesa's software Vulkan), else CUDA
+/// (a `--no-default-features --features cuda,flex,autodiff` build, run on an NVIDIA GPU).
+#[cfg(feature = "wgpu")]
+pub const GPU: &str = "wgpu";
+#[cfg(not(feature = "wgpu"))]
+pub const GPU: &str = "cuda";
+
+/// No GPU device to test on, for `reason`: with `CI=true` the run fails (CI installs Mesa's
+/// software Vulkan so that the real kernels run); otherwise the GPU tests are skipped.
+fn no_gpu(reason: &str) -> Option<Device> {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true but no wgpu adapter: install mesa-vulkan-drivers (software Vulkan)");
+        panic!("CI=true but {reason} (scripts/test.sh installs and picks what CI needs)");
     }
-    eprintln!("no wgpu adapter here: wgpu tests skipped (install mesa-vulkan-drivers)");
+    eprintln!("{GPU} tests skipped: {reason}");
     None
 }
 
-/// The adapter [`wgpu_device`] opens, named by its kind (`DiscreteGpu(0)`, `Cpu`, …) rather than
-/// `DefaultDevice`: CubeCL keys that as another device, with a client and memory of its own, so
-/// the memory a test measures there is not moved by the tests running beside it.
-pub fn own_wgpu_device() -> Option<Device> {
-    use cubecl::device::WgpuDeviceKind as Kind;
-    wgpu_device()?;
-    let kind = cubecl::Device::enumerate_all()
-        .into_iter()
-        .find_map(|device| match device {
-            cubecl::Device::Wgpu(wgpu) => Some(wgpu.kind),
-            _ => None,
-        })?;
-    let kind = match kind {
-        Kind::DiscreteGpu(i) => DeviceKind::DiscreteGpu(i),
-        Kind::IntegratedGpu(i) => DeviceKind::IntegratedGpu(i),
-        Kind::VirtualGpu(i) => DeviceKind::VirtualGpu(i),
-        Kind::Cpu => DeviceKind::Cpu,
-        _ => return None,
-    };
-    Some(Device::wgpu(kind))
+/// The GPU device under test ([`GPU`]), when this machine opens one.
+pub fn gpu_device() -> Option<Device> {
+    #[cfg(feature = "wgpu")]
+    {
+        if let Some(reason) = burn_rope_pool::testing::wgpu_refusal() {
+            return no_gpu(reason);
+        }
+        let device = Device::wgpu(DeviceKind::DefaultDevice);
+        if burn_rope_pool::testing::device_works(&device) {
+            return Some(device);
+        }
+        no_gpu("no wgpu adapter here (install mesa-vulkan-drivers)")
+    }
+    #[cfg(all(feature = "cuda", not(feature = "wgpu")))]
+    {
+        let device = Device::cuda(0usize);
+        if burn_rope_pool::testing::device_works(&device) {
+            return Some(device);
+        }
+        no_gpu("no CUDA device here")
+    }
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    no_gpu("this build has no GPU runtime")
 }
 
-/// Flex, then wgpu when an adapter is there.
+/// The GPU device with a client and memory of its own, so that the memory a test measures there
+/// is not moved by the tests running beside it: through wgpu, the adapter [`gpu_device`] opens
+/// named by its kind (`DiscreteGpu(0)`, `Cpu`, …) rather than `DefaultDevice`, which CubeCL keys
+/// as another device. CUDA has one device per GPU: there it is [`gpu_device`]'s.
+pub fn own_gpu_device() -> Option<Device> {
+    let device = gpu_device()?;
+    #[cfg(feature = "wgpu")]
+    {
+        use cubecl::device::WgpuDeviceKind as Kind;
+        let _ = device;
+        let kind = cubecl::Device::enumerate_all()
+            .into_iter()
+            .find_map(|device| match device {
+                cubecl::Device::Wgpu(wgpu) => Some(wgpu.kind),
+                _ => None,
+            })?;
+        let kind = match kind {
+            Kind::DiscreteGpu(i) => DeviceKind::DiscreteGpu(i),
+            Kind::IntegratedGpu(i) => DeviceKind::IntegratedGpu(i),
+            Kind::VirtualGpu(i) => DeviceKind::VirtualGpu(i),
+            Kind::Cpu => DeviceKind::Cpu,
+            _ => return None,
+        };
+        Some(Device::wgpu(kind))
+    }
+    #[cfg(not(feature = "wgpu"))]
+    Some(device)
+}
+
+/// Flex, then the GPU device ([`GPU`]) when there is one.
 pub fn devices() -> Vec<(&'static str, Device)> {
     let mut devices = vec![("flex", Device::flex())];
-    if let Some(device) = wgpu_device() {
-        devices.push(("wgpu", device));
+    if let Some(device) = gpu_device() {
+        devices.push((GPU, device));
     }
     devices
 }

@@ -189,7 +189,7 @@ fn zero_heads_are_refused() {
 
 #[test]
 fn tensors_on_two_devices_are_refused() {
-    let Some(gpu) = crate::common::wgpu_device() else {
+    let Some(gpu) = crate::common::gpu_device() else {
         return;
     };
     let case = base_case();

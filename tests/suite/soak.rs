@@ -5,7 +5,7 @@
 //! CI runs `ROPE_POOL_SOAK_CALLS` (default 2000) calls per device; the README gives the figures
 //! of a longer run.
 
-use crate::common::{Rng, devices, host, memory, own_wgpu_device};
+use crate::common::{Rng, devices, host, memory, own_gpu_device};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use burn_rope_pool::reference::rope_pool_reference;
 use burn_rope_pool::testing::norm_relative_error;
@@ -94,10 +94,10 @@ fn zero_pools(device: &Device) -> (Tensor<3>, Tensor<3>) {
 fn back_to_back_calls_keep_memory_flat_and_pools_exact() {
     let calls = crate::common::env_count("ROPE_POOL_SOAK_CALLS", 2000);
     let c = config();
-    // The wgpu device with memory of its own: the tests beside this one allocate on the default.
+    // The GPU device with memory of its own: the tests beside this one allocate on the default.
     let mut devices = vec![("flex", Device::flex())];
-    if let Some(device) = own_wgpu_device() {
-        devices.push(("wgpu", device));
+    if let Some(device) = own_gpu_device() {
+        devices.push((crate::common::GPU, device));
     }
     for (name, device) in devices {
         let mut rng = Rng::new(77);

@@ -7,8 +7,11 @@ use crate::model::kernels::backend::{
 use crate::op::cube::tuning;
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
-use burn::tensor::Shape;
+use burn::tensor::{DType, Shape};
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
+use cubecl::features::MmaConfig;
+use cubecl::ir::{ElemType, FloatKind};
+use cubecl::{prelude::Scalar, tf32};
 use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
@@ -83,6 +86,123 @@ fn launch_matmul(
     )
 }
 
+/// Whether cubek's tensor-core routines (and Burn's matmul) would multiply `x`'s f32 values as
+/// TF32 on its device: f32 inputs where the device supports the TF32 type.
+fn f32_through_tf32(x: &CubeTensor) -> bool {
+    x.dtype == DType::F32
+        && x.client
+            .properties()
+            .supports_type(tf32::elem_type_native())
+}
+
+/// cubek's one-stage cyclic routine forced to 16 × 16 × 16 tensor-core tiles: a partition of
+/// `pm × pn × pk` tiles a plane, a stage of `sm × sn` partitions (planes), partition buffering
+/// `buffers` (1 or 2), the cube count spread over `sms` multiprocessors (0: flattened).
+fn tile16_blueprint(
+    x: &CubeTensor,
+    [m, n, k]: [usize; 3],
+    [pm, pn, pk, sm, sn, buffers, sms]: [u32; 7],
+) -> Option<Strategy> {
+    use cubek::matmul::multi_level::Strategy as MultiLevel;
+    use cubek::matmul::multi_level::components::stage::PartitionBuffering;
+    use cubek::matmul::multi_level::components::tile::TileMatmulKind;
+    use cubek::matmul::multi_level::definition::{BatchMatmulBlueprint, TilingScheme};
+    use cubek::matmul::routine::BlueprintStrategy::Forced;
+    use cubek::std::MatrixLayout;
+    use cubek::std::cube_count::{
+        CubeCountStrategy, GlobalOrder, HypercubeBlueprint, SmAllocation,
+    };
+    let tiling_scheme = TilingScheme::builder()
+        .with_tile_size((16, 16, 16).into())
+        .with_partition_size((pm, pn, pk).into())
+        .with_stage_size((sm, sn, 1).into())
+        .build()
+        .ok()?;
+    let cube_count_strategy = match sms {
+        0 => CubeCountStrategy::Flattened,
+        num_sms => CubeCountStrategy::Sm {
+            num_sms,
+            sm_usage: SmAllocation::Exact,
+            cubes_first: true,
+        },
+    };
+    let hypercube_blueprint = HypercubeBlueprint::builder()
+        .global_order(GlobalOrder::SwizzleRow(4))
+        .cube_count_strategy(cube_count_strategy)
+        .build();
+    let (stage_m, stage_n) = (16 * pm * sm, 16 * pn * sn);
+    let blueprint = BatchMatmulBlueprint {
+        plane_dim: x.client.properties().hardware.plane_size_max,
+        tile_matmul: TileMatmulKind::Cmma,
+        tiling_scheme,
+        swizzle_modes: Default::default(),
+        partition_buffering: match buffers {
+            2 => PartitionBuffering::Double,
+            _ => PartitionBuffering::Single,
+        },
+        loading_precompute_strategy: Default::default(),
+        reader_mode: Default::default(),
+        load_flows: Default::default(),
+        hypercube_blueprint,
+        lhs_layout: MatrixLayout::RowMajor,
+        rhs_layout: MatrixLayout::ColMajor,
+        check_m_bounds: !m.is_multiple_of(stage_m as usize),
+        check_n_bounds: !n.is_multiple_of(stage_n as usize),
+        check_k_bounds: !k.is_multiple_of(16 * pk as usize),
+    };
+    Some(MultiLevel::SimpleCyclicCmma(Forced(blueprint)).into())
+}
+
+/// `simple-multi-rows` for f16 products of 2048 rows or more on a device whose only tensor-core
+/// tile is 16 × 16 × 16 (Vulkan's cooperative matrices; CUDA's 8 × 32 × 16 keeps cubek's own
+/// choice): 4 × 4 tiles a plane and 8 planes (a 256 × 128 stage) instead of cubek's inferred 2
+/// × 8 tiles and 4 planes — 134–141 TFLOPS against 124–129 on the four Llama-3-8B projections
+/// at m = 32768 on the H200 (`benches/NOTES.md` entry 28), outputs equal to Burn's matmul.
+fn wide_stage(x: &CubeTensor, [m, n, k]: [usize; 3]) -> Option<Strategy> {
+    let tiles = |m, n, k| MmaConfig {
+        a_type: ElemType::Float(FloatKind::F16),
+        b_type: ElemType::Float(FloatKind::F16),
+        cd_type: ElemType::Float(FloatKind::F32),
+        m,
+        n,
+        k,
+    };
+    let cmma = &x.client.properties().features.matmul.cmma;
+    let fits = x.dtype == DType::F16
+        && m >= 2048
+        && cmma.contains(&tiles(16, 16, 16))
+        && !cmma.contains(&tiles(8, 32, 16));
+    if !fits {
+        return None;
+    }
+    // Benchmark builds: `ROPE_POOL_BLUEPRINT=pm,pn,pk/sm,sn/buffers/sms` replaces the shape
+    // (a sweep of what cubek's inference does not try).
+    #[cfg(feature = "tuning")]
+    {
+        static SPEC: std::sync::OnceLock<Option<[u32; 7]>> = std::sync::OnceLock::new();
+        let spec = SPEC.get_or_init(|| {
+            let text = std::env::var("ROPE_POOL_BLUEPRINT").ok()?;
+            let values: Vec<u32> = text
+                .split(['/', ','])
+                .map(|v| v.trim().parse().ok())
+                .collect::<Option<_>>()?;
+            values.try_into().ok()
+        });
+        if let Some(spec) = *spec {
+            return tile16_blueprint(x, [m, n, k], spec);
+        }
+    }
+    tile16_blueprint(x, [m, n, k], [4, 4, 2, 4, 2, 1, 0])
+}
+
+/// cubek's register-tiled routine (no tensor cores: f32 arithmetic throughout).
+fn unit_routine() -> Strategy {
+    use cubek::matmul::multi_level::Strategy as MultiLevel;
+    use cubek::matmul::multi_level::routines::batch::simple_unit::SimpleUnitSelectionArgs;
+    use cubek::matmul::routine::BlueprintStrategy::Inferred;
+    MultiLevel::SimpleUnit(Inferred(SimpleUnitSelectionArgs::default())).into()
+}
+
 impl DecoderKernels for CubeBackend {
     fn rms_norm(inputs: NormTensors<Self>, eps: f32) -> CubeTensor {
         norm(inputs.x, inputs.w, eps, None)
@@ -122,9 +242,31 @@ impl DecoderKernels for CubeBackend {
         rhs.meta.swap(0, 1);
         let dtype = x.dtype;
         // A named routine, unless it refuses the problem or the device (checked before anything
-        // is launched); then, and for the heuristic routine, Burn's own matmul.
-        let launched = match MatmulRoutine::from_index(routine).strategy() {
-            Some(strategy) => launch_matmul(&strategy, &x, &rhs, &out).is_ok(),
+        // is launched); then, and for the heuristic routine, Burn's own matmul. f32 products
+        // stay f32: where the device has TF32 tensor cores (CUDA), cubek runs f32 through them
+        // (10-bit mantissa; `adjust_dtypes`, cubek-matmul 0.3.1
+        // `src/multi_level/definition/blueprint.rs:88-104`), so they take register tiles instead.
+        let routine = MatmulRoutine::from_index(routine);
+        let strategy = match f32_through_tf32(&x) {
+            true => Some(unit_routine()),
+            false if routine == MatmulRoutine::SimpleCyclicMultiRows => {
+                wide_stage(&x, [m, n, rhs.shape()[0]]).or(routine.strategy())
+            }
+            false => routine.strategy(),
+        };
+        let launched = match strategy {
+            Some(strategy) => match launch_matmul(&strategy, &x, &rhs, &out) {
+                Ok(()) => true,
+                Err(_refusal) => {
+                    // Benchmark builds say so once: a sweep must know what it timed.
+                    #[cfg(feature = "tuning")]
+                    {
+                        static SAID: std::sync::Once = std::sync::Once::new();
+                        SAID.call_once(|| eprintln!("matmul routine refused: {_refusal:?}"));
+                    }
+                    false
+                }
+            },
             None => false,
         };
         if !launched {
