@@ -2,12 +2,12 @@
 # The project's test command (README). Installs what a fresh Debian/Ubuntu machine lacks for the
 # wgpu tests to run the real CubeCL kernel on Mesa's software Vulkan (lavapipe), then runs the
 # whole test suite. With CI=true a missing GPU adapter fails the wgpu tests instead of skipping,
-# and the lints and feature builds run too: rustfmt, clippy and rustdoc on the default build
-# (warnings denied) and a Flex-only build (no GPU crates).
+# and the lints and feature builds run too: rustfmt, clippy on the default and the WGSL-only
+# builds and rustdoc (warnings denied), and a Flex-only build (no GPU crates).
 #
 # Which GPU build the suite runs: the default build compiles SPIR-V on Vulkan, and lavapipe
 # 22.3 (what a machine without a GPU gets here) segfaults creating SPIR-V pipelines that use
-# workgroup memory, so where no GPU device node exists the suite runs the WGSL build
+# workgroup memory, so where no hardware Vulkan driver is found the suite runs the WGSL build
 # (`--no-default-features --features wgpu,flex,autodiff`) instead. ROPE_POOL_TEST_FEATURES
 # (cargo arguments, e.g. "--no-default-features --features wgpu,flex") overrides the choice.
 set -euo pipefail
@@ -41,16 +41,34 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 df -h . 2>/dev/null | tail -1 | awk '{print "disk free for target/: " $4}'
 if [ "${CI:-}" = true ]; then export CARGO_INCREMENTAL=0; fi
 
-gpu_node=false
-for node in /dev/nvidia0 /dev/dri/renderD* /dev/kfd; do
-  [ -e "$node" ] && gpu_node=true
-done
+# A hardware Vulkan driver: a GPU device node and an ICD that drives it (NVIDIA's beside
+# /dev/nvidia0; Mesa's RADV or ANV beside a DRM render node), or an ICD named by the Vulkan
+# loader's variables. Mesa installs its ICDs whether or not the hardware is there, and a CUDA
+# container has /dev/nvidia0 without NVIDIA's Vulkan ICD: neither counts alone.
+hardware_vulkan() {
+  local dirs=(/usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/share/vulkan/icd.d)
+  local nvidia=() mesa=()
+  for d in "${dirs[@]}"; do
+    nvidia+=("$d"/nvidia*.json)
+    mesa+=("$d"/radeon*.json "$d"/intel*.json)
+  done
+  local node icd
+  for node in /dev/nvidia0 /dev/dri/renderD* /dev/kfd; do
+    [ -e "$node" ] || continue
+    [ -n "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && return 0
+    case "$node" in
+      /dev/nvidia0) for icd in "${nvidia[@]}"; do [ -e "$icd" ] && return 0; done ;;
+      *) for icd in "${mesa[@]}"; do [ -e "$icd" ] && return 0; done ;;
+    esac
+  done
+  return 1
+}
 if [ -n "${ROPE_POOL_TEST_FEATURES+x}" ]; then
   read -r -a build <<< "$ROPE_POOL_TEST_FEATURES"
-elif [ "$gpu_node" = true ] || [ "$(uname)" = Darwin ]; then
+elif hardware_vulkan || [ "$(uname)" = Darwin ]; then
   build=()
 else
-  echo "no GPU device node: the suite runs the WGSL build (SPIR-V crashes lavapipe 22.3)"
+  echo "no hardware Vulkan driver: the suite runs the WGSL build (SPIR-V crashes lavapipe 22.3)"
   build=(--no-default-features --features wgpu,flex,autodiff)
 fi
 
@@ -65,6 +83,7 @@ fi
 step cargo test --workspace ${build[@]+"${build[@]}"} "$@"
 if [ "${CI:-}" = true ]; then
   step cargo clippy --workspace --all-targets -- -D warnings
+  step cargo clippy --workspace --all-targets --no-default-features --features wgpu,flex,autodiff -- -D warnings
   step env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
   step cargo check --no-default-features --features flex
 fi

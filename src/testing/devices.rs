@@ -41,6 +41,18 @@ pub fn wgpu_refusal() -> Option<&'static str> {
     None
 }
 
+/// Whether `device` is a wgpu device.
+fn is_wgpu(device: &Device) -> bool {
+    #[cfg(feature = "wgpu")]
+    if let burn::backend::DispatchDevice::Cube(cubecl::Device::Wgpu(_)) =
+        device.as_dispatch().clone().inner()
+    {
+        return true;
+    }
+    let _ = device;
+    false
+}
+
 /// The device names this build can open: `flex`, `wgpu`, `vulkan`, `metal`, `cuda`, `default`.
 /// `default` is burn's default device, or Flex when that one has no usable adapter or
 /// [`wgpu_refusal`] applies (the caller sees which in the device's `Debug` form); `wgpu` and
@@ -50,11 +62,14 @@ pub fn device_by_name(name: &str) -> Result<Device, String> {
     use burn::tensor::DeviceKind;
     match name {
         "default" => {
-            #[cfg(feature = "flex")]
-            if wgpu_refusal().is_some() {
-                return Ok(Device::flex());
-            }
             let device = Device::default();
+            // A refused wgpu device is not even probed (the probe is what would crash).
+            if let (true, Some(_reason)) = (is_wgpu(&device), wgpu_refusal()) {
+                #[cfg(feature = "flex")]
+                return Ok(Device::flex());
+                #[cfg(not(feature = "flex"))]
+                return Err(format!("device `default`: {_reason}"));
+            }
             #[cfg(feature = "flex")]
             if !device_works(&device) {
                 return Ok(Device::flex());

@@ -60,19 +60,22 @@ pub fn own_gpu_device() -> Option<Device> {
     #[cfg(feature = "wgpu")]
     {
         use cubecl::device::WgpuDeviceKind as Kind;
-        let _ = device;
-        let kind = cubecl::Device::enumerate_all()
+        // The adapters wgpu settled on, hardware first (as `DefaultDevice` prefers); where
+        // none can be named, the shared device.
+        let mut kinds: Vec<_> = cubecl::Device::enumerate_all()
             .into_iter()
-            .find_map(|device| match device {
+            .filter_map(|device| match device {
                 cubecl::Device::Wgpu(wgpu) => Some(wgpu.kind),
                 _ => None,
-            })?;
-        let kind = match kind {
-            Kind::DiscreteGpu(i) => DeviceKind::DiscreteGpu(i),
-            Kind::IntegratedGpu(i) => DeviceKind::IntegratedGpu(i),
-            Kind::VirtualGpu(i) => DeviceKind::VirtualGpu(i),
-            Kind::Cpu => DeviceKind::Cpu,
-            _ => return None,
+            })
+            .collect();
+        kinds.sort_by_key(|kind| *kind == Kind::Cpu);
+        let kind = match kinds.first() {
+            Some(Kind::DiscreteGpu(i)) => DeviceKind::DiscreteGpu(*i),
+            Some(Kind::IntegratedGpu(i)) => DeviceKind::IntegratedGpu(*i),
+            Some(Kind::VirtualGpu(i)) => DeviceKind::VirtualGpu(*i),
+            Some(Kind::Cpu) => DeviceKind::Cpu,
+            _ => return Some(device),
         };
         Some(Device::wgpu(kind))
     }

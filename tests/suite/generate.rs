@@ -528,6 +528,10 @@ fn projections_match_float64() {
             (64, 256, 32),
             (33, 64, 128),
             (24, 160, 64),
+            // The prefill routine's wide stage (f16, 2048 rows; devices with only 16 × 16 × 16
+            // tensor-core tiles), and a size it leaves to cubek's own choice.
+            (2048, 64, 256),
+            (2050, 48, 130),
         ] {
             for dtype in [DType::F32, DType::F16] {
                 if !device.supports_dtype(dtype) {

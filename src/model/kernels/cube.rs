@@ -156,8 +156,10 @@ fn tile16_blueprint(
 /// `simple-multi-rows` for f16 products of 2048 rows or more on a device whose only tensor-core
 /// tile is 16 × 16 × 16 (Vulkan's cooperative matrices; CUDA's 8 × 32 × 16 keeps cubek's own
 /// choice): 4 × 4 tiles a plane and 8 planes (a 256 × 128 stage) instead of cubek's inferred 2
-/// × 8 tiles and 4 planes — 134–141 TFLOPS against 124–129 on the four Llama-3-8B projections
-/// at m = 32768 on the H200 (`benches/NOTES.md` entry 28), outputs equal to Burn's matmul.
+/// × 8 tiles and 4 planes — 135–143 TFLOPS against 124–129 on the four Llama-3-8B projections
+/// at m = 32768 on the H200 (`benches/NOTES.md` entry 28), every output row equal to Burn's
+/// matmul. Only where it was measured: planes of 32, and shapes the stage divides (no bounds
+/// checks: m a multiple of 256, n of 128, k of 32); other problems keep cubek's choice.
 fn wide_stage(x: &CubeTensor, [m, n, k]: [usize; 3]) -> Option<Strategy> {
     let tiles = |m, n, k| MmaConfig {
         a_type: ElemType::Float(FloatKind::F16),
@@ -167,9 +169,15 @@ fn wide_stage(x: &CubeTensor, [m, n, k]: [usize; 3]) -> Option<Strategy> {
         n,
         k,
     };
-    let cmma = &x.client.properties().features.matmul.cmma;
+    let properties = x.client.properties();
+    let cmma = &properties.features.matmul.cmma;
     let fits = x.dtype == DType::F16
         && m >= 2048
+        && m.is_multiple_of(256)
+        && n.is_multiple_of(128)
+        && k.is_multiple_of(32)
+        && properties.hardware.plane_size_min == 32
+        && properties.hardware.plane_size_max == 32
         && cmma.contains(&tiles(16, 16, 16))
         && !cmma.contains(&tiles(8, 32, 16));
     if !fits {
