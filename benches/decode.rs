@@ -197,7 +197,8 @@ fn matmul_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize], pro
             // Checked on the first 256 rows, in f32; from 2048 rows (where the prefill routines
             // take over) on every row, in the dtype (a whole f32 copy of the largest output passes
             // what one buffer may hold).
-            let head = match m >= 2048 {
+            let whole = m >= 2048;
+            let head = match whole {
                 true => x.clone(),
                 false => x.clone().narrow(0, 0, m.min(256)),
             };
@@ -215,7 +216,7 @@ fn matmul_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize], pro
                     None => project(x, w),
                 };
                 let out = run(head.clone());
-                let diff = match m >= 2048 {
+                let diff = match whole {
                     true => (out - reference.clone()).abs().max().cast(DType::F32),
                     false => (out.cast(DType::F32) - reference.clone().cast(DType::F32))
                         .abs()

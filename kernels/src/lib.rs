@@ -29,7 +29,8 @@ pub use launch::{
     launch_append_max, launch_rope_pool, vector_size,
 };
 pub use matvec::{
-    FEW_ROWS_MAX, MATVEC_MAX_ROWS, few_rows_fits, launch_few_rows, launch_matvec, matvec_fits,
+    FEW_ROWS_MAX, MATVEC_MAX_ROWS, few_rows_fits, has_tiles, launch_few_rows, launch_matvec,
+    matvec_fits,
 };
 pub use norm::launch_rms_norm;
 pub use table::{RopeTable, RopeVariant};

@@ -294,16 +294,8 @@ pub fn few_rows_kernel<F: Float>(
 /// kernel was checked and measured in on a GPU; bf16 and f32 go elsewhere), tensor-core tiles of
 /// f16 with f32 accumulation (16 × 16 × 16), planes of one fixed size.
 pub fn few_rows_fits(client: &Client, float: ElemType, rows: usize, k: usize, n: usize) -> bool {
-    let properties = client.properties();
-    let hardware = &properties.hardware;
-    let tiles = MmaConfig {
-        a_type: float,
-        b_type: float,
-        cd_type: ElemType::Float(FloatKind::F32),
-        m: TILE as u32,
-        n: TILE as u32,
-        k: TILE as u32,
-    };
+    let hardware = &client.properties().hardware;
+    let tile = TILE as u32;
     float == ElemType::Float(FloatKind::F16)
         && (TILE + 1..=FEW_ROWS_MAX).contains(&rows)
         && k.is_multiple_of(TILE)
@@ -313,7 +305,21 @@ pub fn few_rows_fits(client: &Client, float: ElemType, rows: usize, k: usize, n:
         && hardware.plane_size_min == hardware.plane_size_max
         && (hardware.max_units_per_cube as usize)
             >= hardware.plane_size_min as usize * FEW_ROWS_PLANES
-        && properties.features.matmul.cmma.contains(&tiles)
+        && has_tiles(client, float, [tile; 3])
+}
+
+/// Whether `client`'s device multiplies tensor-core tiles of `float` of `m × n × k` with f32
+/// accumulation (CubeCL's `cmma`).
+pub fn has_tiles(client: &Client, float: ElemType, [m, n, k]: [u32; 3]) -> bool {
+    let tiles = MmaConfig {
+        a_type: float,
+        b_type: float,
+        cd_type: ElemType::Float(FloatKind::F32),
+        m,
+        n,
+        k,
+    };
+    client.properties().features.matmul.cmma.contains(&tiles)
 }
 
 /// Enqueues [`few_rows_kernel`](fn@few_rows_kernel): `out [rows, n] = x [rows, k] · wᵀ` for

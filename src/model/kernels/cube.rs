@@ -9,14 +9,13 @@ use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
-use cubecl::features::MmaConfig;
 use cubecl::ir::{ElemType, FloatKind};
 use cubecl::{prelude::Scalar, tf32};
 use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 use rope_pool_kernels::{
-    MATVEC_MAX_ROWS, launch_few_rows, launch_matvec, launch_rms_norm, launch_silu_mul,
+    MATVEC_MAX_ROWS, has_tiles, launch_few_rows, launch_matvec, launch_rms_norm, launch_silu_mul,
 };
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
@@ -161,16 +160,8 @@ fn tile16_blueprint(
 /// matmul. Only where it was measured: planes of 32, and shapes the stage divides (no bounds
 /// checks: m a multiple of 256, n of 128, k of 32); other problems keep cubek's choice.
 fn wide_stage(x: &CubeTensor, [m, n, k]: [usize; 3]) -> Option<Strategy> {
-    let tiles = |m, n, k| MmaConfig {
-        a_type: ElemType::Float(FloatKind::F16),
-        b_type: ElemType::Float(FloatKind::F16),
-        cd_type: ElemType::Float(FloatKind::F32),
-        m,
-        n,
-        k,
-    };
+    let f16 = ElemType::Float(FloatKind::F16);
     let properties = x.client.properties();
-    let cmma = &properties.features.matmul.cmma;
     let fits = x.dtype == DType::F16
         && m >= 2048
         && m.is_multiple_of(256)
@@ -178,8 +169,8 @@ fn wide_stage(x: &CubeTensor, [m, n, k]: [usize; 3]) -> Option<Strategy> {
         && k.is_multiple_of(32)
         && properties.hardware.plane_size_min == 32
         && properties.hardware.plane_size_max == 32
-        && cmma.contains(&tiles(16, 16, 16))
-        && !cmma.contains(&tiles(8, 32, 16));
+        && has_tiles(&x.client, f16, [16, 16, 16])
+        && !has_tiles(&x.client, f16, [8, 32, 16]);
     if !fits {
         return None;
     }
