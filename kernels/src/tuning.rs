@@ -33,6 +33,10 @@ pub struct LaunchTuning {
     pub few_rows_cols: Option<usize>,
     /// Few-rows product: planes a cube (`ROPE_POOL_FEW_PLANES`, 1 to 8).
     pub few_rows_planes: Option<usize>,
+    /// Prefill products through SPIR-V: the forced cubek blueprint `[pm, pn, pk, sm, sn,
+    /// buffers, sms]` of the decoder's wide stage (`ROPE_POOL_BLUEPRINT=pm,pn,pk/sm,sn/buffers/sms`);
+    /// another k partition sums in another order, so not bit for bit.
+    pub blueprint: Option<[u32; 7]>,
 }
 
 #[cfg(feature = "tuning")]
@@ -56,6 +60,13 @@ impl LaunchTuning {
                 attention_portable: number("ROPE_POOL_ATTENTION_PORTABLE") == Some(1),
                 few_rows_cols: number("ROPE_POOL_FEW_COLS"),
                 few_rows_planes: number("ROPE_POOL_FEW_PLANES"),
+                blueprint: std::env::var("ROPE_POOL_BLUEPRINT").ok().and_then(|text| {
+                    let values: Vec<u32> = text
+                        .split(['/', ','])
+                        .map(|v| v.trim().parse().ok())
+                        .collect::<Option<_>>()?;
+                    values.try_into().ok()
+                }),
             }
         })
     }

@@ -176,22 +176,8 @@ fn wide_stage(x: &CubeTensor, [m, n, k]: [usize; 3]) -> Option<Strategy> {
     }
     // Benchmark builds: `ROPE_POOL_BLUEPRINT=pm,pn,pk/sm,sn/buffers/sms` replaces the shape
     // (a sweep of what cubek's inference does not try).
-    #[cfg(feature = "tuning")]
-    {
-        static SPEC: std::sync::OnceLock<Option<[u32; 7]>> = std::sync::OnceLock::new();
-        let spec = SPEC.get_or_init(|| {
-            let text = std::env::var("ROPE_POOL_BLUEPRINT").ok()?;
-            let values: Vec<u32> = text
-                .split(['/', ','])
-                .map(|v| v.trim().parse().ok())
-                .collect::<Option<_>>()?;
-            values.try_into().ok()
-        });
-        if let Some(spec) = *spec {
-            return tile16_blueprint(x, [m, n, k], spec);
-        }
-    }
-    tile16_blueprint(x, [m, n, k], [4, 4, 2, 4, 2, 1, 0])
+    let spec = tuning().blueprint.unwrap_or([4, 4, 2, 4, 2, 1, 0]);
+    tile16_blueprint(x, [m, n, k], spec)
 }
 
 /// cubek's register-tiled routine (no tensor cores: f32 arithmetic throughout).
