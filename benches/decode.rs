@@ -12,9 +12,11 @@ mod instruments;
 
 use burn::tensor::DType;
 use burn_rope_pool::model::{
-    Decoder, DecoderConfig, GenerateOptions, Request, Stats, StepToken, argmax_rows, generate,
+    Decoder, DecoderConfig, GenerateOptions, Request, Stats, StepToken, generate,
 };
-use burn_rope_pool::testing::{Rng, device_by_name, llama3_8b, random_decoder};
+use burn_rope_pool::testing::{
+    Rng, argmax_rows, device_by_name, generate_unfused, llama3_8b, random_decoder,
+};
 use clap::Parser;
 use instruments::time_per_call;
 
@@ -82,25 +84,19 @@ fn requests(batch: usize, prompt: usize, steps: usize, vocab: usize) -> Vec<Requ
         .collect()
 }
 
-fn run(model: &Decoder, batch: usize, args: &Args) -> Stats {
+fn run(model: &Decoder, fused: bool, batch: usize, args: &Args) -> Stats {
     let vocab = model.config.vocab_size;
     let options = GenerateOptions::default();
+    let generate = |steps| {
+        let requests = requests(batch, args.prompt, steps, vocab);
+        match fused {
+            true => generate(model, &requests, &options, |_| {}),
+            false => generate_unfused(model, &requests, &options),
+        }
+    };
     // Warm-up: the same shapes, two decode steps (kernels compiled, matmuls tuned).
-    generate(
-        model,
-        &requests(batch, args.prompt, 2, vocab),
-        &options,
-        |_| {},
-    )
-    .expect("warm-up");
-    generate(
-        model,
-        &requests(batch, args.prompt, args.steps, vocab),
-        &options,
-        |_| {},
-    )
-    .expect("run")
-    .1
+    generate(2).expect("warm-up");
+    generate(args.steps).expect("run").1
 }
 
 fn main() {
@@ -135,9 +131,9 @@ fn main() {
         paths.push(("fused fp8", true, Some((k_scale, v_scale))));
     }
     for (path, fused, fp8) in paths {
-        model = model.with_fused(fused).with_fp8_cache(fp8);
+        model = model.with_fp8_cache(fp8);
         for &batch in &args.batches {
-            let stats = run(&model, batch, &args);
+            let stats = run(&model, fused, batch, &args);
             let ms = 1e3 * stats.decode_time.as_secs_f64() / args.steps.max(1) as f64;
             println!(
                 "| {path} | {batch} | {:.0} | {:.1} | {ms:.2} |",
@@ -151,7 +147,7 @@ fn main() {
         }
     }
     if args.profile {
-        model = model.with_fused(true).with_fp8_cache(None);
+        model = model.with_fp8_cache(None);
         for &batch in &args.batches {
             profile(&model, batch, &args);
         }
@@ -165,7 +161,7 @@ fn main() {
 /// o, gate/up stacked, down), weights stored `[out, in]` as the decoder holds them.
 fn matmul_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize], project_only: bool) {
     use burn::tensor::{Distribution, Tensor};
-    use burn_rope_pool::model::{MatmulRoutine, project, project_with};
+    use burn_rope_pool::testing::{MatmulRoutine, project, project_with};
     println!(
         "| matmul routine | m | weight [out, in] | µs | weight GB/s | TFLOPS | max |Δ| vs heuristic |"
     );
@@ -279,7 +275,7 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
     let mut cache = model
         .new_cache(batch * (args.prompt + STEPS + 4))
         .expect("pools");
-    let step = |cache: &mut burn_rope_pool::model::KvCache, tokens: Vec<StepToken>| {
+    let step = |cache: &mut burn_rope_pool::pool::KvPool, tokens: Vec<StepToken>| {
         let logits = model.step(&tokens, cache).expect("step");
         let ids = argmax_rows(logits).into_data().convert::<i64>();
         ids.iter::<i64>().map(|i| i as u32).collect::<Vec<u32>>()

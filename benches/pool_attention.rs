@@ -23,7 +23,7 @@ mod instruments;
 
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, DType, Device, Distribution, Int, Tensor, TensorData};
-use burn_rope_pool::PoolTensor;
+use burn_rope_pool::pool::PoolTensor;
 use burn_rope_pool::pool::{
     PoolAttentionConfig, PoolAttentionInputs, PoolAttentionPlan, pool_attention,
 };

@@ -1,11 +1,11 @@
 //! Angle error vs position: the naive f32 angle `f32(position) * f32(inv_freq)` against the
 //! exact split-and-reduce angle the kernel and the Flex backend use (its host twin,
-//! `rope_pool_kernels::host_angle`), both against float64. Prints a markdown table.
+//! `rope_pool_kernels::rope::host_angle`), both against float64. Prints a markdown table.
 //!
 //! `cargo run --release --example angle_error`
 
 use burn_rope_pool::RopePoolConfig;
-use rope_pool_kernels::{RopeTable, host_angle};
+use rope_pool_kernels::rope::{RopeTable, host_angle};
 use std::f64::consts::{PI, TAU};
 
 /// `|a - b|` modulo 2π, in `[0, π]`.

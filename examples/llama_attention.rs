@@ -235,7 +235,8 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let mut dump = Dump::default();
-    let mut pool = KvPool::new(cfg.rope(), 1024, &device, DType::F32);
+    let mut pool =
+        KvPool::try_new(cfg.rope(), 1024, &device, DType::F32).expect("a pool of 1024 rows");
     let tolerance = 1e-3;
     let random =
         |n: usize| Tensor::<2>::random([n, cfg.hidden], Distribution::Normal(0.0, 1.0), &device);
@@ -264,7 +265,10 @@ fn main() -> ExitCode {
     let input = Tensor::cat(batch, 0);
     dump.tensor("prefill.input".into(), &input);
     dump.tokens("prefill", &tokens);
-    let out = match layer.forward(input, &tokens, &mut pool) {
+    let out = match pool
+        .plan_step(&tokens)
+        .and_then(|step| layer.forward(input, 0, &step, &mut pool))
+    {
         Ok(out) => out,
         Err(e) => {
             eprintln!("prefill failed: {e}");
@@ -310,7 +314,10 @@ fn main() -> ExitCode {
         let input = Tensor::cat(batch, 0);
         dump.tensor(format!("decode{step}.input"), &input);
         dump.tokens(&format!("decode{step}"), &tokens);
-        let out = match layer.forward(input, &tokens, &mut pool) {
+        let out = match pool
+            .plan_step(&tokens)
+            .and_then(|step| layer.forward(input, 0, &step, &mut pool))
+        {
             Ok(out) => out,
             Err(e) => {
                 bar.abandon();
@@ -343,7 +350,7 @@ fn main() -> ExitCode {
             .map(|s| s.id)
             .collect();
         for id in finished {
-            let freed = pool.slots.release(id).expect("running sequence");
+            let freed = pool.release(id).expect("running sequence");
             seqs.retain(|s| s.id != id);
             bar.suspend(|| println!("sequence {id} finished: {freed} pool rows freed"));
             if step + 1 < args.steps {
@@ -358,7 +365,10 @@ fn main() -> ExitCode {
                     .collect();
                 dump.tensor(format!("join{next_id}.input"), &x);
                 dump.tokens(&format!("join{next_id}"), &tokens);
-                let out = match layer.forward(x.clone(), &tokens, &mut pool) {
+                let out = match pool
+                    .plan_step(&tokens)
+                    .and_then(|step| layer.forward(x.clone(), 0, &step, &mut pool))
+                {
                     Ok(out) => out,
                     Err(e) => {
                         eprintln!("prefill of sequence {next_id} failed: {e}");

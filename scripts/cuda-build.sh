@@ -3,18 +3,21 @@
 # so the H200 can run the kernel through CUDA and Nsight Compute (`ncu`) can read its counters,
 # which the Vulkan path does not allow. cubecl-cuda pulls `tracel-llvm-bundler`, whose build
 # script downloads LLVM 23 (impossible offline); this points it at Debian's LLVM 22 instead, an
-# unsupported version mismatch (../shared/GPU.md). Output: `.dev/bench-cuda.xz` (stripped, xz);
-# with `decode`, only the decode bench (`.dev/decode-cuda.xz`); with `suite`, only the test
-# suite, CUDA its GPU device (`.dev/suite-cuda.xz`); with `all`, also the decode and
-# pool_attention benches and the replay example (`.dev/{decode,attention,replay}-cuda.xz`).
-# Run there: `xz -d -c .dev/bench-cuda.xz > /tmp/bench-cuda; chmod +x /tmp/bench-cuda;
+# unsupported version mismatch. Output, in $ROPE_POOL_PACK_DIR (default `target/h200`, the folder
+# `scripts/h200.sh` packs into): `bench-cuda.xz` (stripped, xz); with `decode`, only the decode
+# bench (`decode-cuda.xz`); with `suite`, only the test suite, CUDA its GPU device
+# (`suite-cuda.xz`); with `all`, also the decode and pool_attention benches and the replay example
+# (`{decode,attention,replay}-cuda.xz`).
+# Run there: `xz -d -c target/h200/bench-cuda.xz > /tmp/bench-cuda; chmod +x /tmp/bench-cuda;
 # /tmp/bench-cuda --device cuda --fused-only --tokens 4096` (under `ncu` for counters).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+pack=${ROPE_POOL_PACK_DIR:-target/h200}
+mkdir -p "$pack"
 if ! [ -x /usr/lib/llvm-22/bin/llvm-config ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq llvm-22-dev libpolly-22-dev libzstd-dev >/dev/null
 fi
-export XDG_DATA_HOME="$PWD/.dev/xdg"
+export XDG_DATA_HOME="$PWD/target/cuda/xdg"
 llvm="$XDG_DATA_HOME/tracel/tracel-llvm-23.1.0-4"
 mkdir -p "$llvm/bin"
 ln -sfn /usr/lib/llvm-22/include "$llvm/include"
@@ -41,17 +44,17 @@ fi
 CARGO_TARGET_DIR=target/cuda cargo build --release "${features[@]}" "${targets[@]}"
 newest() { ls -t target/cuda/release/$1 | grep -v '\.d$' | head -1; }
 if [ "${1:-}" = decode ] || [ "${1:-}" = suite ]; then
-  strip -o ".dev/$1-cuda" "$(newest "deps/$1-*")"
-  xz -T2 -6 -f ".dev/$1-cuda"
+  strip -o "$pack/$1-cuda" "$(newest "deps/$1-*")"
+  xz -T2 -6 -f "$pack/$1-cuda"
   exit 0
 fi
-strip -o .dev/bench-cuda "$(newest 'deps/rope_pool-*')"
-packed=(.dev/bench-cuda)
+strip -o "$pack/bench-cuda" "$(newest 'deps/rope_pool-*')"
+packed=("$pack/bench-cuda")
 if [ "${1:-}" = all ]; then
-  strip -o .dev/decode-cuda "$(newest 'deps/decode-*')"
-  strip -o .dev/attention-cuda "$(newest 'deps/pool_attention-*')"
-  strip -o .dev/replay-cuda target/cuda/release/examples/replay
-  packed+=(.dev/decode-cuda .dev/attention-cuda .dev/replay-cuda)
+  strip -o "$pack/decode-cuda" "$(newest 'deps/decode-*')"
+  strip -o "$pack/attention-cuda" "$(newest 'deps/pool_attention-*')"
+  strip -o "$pack/replay-cuda" target/cuda/release/examples/replay
+  packed+=("$pack/decode-cuda" "$pack/attention-cuda" "$pack/replay-cuda")
 fi
 xz -T2 -6 -f "${packed[@]}"
-ls -la .dev/*-cuda.xz
+ls -la "$pack"/*-cuda.xz

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# Runs the benchmark (and the PyTorch/Triton anchor, when present) on the lent H200 through the
-# `device` tool. Build here first:
+# Runs the benchmark (and the PyTorch/Triton anchor, when given) on a GPU machine that has no Rust
+# toolchain: build here first,
 #   scripts/h200.sh pack
-# then run `scripts/h200.sh run` there with `.gl` and `.dev` carried (see the device README for
-# the Vulkan loader packages in `.gl`). `scripts/h200.sh sweep` runs the tuning-knob sweep instead.
-# `pack-attention` / `run-attention` do the same for the pool_attention bench and its anchor.
+# which leaves stripped, compressed binaries in $ROPE_POOL_PACK_DIR (default `target/h200`); copy
+# that folder and `.gl/` (the Vulkan loader as `.deb` packages, unpacked there by `vulkan_env`) to
+# the same paths of a checkout on the GPU machine and run `scripts/h200.sh run` there.
+# `scripts/h200.sh sweep` runs the tuning-knob sweep instead. `pack-attention` / `run-attention`
+# do the same for the pool_attention bench and its anchor.
+# The anchors are optional: set ROPE_POOL_ANCHORS to a folder holding the PyTorch anchor scripts
+# (`h200_anchor_bench.py`, `pool_attention_anchor.py`) and `pack` copies them into the pack.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+pack=${ROPE_POOL_PACK_DIR:-target/h200}
+anchors=${ROPE_POOL_ANCHORS:-}
+# Copies the anchor script $1 from $ROPE_POOL_ANCHORS into the pack, when both are there.
+copy_anchor() {
+  if [ -n "$anchors" ] && [ -f "$anchors/$1" ]; then cp "$anchors/$1" "$pack/"; fi
+}
 # The path of the binary a release build of "$@" produces (the last one cargo reports).
 executable() {
   cargo build --release "$@" --message-format=json |
@@ -25,36 +35,36 @@ vulkan_env() {
 case "${1:-run}" in
   pack)
     # Builds the bench and the replay example twice — the WGSL build and the default build
-    # (SPIR-V on Vulkan) — strips them and compresses them into .dev for the device tool to carry.
-    mkdir -p .dev
+    # (SPIR-V on Vulkan) — strips them and compresses them into the pack folder.
+    mkdir -p "$pack"
     # The bench is built with `tuning` (launch knobs from ROPE_POOL_* for the sweep); the shipped
     # kernel and launch are the same as without it.
-    strip -o .dev/bench "$(executable --bench rope_pool "${wgsl[@]}",tuning)"
-    strip -o .dev/bench-vulkan "$(executable --bench rope_pool --features tuning)"
-    strip -o .dev/replay "$(executable --example replay "${wgsl[@]}")"
-    strip -o .dev/replay-vulkan "$(executable --example replay)"
-    xz -T2 -6 -f .dev/bench .dev/bench-vulkan .dev/replay .dev/replay-vulkan
-    [ -f ../shared/anchors/h200_anchor_bench.py ] && cp ../shared/anchors/h200_anchor_bench.py .dev/
-    ls -la .dev
+    strip -o "$pack/bench" "$(executable --bench rope_pool "${wgsl[@]}",tuning)"
+    strip -o "$pack/bench-vulkan" "$(executable --bench rope_pool --features tuning)"
+    strip -o "$pack/replay" "$(executable --example replay "${wgsl[@]}")"
+    strip -o "$pack/replay-vulkan" "$(executable --example replay)"
+    xz -T2 -6 -f "$pack/bench" "$pack/bench-vulkan" "$pack/replay" "$pack/replay-vulkan"
+    copy_anchor h200_anchor_bench.py
+    ls -la "$pack"
     ;;
   pack-attention)
     # The pool_attention bench, WGSL and SPIR-V builds, for `run-attention`.
-    mkdir -p .dev
+    mkdir -p "$pack"
     # `tuning`: the launch knobs from ROPE_POOL_* (for `SWEEP`); the defaults are the shipped
     # launch. The test suite (default build) checks the kernels on the GPU itself.
-    strip -o .dev/attention "$(executable --bench pool_attention "${wgsl[@]}",tuning)"
-    strip -o .dev/attention-vulkan "$(executable --bench pool_attention --features tuning)"
-    strip -o .dev/suite "$(executable --test suite)"
-    xz -T2 -6 -f .dev/attention .dev/attention-vulkan .dev/suite
-    cp ../shared/anchors/pool_attention_anchor.py .dev/
-    ls -la .dev
+    strip -o "$pack/attention" "$(executable --bench pool_attention "${wgsl[@]}",tuning)"
+    strip -o "$pack/attention-vulkan" "$(executable --bench pool_attention --features tuning)"
+    strip -o "$pack/suite" "$(executable --test suite)"
+    xz -T2 -6 -f "$pack/attention" "$pack/attention-vulkan" "$pack/suite"
+    copy_anchor pool_attention_anchor.py
+    ls -la "$pack"
     ;;
   run-attention)
     # Both builds of the pool_attention bench, then PyTorch's gather + SDPA anchor, in one call.
     vulkan_env
     for b in attention attention-vulkan suite; do
-      [ -f ".dev/$b.xz" ] || continue
-      xz -d -c ".dev/$b.xz" > "/tmp/$b"
+      [ -f "$pack/$b.xz" ] || continue
+      xz -d -c "$pack/$b.xz" > "/tmp/$b"
       chmod +x "/tmp/$b"
     done
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
@@ -68,8 +78,8 @@ case "${1:-run}" in
       tee "$out/attention-vulkan.md"
     /tmp/attention --device wgpu --json "$out/attention-wgpu.json" "$@" 2>>"$out/attention.log" |
       tee "$out/attention-wgpu.md"
-    if [ -z "${SKIP_ANCHOR:-}" ]; then
-      python3 .dev/pool_attention_anchor.py 2>&1 | tee "$out/attention-anchor.txt"
+    if [ -f "$pack/pool_attention_anchor.py" ] && [ -z "${SKIP_ANCHOR:-}" ]; then
+      python3 "$pack/pool_attention_anchor.py" 2>&1 | tee "$out/attention-anchor.txt"
     fi
     if [ -n "${SWEEP:-}" ]; then
       # Knob sets separated by `;`, decode rows of the SPIR-V build, f16.
@@ -83,7 +93,7 @@ case "${1:-run}" in
     ;;
   run | sweep)
     vulkan_env
-    for f in .dev/*.xz; do
+    for f in "$pack"/*.xz; do
       b=$(basename "$f" .xz)
       [ "$b" = bench-cuda ] && continue # measurement-only CUDA build: unpacked where it is used
       xz -d -c "$f" > "/tmp/$b"
@@ -116,8 +126,8 @@ case "${1:-run}" in
     /tmp/bench --device wgpu --json "$out/h200-wgpu.json" "$@" 2>"$out/bench.log" | tee "$out/h200-wgpu.md"
     /tmp/bench-vulkan --device vulkan --json "$out/h200-vulkan.json" "$@" 2>>"$out/bench.log" |
       tee "$out/h200-vulkan.md"
-    if [ -f .dev/h200_anchor_bench.py ] && [ -z "${SKIP_ANCHOR:-}" ]; then
-      PYTHONUNBUFFERED=1 python3 .dev/h200_anchor_bench.py > "$out/anchor.txt" 2>&1 || true
+    if [ -f "$pack/h200_anchor_bench.py" ] && [ -z "${SKIP_ANCHOR:-}" ]; then
+      PYTHONUNBUFFERED=1 python3 "$pack/h200_anchor_bench.py" > "$out/anchor.txt" 2>&1 || true
       tail -5 "$out/anchor.txt"
     fi
     ;;

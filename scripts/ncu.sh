@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # MEASUREMENT ONLY — Nsight Compute counters for the fused kernel and Burn's same-bytes copy on
-# the H200, through the CUDA build of the bench (`scripts/cuda-build.sh` makes .dev/bench-cuda.xz;
-# carry `.dev`). Run there: `scripts/ncu.sh [bench args]`; CSV on stdout. With ROPE_POOL_VECTOR=4
+# the H200, through the CUDA build of the bench (`scripts/cuda-build.sh` makes
+# `bench-cuda.xz` in $ROPE_POOL_PACK_DIR, default `target/h200`; copy it to the same path on the
+# GPU machine). Run there: `scripts/ncu.sh [bench args]`; CSV on stdout. With ROPE_POOL_VECTOR=4
 # the f16/bf16 kernel runs 4-wide as it does through WGSL (CUDA's default is 8-wide).
 # Metrics: duration, DRAM throughput, registers, occupancy, issue utilisation and the warp stall
 # reasons (warps stalled per issued instruction, by reason).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-xz -d -c .dev/bench-cuda.xz > /tmp/bench-cuda
+xz -d -c "${ROPE_POOL_PACK_DIR:-target/h200}/bench-cuda.xz" > /tmp/bench-cuda
 chmod +x /tmp/bench-cuda
 stall=smsp__average_warps_issue_stalled
 metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed

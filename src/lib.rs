@@ -25,11 +25,12 @@
 //! ```
 //!
 //! The crate is three layers, each built on the one before: the op (the items at the root: the
-//! Burn extension above, its config, checks and errors, and its two oracles, the float64
-//! [`reference`](mod@reference) and the [`unfused`] tensor-op path; source in `src/op/`), [`pool`] (the rows
-//! the op writes: slot allocator, KV pool, attention over them) and [`model`] (checkpoint,
-//! decoder, generation). The contract —
-//! inputs, math, outputs, every error message in order — is `docs/CONTRACT.md`.
+//! Burn extension above, its config, checks and errors; source in `src/op/`), [`pool`] (the rows
+//! the op writes: the KV pool and its allocator, the step planner, attention over the rows) and
+//! [`model`] (checkpoint, decoder, generation). The oracles every path is checked against — the
+//! float64 references and the unfused tensor-op paths — are in `testing` (cargo feature
+//! `testing`). The contract — inputs, math, outputs, every error message in order — is
+//! `docs/CONTRACT.md`.
 //!
 //! Backends: the CubeCL backend (feature `wgpu`, `vulkan`, `metal` or `cuda`; fusion-wrapped by
 //! default) runs the kernel of the `rope-pool-kernels` crate; `flex` runs a host loop; Burn's
@@ -42,6 +43,7 @@ compile_error!(
     "burn-rope-pool needs at least one backend feature: wgpu, vulkan, metal, cuda or flex"
 );
 
+mod common;
 pub mod model;
 pub(crate) mod op;
 pub mod pool;
@@ -49,7 +51,7 @@ pub mod pool;
 pub mod testing;
 
 pub use op::{
-    Dims, Fp8PoolError, MRope, PoolTensor, QkNorm, RefusedCall, RopeFrequencies, RopePoolConfig,
-    RopePoolError, RopePoolInputs, RopePoolOutputs, RopeScaling, RopeStyle, check_rope_pool_fused,
-    reference, rope_pool_fused, try_rope_pool_fused, unfused,
+    Dims, MRope, QkNorm, RefusedCall, RopeFrequencies, RopePoolConfig, RopePoolError,
+    RopePoolInputs, RopePoolOutputs, RopeScaling, RopeStyle, check_rope_pool_fused,
+    rope_pool_fused, try_rope_pool_fused,
 };

@@ -2,9 +2,10 @@
 //! inputs and pools of a call.
 
 use burn::tensor::{DType, Device, Distribution, Int, Tensor, TensorData};
+use burn_rope_pool::RopePoolInputs;
+use burn_rope_pool::pool::PoolTensor;
 use burn_rope_pool::testing::Rng;
 use burn_rope_pool::{MRope, RopePoolConfig, RopeScaling, RopeStyle};
-use burn_rope_pool::{PoolTensor, RopePoolInputs};
 
 /// A model's attention heads (head_dim [`HEAD_DIM`]).
 #[derive(Clone, Copy)]

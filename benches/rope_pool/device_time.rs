@@ -8,7 +8,7 @@ use crate::cases::{
 };
 use crate::instruments::{copy_bandwidth, copy_time, time_per_call};
 use burn::tensor::{DType, Device, Tensor};
-use burn_rope_pool::unfused::rope_pool_unfused;
+use burn_rope_pool::testing::unfused::rope_pool_unfused;
 use burn_rope_pool::{RopePoolInputs, rope_pool_fused};
 use serde::{Serialize, Serializer};
 use std::fmt::Write as _;

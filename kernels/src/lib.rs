@@ -1,37 +1,51 @@
-//! CubeCL kernels of `burn-rope-pool`: rotary position embedding of q and k (NeoX or GPT-J pairs,
-//! partial rotary, scaled frequencies, M-RoPE) fused with the scatter of k/v into a token-slot KV
-//! pool. Depends on CubeCL alone, so the kernels can be launched, tested and compiled to WGSL,
-//! SPIR-V, CUDA or Metal Shading Language without Burn.
+//! CubeCL kernels of `burn-rope-pool`. Depends on CubeCL alone, so the kernels can be launched,
+//! tested and compiled to WGSL, SPIR-V, CUDA or Metal Shading Language without Burn.
+//!
+//! The crate is laid out in rooms that mirror the root crate's layers; each room holds its
+//! kernels, their launch beside them (`launch.rs`: the host side, what the root crate calls) and
+//! its own launch knobs:
+//!
+//! - [`rope`] — the op (`src/op`): rotary position embedding of q and k (NeoX or GPT-J pairs,
+//!   partial rotary, scaled frequencies, LongRoPE, M-RoPE, an optional q/k RMSNorm) fused with
+//!   the scatter of k/v into a token-slot KV pool; knobs [`rope::RopeTuning`];
+//! - [`attention`] — the pool (`src/pool/attention`): attention over the pool rows, the plane
+//!   kernel and the portable one, the split of long contexts; knobs
+//!   [`attention::AttentionTuning`];
+//! - [`decoder`] — the model (`src/model/kernels`): the decode step's matrix-vector and few-rows
+//!   products, RMSNorm and the MLP activation; knobs [`decoder::DecoderTuning`];
+//! - [`common`] — what the rooms share: the fp8 e4m3 codec of the pools ([`common::fp8`]), the
+//!   reductions, the widest vector a device loads and the parsing of the knobs.
+//!
+//! Every knob struct's `Default` is the normal launch; benchmark builds (cargo feature `tuning`)
+//! read the knobs from `ROPE_POOL_*` environment variables (`LaunchTuning::from_env` for all
+//! three rooms at once).
 
-pub mod act;
-pub mod angle;
 pub mod attention;
-mod attention_launch;
-pub mod attention_plane;
-pub mod fp8;
-mod launch;
-pub mod matvec;
-pub mod norm;
-mod reduce;
-pub mod rope_pool;
-pub mod rope_pool_norm;
-mod table;
-mod tuning;
+pub mod common;
+pub mod decoder;
+pub mod rope;
 
-pub use act::launch_silu_mul;
-pub use angle::{TURN_PARTS, host_angle, split_turns};
-pub use attention_launch::{
-    AttentionArgs, AttentionGeometry, AttentionKernel, AttentionLaunch, AttentionScalars,
-    launch_attention,
-};
-pub use launch::{
-    FP8_VECTOR, MAX_NORM_HEAD_DIM, QkNormArgs, RopePoolArgs, RopePoolGeometry, heads_per_unit,
-    launch_append_max, launch_rope_pool, vector_size,
-};
-pub use matvec::{
-    FEW_ROWS_MAX, MATVEC_MAX_ROWS, few_rows_fits, has_tiles, launch_few_rows, launch_matvec,
-    matvec_fits,
-};
-pub use norm::launch_rms_norm;
-pub use table::{RopeTable, RopeVariant};
-pub use tuning::LaunchTuning;
+/// Every room's launch knobs together, as the root crate reads them once for all its launches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchTuning {
+    /// The fused RoPE + pool kernel's.
+    pub rope: rope::RopeTuning,
+    /// The attention kernels'.
+    pub attention: attention::AttentionTuning,
+    /// The decoder kernels'.
+    pub decoder: decoder::DecoderTuning,
+}
+
+#[cfg(feature = "tuning")]
+impl LaunchTuning {
+    /// Each room's `from_env`: the settings of the `ROPE_POOL_*` environment variables, read once
+    /// per process (all unset: the defaults). Only in builds with the `tuning` feature: a server
+    /// never changes its launch through its environment.
+    pub fn from_env() -> Self {
+        Self {
+            rope: rope::RopeTuning::from_env(),
+            attention: attention::AttentionTuning::from_env(),
+            decoder: decoder::DecoderTuning::from_env(),
+        }
+    }
+}

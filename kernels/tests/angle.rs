@@ -6,7 +6,7 @@
 #[allow(dead_code)]
 mod rng;
 use rng::Rng;
-use rope_pool_kernels::{host_angle, split_turns};
+use rope_pool_kernels::rope::{host_angle, split_turns};
 use std::f64::consts::TAU;
 
 fn distance(a: f64, b: f64) -> f64 {

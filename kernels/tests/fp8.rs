@@ -1,13 +1,15 @@
 //! The e4m3 codec against the golden file `tests/golden/fp8/e4m3.json` (an independent float64
-//! encoder, checked against ml_dtypes and torch; `scripts/fp8_golden.py`): every input's code bit
-//! for bit, on the host and in a kernel on wgpu (Mesa's software Vulkan in CI), and the value of
-//! every code.
+//! encoder, checked against ml_dtypes and torch; `scripts/generators/fp8_golden.py`): every
+//! input's code bit for bit, on the host and in a kernel on wgpu (Mesa's software Vulkan in CI),
+//! and the value of every code.
 
 mod common;
 
 use cubecl::ir::AddressType;
 use cubecl::prelude::*;
-use rope_pool_kernels::fp8::{decode_e4m3_kernel, decode_host, encode_e4m3_kernel, encode_host};
+use rope_pool_kernels::common::fp8::{
+    decode_e4m3_kernel, decode_host, encode_e4m3_kernel, encode_host,
+};
 
 struct Golden {
     inputs: Vec<f32>,

@@ -1,4 +1,4 @@
-//! Every tuning variant of the launch ([`LaunchTuning`]) gives the default launch's outputs bit
+//! Every tuning variant of the launch ([`RopeTuning`]) gives the default launch's outputs bit
 //! for bit: the variants only move work between units, the arithmetic of each element is the
 //! same. Runs the real kernel on wgpu (Mesa's software Vulkan in CI); the default launch itself
 //! is checked against the float64 reference by the root crate's tests.
@@ -12,8 +12,8 @@ use cubecl::client::Client;
 use cubecl::ir::{ElemType, FloatKind, IntKind};
 use cubecl::prelude::*;
 use rng::Rng;
-use rope_pool_kernels::{
-    LaunchTuning, RopePoolArgs, RopePoolGeometry, RopeTable, launch_rope_pool,
+use rope_pool_kernels::rope::{
+    RopePoolArgs, RopePoolGeometry, RopeTable, RopeTuning, launch_rope_pool,
 };
 
 /// Host data of one call: f32 tensors, i32 positions and slots.
@@ -71,7 +71,7 @@ impl Case {
     }
 
     /// The call's outputs `q_rot, k_rot, k_pool, v_pool` as raw bytes, launched with `tuning`.
-    fn run(&self, client: &Client, tuning: &LaunchTuning) -> [Vec<u8>; 4] {
+    fn run(&self, client: &Client, tuning: &RopeTuning) -> [Vec<u8>; 4] {
         let g = self.geometry;
         let tensor = |data: &[u8], dims: [usize; 3]| {
             let handle = client.create_from_slice(data);
@@ -136,36 +136,36 @@ fn every_tuning_variant_matches_the_default_bit_for_bit() {
     // (tokens, q heads, kv heads, head_dim, pool): GQA with an odd head count (groups that cross
     // from q to kv heads and uneven groups), MHA with head_dim 6 (vectors of 1), one token.
     let shapes = [(37, 7, 3, 16, 50), (19, 4, 4, 6, 8), (1, 32, 8, 128, 4)];
-    let defaults = LaunchTuning::default();
+    let defaults = RopeTuning::default();
     let variants = [
-        LaunchTuning {
+        RopeTuning {
             heads_per_unit: Some(1),
             ..defaults
         },
-        LaunchTuning {
+        RopeTuning {
             heads_per_unit: Some(3),
             ..defaults
         },
-        LaunchTuning {
+        RopeTuning {
             heads_per_unit: Some(64),
             ..defaults
         },
-        LaunchTuning {
+        RopeTuning {
             heads_per_unit: Some(4),
             cube_dim: Some(64),
             ..defaults
         },
-        LaunchTuning {
+        RopeTuning {
             cube_dim: Some(40),
             heads_per_unit: Some(2),
             ..defaults
         },
-        LaunchTuning {
+        RopeTuning {
             max_vector: Some(1),
             heads_per_unit: Some(5),
             ..defaults
         },
-        LaunchTuning {
+        RopeTuning {
             max_vector: Some(2),
             ..defaults
         },

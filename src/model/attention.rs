@@ -1,14 +1,13 @@
 //! A LLaMA-style attention layer on the fused op: q/k/v/o projections without bias,
 //! grouped-query heads, NeoX RoPE, keys and values kept in a token-slot [`KvPool`]. The forward
-//! takes a ragged batch (continuous batching: tokens of several sequences, each with its sequence
-//! id and position), calls `rope_pool_fused` once for the whole batch, then attends each new
-//! token causally over its sequence's rows of the pool.
+//! runs one layer of a planned step ([`KvPool::plan_step`]: a ragged batch of several sequences'
+//! tokens): `rope_pool_fused` once for the whole batch, then each new token attends causally
+//! over its sequence's rows of the pool.
 
 use crate::op::RopePoolConfig;
 use crate::op::unfused::rotate_unfused;
 use crate::pool::{
-    KvPool, KvPoolError, MAX_HEAD_DIM, PoolAttentionConfig, PoolAttentionError,
-    PoolAttentionInputs, PoolAttentionPlan, SeqId, SeqToken, pool_attention,
+    KvPool, KvPoolError, MAX_HEAD_DIM, PoolAttentionConfig, PoolAttentionError, StepPlan,
 };
 use burn::module::Module;
 use burn::nn::{Linear, LinearConfig};
@@ -142,14 +141,16 @@ impl LlamaAttention {
             .forward(out.swap_dims(0, 1).reshape([n, hq * d]))
     }
 
-    /// Forward over a ragged batch: `hidden: [T, hidden]`, `tokens[t]` the sequence and position
-    /// of row `t` (a sequence's new tokens in position order, continuing where its rows in the
-    /// pool end). Allocates a pool row for every token, runs `rope_pool_fused` once for the
-    /// batch, attends each token over its sequence, and returns `[T, hidden]`.
+    /// Forward of layer `layer` of a planned step ([`KvPool::plan_step`]): `hidden: [T, hidden]`
+    /// in the step's batch order. Projects q/k/v, runs `rope_pool_fused` once for the batch
+    /// (keys and values into the step's rows of `pool`'s layer `layer`), attends each token over
+    /// its sequence's rows, and returns `[T, hidden]`. A refused call leaves the pools as they
+    /// were; the step's rows stay allocated ([`KvPool::cancel_step`] gives them back).
     pub fn forward(
         &self,
         hidden: Tensor<2>,
-        tokens: &[SeqToken],
+        layer: usize,
+        step: &StepPlan,
         pool: &mut KvPool,
     ) -> Result<Tensor<2>, KvPoolError> {
         let [t, _] = hidden.dims();
@@ -157,108 +158,8 @@ impl LlamaAttention {
         let q = self.q_proj.forward(hidden.clone()).reshape([t, hq, d]);
         let k = self.k_proj.forward(hidden.clone()).reshape([t, hkv, d]);
         let v = self.v_proj.forward(hidden).reshape([t, hkv, d]);
-
-        // Each sequence's new tokens continue where its rows end, in order: anything else would
-        // rotate a key for one position and attend as if it sat at another.
-        let mut next: Vec<(SeqId, usize)> = Vec::new();
-        for token in tokens {
-            let at = match next.iter_mut().find(|(seq, _)| *seq == token.seq) {
-                Some((_, at)) => at,
-                None => {
-                    let held = pool.slots.rows(token.seq).map_or(0, <[i32]>::len);
-                    next.push((token.seq, held));
-                    &mut next.last_mut().expect("just pushed").1
-                }
-            };
-            if token.position != *at {
-                return Err(KvPoolError::Position {
-                    seq: token.seq,
-                    position: token.position,
-                    expected: *at,
-                });
-            }
-            *at += 1;
-        }
-        // One pool row per token (all-or-nothing for the batch).
-        let needed = tokens.len();
-        if needed > pool.slots.available() {
-            return Err(KvPoolError::Exhausted {
-                requested: needed,
-                available: pool.slots.available(),
-            });
-        }
-        let mut slots = Vec::with_capacity(needed);
-        for token in tokens {
-            slots.push(pool.slots.allocate(token.seq, 1)?[0] as i64);
-        }
-        let positions: Vec<i64> = tokens.iter().map(|t| t.position as i64).collect();
-        let (q_rot, _) = match pool.write(q, k, v, &positions, &slots) {
-            Ok(out) => out,
-            Err(e) => {
-                // Nothing was stored: give the rows taken above back.
-                for token in tokens {
-                    pool.slots.free_last(token.seq, 1)?;
-                }
-                return Err(e);
-            }
-        };
-
-        // Each sequence's new tokens as one contiguous run of rows (first appearance order),
-        // attended over the rows the sequence holds, then put back in batch order.
-        let mut order: Vec<(SeqId, Vec<usize>)> = Vec::new();
-        for (i, token) in tokens.iter().enumerate() {
-            match order.iter_mut().find(|(seq, _)| *seq == token.seq) {
-                Some((_, rows)) => rows.push(i),
-                None => order.push((token.seq, vec![i])),
-            }
-        }
-        let (mut qo, mut kv, mut indices) = (vec![0i64], vec![0i64], Vec::new());
-        for (seq, rows) in &order {
-            let held = pool.slots.rows(*seq).unwrap_or(&[]);
-            indices.extend(held.iter().map(|&r| r as i64));
-            qo.push(qo[qo.len() - 1] + rows.len() as i64);
-            kv.push(indices.len() as i64);
-        }
-        let device = q_rot.device();
-        let grouped: Vec<i64> = order
-            .iter()
-            .flat_map(|(_, r)| r.iter().map(|&i| i as i64))
-            .collect();
-        let in_order = grouped.iter().enumerate().all(|(at, &i)| at as i64 == i);
-        let q_rot = if in_order {
-            q_rot
-        } else {
-            let index = TensorData::new(grouped.clone(), [t]);
-            q_rot.select(0, Tensor::<1, Int>::from_data(index, &device))
-        };
-        let nnz = indices.len();
-        let plan = PoolAttentionPlan::new(
-            TensorData::new(qo.clone(), [qo.len()]),
-            TensorData::new(kv.clone(), [kv.len()]),
-            TensorData::new(indices, [nnz]),
-            &device,
-        );
-        let inputs = PoolAttentionInputs::new(q_rot, pool.k().clone(), pool.v().clone());
-        let attended = match pool_attention(inputs, &plan, &self.attention()) {
-            Ok(out) => out.out.reshape([t, hq * d]),
-            Err(e) => {
-                // Refused (an Autodiff device, say): the batch leaves no rows behind.
-                for token in tokens {
-                    pool.slots.free_last(token.seq, 1)?;
-                }
-                return Err(e.into());
-            }
-        };
-        let attended = if in_order {
-            attended
-        } else {
-            let mut back = vec![0i64; t];
-            for (at, &i) in grouped.iter().enumerate() {
-                back[i as usize] = at as i64;
-            }
-            let back = Tensor::<1, Int>::from_data(TensorData::new(back, [t]), &device);
-            attended.select(0, back)
-        };
-        Ok(self.o_proj.forward(attended))
+        let (q_rot, _) = pool.write(layer, step, q, k, v, None)?;
+        let attended = pool.attend(layer, step, q_rot, &self.attention())?;
+        Ok(self.o_proj.forward(attended.reshape([t, hq * d])))
     }
 }

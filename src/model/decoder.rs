@@ -6,20 +6,13 @@
 //! together — and [`pool_attention`] reads the pool rows of each token's sequence in place (one
 //! plan per step, used by every layer).
 
-use crate::model::kernels::{
-    add_rms_norm, add_rms_norm_tensor_ops, rms_norm, rms_norm_tensor_ops, silu_mul,
-    silu_mul_tensor_ops,
-};
+use crate::model::kernels::{add_rms_norm, rms_norm, silu_mul};
 use crate::model::weights::{FromCheckpoint, Layer, Linear, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
-use crate::op::unfused::rope_pool_unfused;
-use crate::op::{
-    Fp8PoolError, PoolTensor, RefusedCall, RopePoolError, RopePoolInputs, check_fp8_settings,
-    check_rope_pool_fused, try_rope_pool_fused,
-};
+use crate::op::RopePoolError;
 use crate::pool::{
-    KvPoolError, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan,
-    SeqId, SlotAllocator, check_pool_memory, pool_attention, pool_bytes,
+    KvPool, KvPoolError, PoolAttentionConfig, PoolAttentionError, PoolStorage, SeqId, SeqToken,
+    StepPlan,
 };
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
@@ -32,31 +25,26 @@ pub enum DecoderError {
     /// The rope settings of the config are refused.
     #[error(transparent)]
     Rope(#[from] RopePoolError),
-    /// The pool has too few free rows (or a sequence is unknown).
+    /// The pool refused the step: no tokens, a position out of order, too few free rows, or a
+    /// refusal of the op or of attention (nothing was kept).
     #[error(transparent)]
     Pool(#[from] KvPoolError),
-    /// Attention over the pool refused the step.
-    #[error(transparent)]
-    Attention(#[from] PoolAttentionError),
-    /// A step's tokens are not in the order [`Decoder::step`] takes them.
-    #[error("invalid step: {0}")]
-    Step(String),
+    /// A token id past the vocabulary.
+    #[error("token id {token} is outside the vocabulary of {vocab_size}")]
+    Token {
+        /// The id.
+        token: u32,
+        /// The model's vocabulary size.
+        vocab_size: usize,
+    },
+    /// A pool made for another model (its layers or geometry differ from this decoder's).
+    #[error("the pool does not fit this decoder: {0}")]
+    Cache(String),
 }
 
-/// The pools of every layer and the allocator of their rows (one row per token, shared by all
-/// layers).
-pub struct KvCache {
-    k: Vec<Option<PoolTensor>>,
-    v: Vec<Option<PoolTensor>>,
-    /// The rows of the pools, per sequence.
-    pub slots: SlotAllocator,
-    pool_rows: usize,
-}
-
-impl KvCache {
-    /// Rows of each pool.
-    pub fn pool_rows(&self) -> usize {
-        self.pool_rows
+impl From<PoolAttentionError> for DecoderError {
+    fn from(e: PoolAttentionError) -> Self {
+        DecoderError::Pool(e.into())
     }
 }
 
@@ -81,8 +69,76 @@ pub struct Decoder {
     lm_head: Linear,
     device: Device,
     dtype: DType,
-    fused: bool,
     fp8_cache: Option<(f32, f32)>,
+}
+
+/// The operations a decoder layer is made of: the production kernels ([`Kernels`]), or an
+/// oracle of them (the tensor-op path of the `testing` feature). One layer loop runs either.
+pub(crate) trait LayerOps {
+    /// RMSNorm of each row of `x` with weight `w`.
+    fn rms_norm(&self, x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2>;
+    /// `(x + y, rms_norm(x + y))`.
+    fn add_rms_norm(
+        &self,
+        x: Tensor<2>,
+        y: Tensor<2>,
+        w: &Tensor<1>,
+        eps: f64,
+    ) -> (Tensor<2>, Tensor<2>);
+    /// `x · w_tᵀ (+ b)`.
+    fn project(&self, linear: &Linear, x: Tensor<2>) -> Tensor<2>;
+    /// `silu(gate) · up` of `[gate | up]`.
+    fn silu_mul(&self, gate_up: Tensor<2>) -> Tensor<2>;
+    /// Layer `layer`'s RoPE and pool write of a planned step; returns `q_rot`.
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        pool: &mut KvPool,
+        layer: usize,
+        step: &StepPlan,
+        q: Tensor<3>,
+        k: Tensor<3>,
+        v: Tensor<3>,
+        qk_norm: Option<(Tensor<1>, Tensor<1>)>,
+    ) -> Result<Tensor<3>, KvPoolError>;
+}
+
+/// The production kernels: the fused op, the norm, matrix-vector and activation kernels where
+/// the device has them (Burn's tensor ops elsewhere).
+pub(crate) struct Kernels;
+
+impl LayerOps for Kernels {
+    fn rms_norm(&self, x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tensor<2> {
+        rms_norm(x, w, eps)
+    }
+    fn add_rms_norm(
+        &self,
+        x: Tensor<2>,
+        y: Tensor<2>,
+        w: &Tensor<1>,
+        eps: f64,
+    ) -> (Tensor<2>, Tensor<2>) {
+        add_rms_norm(x, y, w, eps)
+    }
+    fn project(&self, linear: &Linear, x: Tensor<2>) -> Tensor<2> {
+        linear.forward(x)
+    }
+    fn silu_mul(&self, gate_up: Tensor<2>) -> Tensor<2> {
+        silu_mul(gate_up)
+    }
+    fn write(
+        &self,
+        pool: &mut KvPool,
+        layer: usize,
+        step: &StepPlan,
+        q: Tensor<3>,
+        k: Tensor<3>,
+        v: Tensor<3>,
+        qk_norm: Option<(Tensor<1>, Tensor<1>)>,
+    ) -> Result<Tensor<3>, KvPoolError> {
+        pool.write(layer, step, q, k, v, qk_norm)
+            .map(|(q_rot, _)| q_rot)
+    }
 }
 
 fn ints<const D: usize>(values: Vec<i64>, dims: [usize; D], device: &Device) -> Tensor<D, Int> {
@@ -180,17 +236,9 @@ impl Decoder {
             lm_head,
             device: weights.device().clone(),
             dtype: weights.dtype(),
-            fused: true,
             fp8_cache: None,
             config,
         })
-    }
-
-    /// Runs RoPE and the pool writes with the fused op (the default) or, for comparison, with
-    /// plain Burn tensor ops ([`rope_pool_unfused`]).
-    pub fn with_fused(mut self, fused: bool) -> Self {
-        self.fused = fused;
-        self
     }
 
     /// Caches made by [`Self::new_cache`] keep keys and values as fp8 e4m3 with these `(k_scale,
@@ -202,33 +250,30 @@ impl Decoder {
         self
     }
 
-    /// The fp8 scales of this decoder's caches, if they are fp8.
-    fn fp8_scales(&self) -> Option<(f32, f32)> {
-        self.fp8_cache.filter(|_| self.fused)
-    }
-
     /// The device the weights live on.
     pub fn device(&self) -> &Device {
         &self.device
     }
 
+    /// How [`Self::new_cache`] stores keys and values.
+    fn storage(&self) -> PoolStorage {
+        match self.fp8_cache {
+            Some((k_scale, v_scale)) => PoolStorage::Fp8 { k_scale, v_scale },
+            None => PoolStorage::Float(self.dtype),
+        }
+    }
+
     /// The bytes of [`Self::new_cache`]`(pool_rows)`: keys and values of every layer (`None`
     /// past `u64::MAX`).
     pub fn cache_bytes(&self, pool_rows: usize) -> Option<u64> {
-        let rope = &self.config.rope;
-        let tensors = 2 * self.layers.len();
-        // An fp8 pool holds one byte per element.
-        let dtype = match self.fp8_scales() {
-            Some(_) => DType::U8,
-            None => self.dtype,
-        };
-        pool_bytes(pool_rows, rope.num_kv_heads, rope.head_dim, dtype, tensors)
+        let layers = self.layers.len();
+        KvPool::bytes(&self.config.rope, layers, pool_rows, self.storage())
     }
 
-    /// Empty pools of `pool_rows` rows for every layer, refused before anything is allocated
-    /// past i32 slots or past what the device can hold
+    /// An empty [`KvPool`] of `pool_rows` rows for every layer, refused before anything is
+    /// allocated past i32 slots or past what the device can hold
     /// ([`memory_limit`](crate::pool::memory_limit)).
-    pub fn new_cache(&self, pool_rows: usize) -> Result<KvCache, KvPoolError> {
+    pub fn new_cache(&self, pool_rows: usize) -> Result<KvPool, KvPoolError> {
         self.new_cache_within(pool_rows, None)
     }
 
@@ -237,273 +282,129 @@ impl Decoder {
         &self,
         pool_rows: usize,
         limit: Option<u64>,
-    ) -> Result<KvCache, KvPoolError> {
-        let tensors = 2 * self.layers.len() as u64;
-        if let Some((k_scale, v_scale)) = self.fp8_scales() {
-            let rope = &self.config.rope;
-            let rotary_dim = Some(rope.rotary_dim());
-            check_fp8_settings(rope.head_dim, rotary_dim, [k_scale, v_scale])
-                .map_err(|e| KvPoolError::Op(e.into()))?;
-        }
-        let bytes = self.cache_bytes(pool_rows);
-        check_pool_memory(&self.device, pool_rows, bytes, tensors, limit)?;
-        let rope = &self.config.rope;
-        let shape = [pool_rows, rope.num_kv_heads, rope.head_dim];
-        let slots = SlotAllocator::try_new(pool_rows)?;
-        let zeros = |fp8_scale: Option<f32>| {
-            Some(match fp8_scale {
-                Some(scale) => PoolTensor::fp8_zeros(shape, scale, &self.device),
-                None => Tensor::<3>::zeros(shape, (&self.device, self.dtype)).into(),
-            })
-        };
-        let scales = self.fp8_scales();
-        Ok(KvCache {
-            k: (0..self.layers.len())
-                .map(|_| zeros(scales.map(|s| s.0)))
-                .collect(),
-            v: (0..self.layers.len())
-                .map(|_| zeros(scales.map(|s| s.1)))
-                .collect(),
-            slots,
-            pool_rows,
-        })
+    ) -> Result<KvPool, KvPoolError> {
+        let (rope, layers) = (self.config.rope.clone(), self.layers.len());
+        KvPool::with_layers(rope, layers, pool_rows, &self.device, self.storage(), limit)
     }
 
-    /// Runs one step: `tokens` of several sequences, each sequence's tokens contiguous and in
-    /// position order, continuing where its rows in the pool end (a new sequence starts at
-    /// position 0). Allocates one pool row per token (all or nothing) and returns the logits
-    /// `[S, vocab]` of each sequence's last token, sequences in order of first appearance.
+    /// Runs one step: `tokens` of several sequences, each sequence's tokens in position order
+    /// (they may interleave), continuing where its rows in the pool end (a new sequence starts
+    /// at position 0). Allocates one pool row per token (all or nothing: a refused step keeps
+    /// no rows) and returns the logits `[S, vocab]` of each sequence's last token, sequences in
+    /// order of first appearance.
     pub fn step(
         &self,
         tokens: &[StepToken],
-        cache: &mut KvCache,
+        cache: &mut KvPool,
     ) -> Result<Tensor<2>, DecoderError> {
-        if tokens.is_empty() {
-            return Err(DecoderError::Step("no tokens".into()));
+        self.step_with(&Kernels, tokens, cache)
+    }
+
+    /// [`Self::step`] through `ops`.
+    pub(crate) fn step_with(
+        &self,
+        ops: &impl LayerOps,
+        tokens: &[StepToken],
+        cache: &mut KvPool,
+    ) -> Result<Tensor<2>, DecoderError> {
+        let vocab_size = self.config.vocab_size;
+        if let Some(t) = tokens.iter().find(|t| t.token as usize >= vocab_size) {
+            return Err(DecoderError::Token {
+                token: t.token,
+                vocab_size,
+            });
         }
-        if let Some(t) = tokens
-            .iter()
-            .find(|t| t.token as usize >= self.config.vocab_size)
-        {
-            return Err(DecoderError::Step(format!(
-                "token id {} is outside the vocabulary of {}",
-                t.token, self.config.vocab_size
+        if cache.layers() != self.layers.len() || cache.config() != &self.config.rope {
+            return Err(DecoderError::Cache(format!(
+                "{} layers of {:?}, the decoder has {} layers of {:?}",
+                cache.layers(),
+                cache.config(),
+                self.layers.len(),
+                self.config.rope
             )));
         }
-        // Sequences in order, each a contiguous run continuing its rows.
-        let mut groups: Vec<(SeqId, Vec<usize>)> = Vec::new();
-        for (i, t) in tokens.iter().enumerate() {
-            match groups.last_mut() {
-                Some((seq, rows)) if *seq == t.seq => rows.push(i),
-                _ => {
-                    if groups.iter().any(|(s, _)| *s == t.seq) {
-                        return Err(DecoderError::Step(format!(
-                            "the tokens of sequence {} are not contiguous",
-                            t.seq
-                        )));
-                    }
-                    groups.push((t.seq, vec![i]));
-                }
-            }
-        }
-        for (seq, rows) in &groups {
-            let held = cache.slots.rows(*seq).map_or(0, <[i32]>::len);
-            for (k, &i) in rows.iter().enumerate() {
-                if tokens[i].position != held + k {
-                    return Err(DecoderError::Step(format!(
-                        "sequence {seq}: token at position {} where position {} comes next",
-                        tokens[i].position,
-                        held + k
-                    )));
-                }
-            }
-        }
-        if tokens.len() > cache.slots.available() {
-            return Err(KvPoolError::Exhausted {
-                requested: tokens.len(),
-                available: cache.slots.available(),
-            }
-            .into());
-        }
-        let mut slots = Vec::with_capacity(tokens.len());
-        for (seq, rows) in &groups {
-            slots.extend(
-                cache
-                    .slots
-                    .allocate(*seq, rows.len())?
-                    .iter()
-                    .map(|&r| r as i64),
-            );
-        }
-        let result = self.run_step(tokens, &groups, slots, cache);
+        let planned: Vec<SeqToken> = tokens
+            .iter()
+            .map(|t| SeqToken {
+                seq: t.seq,
+                position: t.position,
+            })
+            .collect();
+        let step = cache.plan_step(&planned)?;
+        let result = self.run_step(ops, tokens, &step, cache);
         if result.is_err() {
             // The step stored nothing a later step reads: give its rows back.
-            for (seq, rows) in &groups {
-                cache.slots.free_last(*seq, rows.len())?;
-            }
+            cache.cancel_step(step);
         }
         result
     }
 
-    /// The step's attention plan: each sequence's batch rows (contiguous, in order) and every
-    /// pool row it holds, its new tokens' last.
-    fn attention_plan(
-        &self,
-        groups: &[(SeqId, Vec<usize>)],
-        slots: &SlotAllocator,
-    ) -> PoolAttentionPlan {
-        let (mut qo, mut kv, mut indices) = (vec![0i64], vec![0i64], Vec::new());
-        for (seq, rows) in groups {
-            let held = slots.rows(*seq).unwrap_or(&[]);
-            indices.extend(held.iter().map(|&r| r as i64));
-            qo.push(qo[qo.len() - 1] + rows.len() as i64);
-            kv.push(indices.len() as i64);
-        }
-        let data = |v: Vec<i64>| {
-            let n = v.len();
-            TensorData::new(v, [n])
-        };
-        PoolAttentionPlan::new(data(qo), data(kv), data(indices), &self.device)
-    }
-
-    /// The layers of [`Decoder::step`] on tokens whose rows are allocated (`slots`).
+    /// The layers of a planned step.
     fn run_step(
         &self,
+        ops: &impl LayerOps,
         tokens: &[StepToken],
-        groups: &[(SeqId, Vec<usize>)],
-        slots: Vec<i64>,
-        cache: &mut KvCache,
+        step: &StepPlan,
+        cache: &mut KvPool,
     ) -> Result<Tensor<2>, DecoderError> {
-        let plan = self.attention_plan(groups, &cache.slots);
         let attention = PoolAttentionConfig::new(
             self.config.rope.num_qo_heads,
             self.config.rope.num_kv_heads,
             self.config.rope.head_dim,
         );
-        let last: Vec<i64> = groups
-            .iter()
-            .map(|(_, rows)| rows.last().map_or(0, |&r| r as i64))
-            .collect();
-        let last = ints(last, [groups.len()], &self.device);
-
         let device = &self.device;
+        let last: Vec<i64> = step.last_tokens().iter().map(|&i| i as i64).collect();
+        let last = ints(last, [step.last_tokens().len()], device);
         let t = tokens.len();
         let rope = &self.config.rope;
         let (hq, hkv, d) = (rope.num_qo_heads, rope.num_kv_heads, rope.head_dim);
         let ids = ints(tokens.iter().map(|t| t.token as i64).collect(), [t], device);
-        let positions = ints(
-            tokens.iter().map(|t| t.position as i64).collect(),
-            [t],
-            device,
-        );
-        let slots = ints(slots, [t], device);
         let eps = self.config.rms_norm_eps;
-        // The unfused mode is Burn tensor ops throughout (the oracle); the fused one runs the
-        // norm kernel where there is one.
-        let fused = self.fused;
-        let rms_norm = |x: Tensor<2>, w: &Tensor<1>, eps: f64| {
-            if fused {
-                rms_norm(x, w, eps)
-            } else {
-                rms_norm_tensor_ops(x, w, eps)
-            }
-        };
-        // The residual add and the norm after it: one kernel in fused mode.
-        let add_rms_norm = |x: Tensor<2>, y: Tensor<2>, w: &Tensor<1>| {
-            if fused {
-                add_rms_norm(x, y, w, eps)
-            } else {
-                add_rms_norm_tensor_ops(x, y, w, eps)
-            }
-        };
-        let project = |linear: &Linear, x: Tensor<2>| {
-            if fused {
-                linear.forward(x)
-            } else {
-                linear.forward_matmul(x)
-            }
-        };
         let mut x = self.embed.clone().select(0, ids);
         // A layer's MLP output, added to the residual stream by the next layer's input norm.
         let mut mlp_out: Option<Tensor<2>> = None;
         for (l, layer) in self.layers.iter().enumerate() {
             let h = match mlp_out.take() {
                 Some(y) => {
-                    let (sum, h) = add_rms_norm(x, y, &layer.input_norm);
+                    let (sum, h) = ops.add_rms_norm(x, y, &layer.input_norm, eps);
                     x = sum;
                     h
                 }
-                None => rms_norm(x.clone(), &layer.input_norm, eps),
+                None => ops.rms_norm(x.clone(), &layer.input_norm, eps),
             };
             // One projection; q, k and v are views of its columns (the op reads them in place).
-            let qkv = project(&layer.qkv, h);
+            let qkv = ops.project(&layer.qkv, h);
             let (q_end, k_end) = (hq * d, (hq + hkv) * d);
             let q = qkv.clone().slice([0..t, 0..q_end]).reshape([t, hq, d]);
             let k = qkv.clone().slice([0..t, q_end..k_end]).reshape([t, hkv, d]);
             let v = qkv
                 .slice([0..t, k_end..k_end + hkv * d])
                 .reshape([t, hkv, d]);
-            let (k_pool, v_pool) = (&mut cache.k[l], &mut cache.v[l]);
-            let (Some(kp), Some(vp)) = (k_pool.take(), v_pool.take()) else {
-                return Err(DecoderError::Step("the cache lost its pools".into()));
-            };
-            let mut inputs = RopePoolInputs::new(q, k, v, positions.clone(), slots.clone(), kp, vp);
             // Qwen3's per-head q/k norm runs inside the op (its epsilon is the config's
             // `rms_norm_eps`, read into the rope config).
-            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                inputs = inputs.with_qk_norm(qn.clone(), kn.clone());
-            }
-            // The pools go in as their only handles (updated in place) and come back either way.
-            let out = if self.fused {
-                try_rope_pool_fused(inputs, rope)
-            } else {
-                // The unfused path writes float pools only: an fp8 cache is refused, kept.
-                let fp8 = inputs.k_pool.fp8_scale().is_some();
-                match check_rope_pool_fused(&inputs, rope) {
-                    Ok(()) if fp8 => Err(RefusedCall {
-                        error: Fp8PoolError::Unfused.into(),
-                        inputs: Box::new(inputs),
-                    }),
-                    Ok(()) => Ok(rope_pool_unfused(inputs, rope)),
-                    Err(error) => Err(RefusedCall {
-                        error,
-                        inputs: Box::new(inputs),
-                    }),
-                }
+            let qk_norm = match (&layer.q_norm, &layer.k_norm) {
+                (Some(qn), Some(kn)) => Some((qn.clone(), kn.clone())),
+                _ => None,
             };
-            let (q_rot, kp, vp) = match out {
-                Ok(out) => (out.q_rot, out.k_pool, out.v_pool),
-                Err(refused) => {
-                    let RefusedCall { error, inputs } = refused;
-                    (*k_pool, *v_pool) = (Some(inputs.k_pool), Some(inputs.v_pool));
-                    return Err(error.into());
-                }
-            };
-            let inputs = PoolAttentionInputs::new(q_rot, kp.clone(), vp.clone());
-            let window = self.config.window(l);
-            let attended = match window {
-                None => pool_attention(inputs, &plan, &attention),
+            let q_rot = ops.write(cache, l, step, q, k, v, qk_norm)?;
+            let attended = match self.config.window(l) {
+                None => cache.attend(l, step, q_rot, &attention)?,
                 Some(w) => {
                     let windowed = attention.clone().with_sliding_window(Some(w));
-                    pool_attention(inputs, &plan, &windowed)
+                    cache.attend(l, step, q_rot, &windowed)?
                 }
             };
-            (*k_pool, *v_pool) = (Some(kp), Some(vp));
-            let attended = attended?.out.reshape([t, hq * d]);
-            let (sum, h) = add_rms_norm(x, project(&layer.o, attended), &layer.post_norm);
+            let attended = attended.reshape([t, hq * d]);
+            let o = ops.project(&layer.o, attended);
+            let (sum, h) = ops.add_rms_norm(x, o, &layer.post_norm, eps);
             x = sum;
-            let gate_up = project(&layer.gate_up, h);
-            let mlp = if fused {
-                silu_mul(gate_up)
-            } else {
-                silu_mul_tensor_ops(gate_up)
-            };
-            mlp_out = Some(project(&layer.down, mlp));
+            let mlp = ops.silu_mul(ops.project(&layer.gate_up, h));
+            mlp_out = Some(ops.project(&layer.down, mlp));
         }
         if let Some(y) = mlp_out {
             x = x + y;
         }
-        let last = rms_norm(x.select(0, last), &self.norm, eps);
-        Ok(project(&self.lm_head, last))
+        let last = ops.rms_norm(x.select(0, last), &self.norm, eps);
+        Ok(ops.project(&self.lm_head, last))
     }
 }

@@ -5,7 +5,8 @@
 //! waiting request takes them. A request that could never fit the pool is an error; one that
 //! does not fit yet waits (first come, first served).
 
-use crate::model::{Decoder, DecoderError, KvCache, StepToken};
+use crate::model::decoder::{Kernels, LayerOps};
+use crate::model::{Decoder, DecoderError, StepToken};
 use crate::pool::KvPoolError;
 use burn::tensor::{DType, Int, Tensor};
 use std::collections::VecDeque;
@@ -179,6 +180,17 @@ pub fn generate(
     model: &Decoder,
     requests: &[Request],
     options: &GenerateOptions,
+    on_step: impl FnMut(&Stats),
+) -> Result<(Vec<Generated>, Stats), GenerateError> {
+    generate_with(&Kernels, model, requests, options, on_step)
+}
+
+/// [`generate`] with the decoder's layers run through `ops`.
+pub(crate) fn generate_with(
+    ops: &impl LayerOps,
+    model: &Decoder,
+    requests: &[Request],
+    options: &GenerateOptions,
     mut on_step: impl FnMut(&Stats),
 ) -> Result<(Vec<Generated>, Stats), GenerateError> {
     if let Some(i) = requests.iter().position(|r| r.prompt.is_empty()) {
@@ -201,7 +213,7 @@ pub fn generate(
         });
     }
     // Slot addressing and memory are checked before anything is allocated.
-    let mut cache: KvCache = model.new_cache_within(pool_rows, options.max_pool_bytes)?;
+    let mut cache = model.new_cache_within(pool_rows, options.max_pool_bytes)?;
     let mut budget = pool_rows;
     let mut results = vec![Generated::default(); requests.len()];
     let mut waiting: VecDeque<usize> = (0..requests.len()).collect();
@@ -255,7 +267,7 @@ pub fn generate(
             }
         }
         let start = Instant::now();
-        let logits = model.step(&tokens, &mut cache)?;
+        let logits = model.step_with(ops, &tokens, &mut cache)?;
         let chosen: Vec<(u32, Vec<f32>)> = if options.keep_logits {
             let [s, vocab] = logits.dims();
             let values = logits
@@ -305,7 +317,6 @@ pub fn generate(
             r.next_token = token;
             if out.generated.len() == requests[r.request].max_new_tokens {
                 cache
-                    .slots
                     .release(r.request as u64)
                     .map_err(DecoderError::from)?;
                 budget += rows_needed(&requests[r.request]);

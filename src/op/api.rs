@@ -192,7 +192,7 @@ impl From<RefusedCall> for RopePoolError {
 /// - `positions: [num_tokens]` integers (`[3, num_tokens]` with M-RoPE), `slots: [num_tokens]`
 ///   integers; a slot `< 0` means "do not write", and a slot `>= pool_size` is never written (in
 ///   checked mode it is an error);
-/// - `k_pool`, `v_pool: [pool_size, num_kv_heads, head_dim]` ([`PoolTensor`](crate::PoolTensor)s):
+/// - `k_pool`, `v_pool: [pool_size, num_kv_heads, head_dim]` ([`PoolTensor`](crate::pool::PoolTensor)s):
 ///   of `q`'s dtype, or both fp8 e4m3 (their rows hold the codes of the f32 rotated keys and of the
 ///   values);
 /// - optionally ([`RopePoolInputs::with_qk_norm`]) q/k norm weights `[head_dim]` in `q`'s dtype:

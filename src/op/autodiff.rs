@@ -13,9 +13,9 @@
 //!   from the pools. With duplicate slots (a caller error) each duplicate receives that row's
 //!   gradient. This is what Burn's autodiff of `select_assign` gives the unfused path.
 
+use crate::common::pool_tensor::PoolTensor;
 use crate::op::backend::{Outputs, QkNorm, RopePoolBackend, RopePoolInputs};
 use crate::op::norm::head_rms_norm;
-use crate::op::pool_tensor::PoolTensor;
 use crate::op::rope::{RopeFrequencies, RopeStyle};
 use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::CheckpointStrategy};
 use burn::backend::autodiff::grads::Gradients;

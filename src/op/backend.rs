@@ -6,9 +6,9 @@
 //! implementations trust their inputs' shapes and launch without bounds checks);
 //! [`rope_pool_fused`](crate::rope_pool_fused) is the validated one users call.
 
-use crate::op::pool_tensor::PoolTensor;
+use crate::common::pool_tensor::PoolTensor;
 #[cfg(feature = "cube")]
-use crate::op::pool_tensor::PoolTensorMetadata;
+use crate::common::pool_tensor::PoolTensorMetadata;
 use crate::op::rope::RopeFrequencies;
 use burn::backend::{
     Backend, Dispatch, ExtensionType, backend_extension,

@@ -2,17 +2,18 @@
 //! `rope-pool-kernels`. Covers every CubeCL runtime (wgpu/Vulkan/Metal/WebGPU, CUDA, ROCm, CPU);
 //! the fusion-wrapped backend reaches it through the lazy path the extension macro generates.
 
+use crate::common::pool_tensor::PoolTensor;
 use crate::op::backend::{Outputs, QkNorm, RopePoolBackend, RopePoolInputs, no_rows};
-use crate::op::pool_tensor::PoolTensor;
 use crate::op::rope::RopeFrequencies;
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::Shape;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
 use cubecl::server::MemoryLayoutDescriptor;
-use rope_pool_kernels::{
-    FP8_VECTOR, LaunchTuning, QkNormArgs, RopePoolArgs, RopePoolGeometry, launch_append_max,
-    launch_rope_pool,
+use rope_pool_kernels::LaunchTuning;
+use rope_pool_kernels::common::fp8::FP8_VECTOR;
+use rope_pool_kernels::rope::{
+    QkNormArgs, RopePoolArgs, RopePoolGeometry, launch_append_max, launch_rope_pool,
 };
 use std::sync::Arc;
 
@@ -190,7 +191,7 @@ impl RopePoolBackend for CubeBackend {
                     qk_norm,
                     fp8_scales,
                 },
-                &tuning(),
+                &tuning().rope,
             );
         }
         (

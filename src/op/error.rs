@@ -1,6 +1,6 @@
 //! The errors of the op: one variant per documented message.
 
-use crate::op::pool_tensor::Fp8PoolError;
+use crate::common::pool_tensor::Fp8PoolError;
 use burn::tensor::DType;
 use core::fmt;
 

@@ -2,48 +2,16 @@
 //! kernel's exact-angle table and the same f32 arithmetic (the table's host twin of the angle);
 //! the q/k norm's sum of squares is added in row order (the kernel adds per-unit partial sums).
 
+use crate::common::PoolTensor;
+use crate::common::flex::{Storage, dense, indices};
 use crate::op::backend::{Outputs, QkNorm, RopePoolBackend, RopePoolInputs, no_rows};
-use crate::op::pool_tensor::PoolTensor;
 use crate::op::rope::{RopeFrequencies, RopeStyle};
 use burn::backend::TensorMetadata;
 use burn::tensor::{DType, Element};
 use burn_flex::{Flex, FlexTensor, Layout};
 use half::{bf16, f16};
-use rope_pool_kernels::fp8::encode_host;
+use rope_pool_kernels::common::fp8::encode_host;
 use std::sync::Arc;
-
-/// A float storage type the op reads and writes; arithmetic is done in f32.
-pub(crate) trait Storage: Copy + Send + Sync {
-    fn to_f32(self) -> f32;
-    fn from_f32(value: f32) -> Self;
-}
-
-impl Storage for f32 {
-    fn to_f32(self) -> f32 {
-        self
-    }
-    fn from_f32(value: f32) -> Self {
-        value
-    }
-}
-
-impl Storage for f16 {
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-    fn from_f32(value: f32) -> Self {
-        f16::from_f32(value)
-    }
-}
-
-impl Storage for bf16 {
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-    fn from_f32(value: f32) -> Self {
-        bf16::from_f32(value)
-    }
-}
 
 /// Rotates every head row of `src` (one token's heads, `head_dim` each) into `dst` with the
 /// token's cos/sin (`rotary_dim / 2` each): NeoX halves or GPT-J pairs over the first
@@ -91,24 +59,6 @@ fn head_norm<E: Storage>(x: &[E], w: &[E], eps: f32) -> Vec<E> {
         }));
     }
     out
-}
-
-/// `tensor` with a dense row-major buffer of exactly its elements, starting at 0. Copies only
-/// when the layout is not already that; a shared buffer stays shared (writers copy on write).
-pub(crate) fn dense(tensor: FlexTensor) -> FlexTensor {
-    let exact = tensor.layout().contiguous_offsets() == Some((0, tensor.layout().num_elements()))
-        && tensor.bytes().len() == tensor.layout().num_elements() * tensor.dtype().size();
-    if exact {
-        tensor
-    } else {
-        tensor.to_contiguous()
-    }
-}
-
-/// The values of an integer tensor (i32 or i64: the types the op hands the backend), widened to
-/// i64.
-pub(crate) fn indices(tensor: FlexTensor) -> Vec<i64> {
-    dense(tensor).into_data().iter::<i64>().collect()
 }
 
 /// The op in one pass over the batch: every row of `q_rot` and `k_rot`, and the pool rows of the

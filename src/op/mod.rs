@@ -1,6 +1,7 @@
 //! The op: the Burn extension a model adds — `rope_pool_fused`, its config and RoPE variants, its
 //! checks and errors, the backend trait and its CubeCL, Flex and Autodiff implementations — and
-//! its two oracles beside it: the float64 [`reference`] and the [`unfused`] tensor-op path.
+//! its two oracles beside it: the float64 `reference` and the `unfused` tensor-op path (public
+//! through `testing`).
 //!
 //! Depends on the `rope-pool-kernels` crate only; the pool and the model build on it.
 
@@ -16,16 +17,16 @@ mod error;
 pub(crate) mod flex;
 mod hf_config;
 mod norm;
-mod pool_tensor;
+#[cfg(feature = "testing")]
 pub mod reference;
 mod rope;
 pub mod unfused;
 mod validate;
 
+pub use crate::common::{Fp8PoolError, PoolTensor};
+pub(crate) use crate::common::{check_fp8_settings, check_pool_kinds};
 pub use api::{RefusedCall, check_rope_pool_fused, rope_pool_fused, try_rope_pool_fused};
 pub use backend::{QkNorm, RopePoolInputs, RopePoolOutputs};
 pub use config::RopePoolConfig;
 pub use error::{Dims, RopePoolError};
-pub use pool_tensor::{Fp8PoolError, PoolTensor};
-pub(crate) use pool_tensor::{check_fp8_settings, check_pool_kinds};
 pub use rope::{MRope, RopeFrequencies, RopeScaling, RopeStyle};

@@ -8,7 +8,7 @@
 //! here.
 
 use crate::op::RopePoolError;
-use rope_pool_kernels::RopeTable;
+use rope_pool_kernels::rope::RopeTable;
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 

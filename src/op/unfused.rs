@@ -4,9 +4,9 @@
 //! pools. Several kernels and intermediate tensors instead of one pass: the baseline the
 //! benchmarks compare against, and an independent implementation for the model tests.
 
+use crate::common::pool_tensor::PoolTensor;
 use crate::op::backend::QkNorm;
 use crate::op::norm::head_rms_norm;
-use crate::op::pool_tensor::PoolTensor;
 use crate::op::rope::{RopeFrequencies, RopeStyle};
 use crate::op::{RopePoolConfig, RopePoolInputs, RopePoolOutputs};
 use burn::backend::{Dispatch, TensorMetadata};

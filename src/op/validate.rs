@@ -1,13 +1,13 @@
 //! The argument checks of `rope_pool_fused`, in the order the contract lists them. Pure
 //! functions of shapes, dtypes and host values: nothing here touches a device.
 
+use crate::common::pool_tensor::{Fp8PoolError, check_pool_kinds};
 use crate::op::backend::RopePoolInputs;
-use crate::op::pool_tensor::{Fp8PoolError, check_pool_kinds};
 use crate::op::rope::RopeFrequencies;
 use crate::op::{Dims, RopePoolConfig, RopePoolError};
 use burn::backend::{Backend, TensorMetadata};
 use burn::tensor::{DType, Shape};
-use rope_pool_kernels::MAX_NORM_HEAD_DIM;
+use rope_pool_kernels::rope::MAX_NORM_HEAD_DIM;
 use std::sync::Arc;
 
 impl<B: Backend> RopePoolInputs<B> {

@@ -6,7 +6,7 @@ use burn::tensor::{DType, Device};
 
 /// The bytes of `tensors` pools of `rows` rows of `heads × head_dim` elements of `dtype`
 /// (`None` past `u64::MAX`).
-pub fn pool_bytes(
+pub(crate) fn pool_bytes(
     rows: usize,
     heads: usize,
     head_dim: usize,
@@ -64,7 +64,7 @@ pub fn memory_limit(device: &Device, tensors: u64) -> Option<(u64, &'static str)
 /// allocator's free list (4 bytes a row, host memory) is counted too. The device's limit is its
 /// capacity, not what is free after the weights: a pool that fits the capacity but not the free
 /// memory is the runtime's to refuse.
-pub fn check_pool_memory(
+pub(crate) fn check_pool_memory(
     device: &Device,
     rows: usize,
     bytes: Option<u64>,

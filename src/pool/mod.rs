@@ -1,18 +1,24 @@
-//! The pool: what owns the rows the op writes — the slot allocator, a layer's [`KvPool`] — and
-//! [`pool_attention`], the op that reads them. Built on the op; the model builds on it.
+//! The pool: [`KvPool`] (the rows the op writes, every layer's, and their allocator), the step
+//! planner ([`KvPool::plan_step`] → [`StepPlan`]) and [`pool_attention`], the op that reads the
+//! rows. Built on the op; the model builds on it.
 
-mod attention;
+pub(crate) mod attention;
 mod kv_pool;
 mod memory;
 mod slots;
+mod step;
 
+pub use crate::op::{Fp8PoolError, PoolTensor};
 pub use attention::{
     MAX_HEAD_DIM, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs,
-    PoolAttentionOutputs, PoolAttentionPlan, pool_attention, reference,
+    PoolAttentionOutputs, PoolAttentionPlan, pool_attention,
 };
 pub use kv_pool::KvPool;
-pub use memory::{check_pool_memory, memory_limit, pool_bytes};
-pub use slots::{SeqId, SeqToken, SlotAllocator};
+pub(crate) use kv_pool::PoolStorage;
+pub use memory::memory_limit;
+pub(crate) use memory::{check_pool_memory, pool_bytes};
+pub use slots::{SeqId, SeqToken};
+pub use step::StepPlan;
 
 use crate::op::RopePoolError;
 
@@ -26,6 +32,17 @@ pub enum KvPoolError {
         requested: usize,
         /// Rows free.
         available: usize,
+    },
+    /// A step of no tokens.
+    #[error("a step needs at least one token")]
+    EmptyStep,
+    /// A layer the pool does not have.
+    #[error("layer {layer} of a pool of {layers} layers")]
+    Layer {
+        /// The layer asked for.
+        layer: usize,
+        /// The pool's layers.
+        layers: usize,
     },
     /// The sequence holds no slots.
     #[error("sequence {seq} holds no slots in the KV pool")]

@@ -18,21 +18,14 @@ pub struct SeqToken {
 /// Hands out the rows of a pool of `pool_size` rows to sequences, one row per token, and takes
 /// a finished sequence's rows back for reuse. Allocation is all-or-nothing.
 #[derive(Clone, Debug)]
-pub struct SlotAllocator {
+pub(crate) struct SlotAllocator {
     free: Vec<i32>,
     owned: HashMap<SeqId, Vec<i32>>,
 }
 
 impl SlotAllocator {
-    /// An allocator over rows `0..pool_size`, all free. Rows are handed out lowest first.
-    ///
-    /// # Panics
-    /// Past `i32::MAX` rows (slots are i32): [`Self::try_new`] refuses that with an error.
-    pub fn new(pool_size: usize) -> Self {
-        Self::try_new(pool_size).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// [`Self::new`], refusing more rows than i32 slots address.
+    /// An allocator over rows `0..pool_size`, all free, handed out lowest first; refuses more
+    /// rows than i32 slots address.
     pub fn try_new(pool_size: usize) -> Result<Self, KvPoolError> {
         let max = i32::MAX as usize;
         if pool_size > max {

@@ -3,8 +3,10 @@
 //! query sees no key), metadata `head_dim num_qo_heads num_kv_heads sm_scale causal`, optional
 //! `sliding_window logits_soft_cap expect_error`. Loaded, run on a device, scored.
 
-use crate::PoolTensor;
-use crate::pool::reference::{AttentionReference, BatchIndices, pool_attention_reference};
+use crate::common::PoolTensor;
+use crate::pool::attention::reference::{
+    AttentionReference, BatchIndices, pool_attention_reference,
+};
 use crate::pool::{
     PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan, pool_attention,
 };

@@ -1,7 +1,9 @@
 //! Support for the tests, examples and benchmarks (cargo feature `testing`, off by default; the
 //! crate's own tests, examples and benches turn it on through a dev-dependency on the crate):
-//! devices by name, the golden-file runner, error metrics against the float64 reference, the
-//! one random generator, and a Llama-3-8B-shaped decoder with random weights.
+//! devices by name, the golden-file runner, error metrics, the one random generator, a
+//! Llama-3-8B-shaped decoder with random weights — and the oracles: the float64 references of
+//! both ops, the op's unfused tensor-op path, the decoder run through tensor ops, and the
+//! decoder's kernels one by one (for the benchmarks' probes).
 
 mod attention_golden;
 mod devices;
@@ -14,6 +16,18 @@ pub use devices::{device_by_name, device_works, dtype_by_name, wgpu_refusal};
 pub use golden::{GoldenCase, GoldenError, HostTensor, MAX_RANK, Score, tolerance};
 pub use metrics::{max_abs_error, norm_relative_error};
 pub use rng::Rng;
+
+pub use crate::model::kernels::{
+    MatmulRoutine, add_rms_norm, project, project_with, rms_norm, silu_mul,
+};
+pub use crate::model::oracle::{generate_unfused, step_unfused};
+pub use crate::op::{reference, unfused};
+pub use crate::pool::attention::reference as attention_reference;
+
+/// The greedy step's argmax over each row of `logits` (`[S, vocab]` → `[S, 1]`).
+pub fn argmax_rows(logits: burn::tensor::Tensor<2>) -> burn::tensor::Tensor<2, burn::tensor::Int> {
+    crate::model::argmax_rows(logits)
+}
 
 use crate::model::{Decoder, DecoderConfig, DecoderError, Random};
 use crate::op::RopePoolConfig;
@@ -47,4 +61,16 @@ pub fn random_decoder(
     dtype: DType,
 ) -> Result<Decoder, DecoderError> {
     Decoder::build(config, &Random { device, dtype })
+}
+
+/// A planned step's positions and slots (one per token, batch order), read back to the host.
+pub fn step_slots(step: &crate::pool::StepPlan) -> (Vec<i64>, Vec<i64>) {
+    let host = |t: &burn::tensor::Tensor<1, burn::tensor::Int>| {
+        t.clone()
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .expect("i64 values")
+    };
+    (host(&step.positions), host(&step.slots))
 }

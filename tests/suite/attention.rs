@@ -3,9 +3,25 @@
 //! pool exhaustion.
 
 use burn::tensor::{DType, Device, Distribution, Tensor};
-use burn_rope_pool::model::LlamaAttentionConfig;
+use burn_rope_pool::model::{LlamaAttention, LlamaAttentionConfig};
 use burn_rope_pool::pool::SeqToken;
 use burn_rope_pool::pool::{KvPool, KvPoolError};
+
+/// One step of the layer as a one-layer model runs it: plan, forward, and the rows given back if
+/// the forward is refused.
+fn forward(
+    layer: &LlamaAttention,
+    x: Tensor<2>,
+    tokens: &[SeqToken],
+    pool: &mut KvPool,
+) -> Result<Tensor<2>, KvPoolError> {
+    let step = pool.plan_step(tokens)?;
+    let out = layer.forward(x, 0, &step, pool);
+    if out.is_err() {
+        pool.cancel_step(step);
+    }
+    out
+}
 
 fn config() -> LlamaAttentionConfig {
     LlamaAttentionConfig {
@@ -33,7 +49,7 @@ fn check_device(device: &Device) {
     let xb = Tensor::<2>::random([b_len, cfg.hidden], Distribution::Normal(0.0, 1.0), device);
     let ref_a = layer.forward_unfused(xa.clone());
     let ref_b = layer.forward_unfused(xb.clone());
-    let mut pool = KvPool::new(cfg.rope(), 32, device, DType::F32);
+    let mut pool = KvPool::try_new(cfg.rope(), 32, device, DType::F32).unwrap();
 
     // Ragged prefill: sequence 1 (7 tokens) and sequence 2 (4 tokens) in one batch.
     let x = Tensor::cat(vec![xa.clone().slice([0..a_len]), xb.clone()], 0);
@@ -47,7 +63,7 @@ fn check_device(device: &Device) {
         seq: 2,
         position: p,
     }));
-    let out = layer.forward(x, &tokens, &mut pool).unwrap();
+    let out = forward(&layer, x, &tokens, &mut pool).unwrap();
     let err_a = max_abs(
         out.clone().slice([0..a_len]),
         ref_a.clone().slice([0..a_len]),
@@ -59,7 +75,7 @@ fn check_device(device: &Device) {
     );
 
     // Sequence 2 finishes; its rows are reused by sequence 3 while sequence 1 decodes.
-    pool.slots.release(2).unwrap();
+    pool.release(2).unwrap();
     let xc = Tensor::<2>::random([2, cfg.hidden], Distribution::Normal(0.0, 1.0), device);
     let ref_c = layer.forward_unfused(xc.clone());
     for (step, prefix) in (a_len..a_len + 3).enumerate() {
@@ -80,7 +96,7 @@ fn check_device(device: &Device) {
                 position: 0,
             },
         ];
-        let out = layer.forward(x, &tokens, &mut pool).unwrap();
+        let out = forward(&layer, x, &tokens, &mut pool).unwrap();
         // Decoding token `prefix` equals the whole-sequence prefill at that row.
         let err = max_abs(
             out.clone().slice([0..1]),
@@ -92,11 +108,11 @@ fn check_device(device: &Device) {
             err_c < 1e-4,
             "new sequence on reused rows, step {step}: {err_c}"
         );
-        pool.slots.release(3 + step as u64).unwrap();
+        pool.release(3 + step as u64).unwrap();
     }
 
     // Exhaustion is an error, and allocates nothing.
-    let free = pool.slots.available();
+    let free = pool.available();
     let x = Tensor::<2>::random([free + 1, cfg.hidden], Distribution::Default, device);
     let tokens: Vec<SeqToken> = (0..free + 1)
         .map(|p| SeqToken {
@@ -104,7 +120,7 @@ fn check_device(device: &Device) {
             position: p,
         })
         .collect();
-    let err = layer.forward(x, &tokens, &mut pool).unwrap_err();
+    let err = forward(&layer, x, &tokens, &mut pool).unwrap_err();
     assert_eq!(
         err,
         KvPoolError::Exhausted {
@@ -112,17 +128,19 @@ fn check_device(device: &Device) {
             available: free
         }
     );
-    assert_eq!(pool.slots.available(), free);
+    assert_eq!(pool.available(), free);
 
     // A call the op refuses (a pool of another geometry) gives back the rows it took, and keeps
     // the rows the sequences held before.
-    let mut wrong = KvPool::new(
+    let mut wrong = KvPool::try_new(
         burn_rope_pool::RopePoolConfig::new(cfg.head_dim, cfg.num_qo_heads, cfg.num_kv_heads + 1),
         8,
         device,
         DType::F32,
-    );
-    wrong.slots.allocate(3, 2).unwrap();
+    )
+    .unwrap();
+    let held = [0, 1].map(|position| SeqToken { seq: 3, position });
+    wrong.plan_step(&held).unwrap();
     let x = Tensor::<2>::random([2, cfg.hidden], Distribution::Default, device);
     let tokens = [
         SeqToken {
@@ -134,11 +152,11 @@ fn check_device(device: &Device) {
             position: 0,
         },
     ];
-    let err = layer.forward(x, &tokens, &mut wrong).unwrap_err();
+    let err = forward(&layer, x, &tokens, &mut wrong).unwrap_err();
     assert!(matches!(err, KvPoolError::Op(_)), "{err}");
-    assert_eq!(wrong.slots.available(), 6);
-    assert_eq!(wrong.slots.rows(3), Some(&[0, 1][..]));
-    assert_eq!(wrong.slots.rows(4), None);
+    assert_eq!(wrong.available(), 6);
+    assert_eq!(wrong.rows(3), Some(&[0, 1][..]));
+    assert_eq!(wrong.rows(4), None);
 }
 
 #[test]
@@ -156,12 +174,10 @@ fn positions_that_skip_or_repeat_are_refused() {
     let device = Device::flex();
     let cfg = config();
     let layer = cfg.init(&device).expect("a valid layer");
-    let mut pool = KvPool::new(cfg.rope(), 16, &device, DType::F32);
+    let mut pool = KvPool::try_new(cfg.rope(), 16, &device, DType::F32).unwrap();
     let x = |n: usize| Tensor::<2>::random([n, cfg.hidden], Distribution::Default, &device);
     let at = |seq, position| SeqToken { seq, position };
-    layer
-        .forward(x(2), &[at(1, 0), at(1, 1)], &mut pool)
-        .unwrap();
+    forward(&layer, x(2), &[at(1, 0), at(1, 1)], &mut pool).unwrap();
     for (tokens, message) in [
         (
             vec![at(1, 5)],
@@ -176,13 +192,11 @@ fn positions_that_skip_or_repeat_are_refused() {
             "sequence 2: token at position 0 where position 1 comes next",
         ),
     ] {
-        let err: KvPoolError = layer
-            .forward(x(tokens.len()), &tokens, &mut pool)
-            .unwrap_err();
+        let err: KvPoolError = forward(&layer, x(tokens.len()), &tokens, &mut pool).unwrap_err();
         assert_eq!(err.to_string(), message);
     }
-    assert_eq!(pool.slots.available(), 14, "a refused batch took no rows");
-    assert!(pool.slots.rows(2).is_none());
+    assert_eq!(pool.available(), 14, "a refused batch took no rows");
+    assert!(pool.rows(2).is_none());
 }
 
 /// Heads that do not group, or a head size past the op's, are refused by `init` (they panicked
@@ -221,13 +235,13 @@ fn layers_that_cannot_run_are_refused() {
         let layer = cfg.init(&device).expect("a valid layer");
         let x = Tensor::<2>::random([3, cfg.hidden], Distribution::Default, &device);
         assert_eq!(layer.forward_unfused(x.clone()).dims(), [3, cfg.hidden]);
-        let mut pool = KvPool::new(cfg.rope(), 8, &device, DType::F32);
+        let mut pool = KvPool::try_new(cfg.rope(), 8, &device, DType::F32).unwrap();
         let tokens: Vec<SeqToken> = (0..3)
             .map(|position| SeqToken { seq: 1, position })
             .collect();
-        let err = layer.forward(x, &tokens, &mut pool).unwrap_err();
+        let err = forward(&layer, x, &tokens, &mut pool).unwrap_err();
         assert!(err.to_string().contains("inference only"), "{err}");
-        assert_eq!(pool.slots.available(), 8, "a refused batch took no rows");
-        assert!(pool.slots.rows(1).is_none());
+        assert_eq!(pool.available(), 8, "a refused batch took no rows");
+        assert!(pool.rows(1).is_none());
     }
 }

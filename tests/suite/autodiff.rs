@@ -4,10 +4,10 @@
 
 use crate::common::{Case, Rng, devices};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
-use burn_rope_pool::unfused::rope_pool_unfused;
+use burn_rope_pool::pool::PoolTensor;
+use burn_rope_pool::testing::unfused::rope_pool_unfused;
 use burn_rope_pool::{
-    MRope, PoolTensor, QkNorm, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle,
-    rope_pool_fused,
+    MRope, QkNorm, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,
 };
 
 /// The variants the gradients are checked on.

@@ -3,7 +3,8 @@
 
 use crate::common::{Case, Inputs, devices, host};
 use burn::tensor::{DType, Device, Int, Tensor};
-use burn_rope_pool::{PoolTensor, RopePoolConfig, RopePoolError, RopePoolInputs, rope_pool_fused};
+use burn_rope_pool::pool::PoolTensor;
+use burn_rope_pool::{RopePoolConfig, RopePoolError, RopePoolInputs, rope_pool_fused};
 
 fn base_case() -> Case {
     let config = RopePoolConfig::new(8, 4, 2);

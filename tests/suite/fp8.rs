@@ -7,14 +7,14 @@
 
 use crate::common::{Case, Rng, assert_close, devices, dtypes, host, round_to};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
-use burn_rope_pool::pool::reference::{BatchIndices, pool_attention_reference};
+use burn_rope_pool::pool::PoolTensor;
 use burn_rope_pool::pool::{
     PoolAttentionConfig, PoolAttentionInputs, PoolAttentionPlan, pool_attention,
 };
-use burn_rope_pool::reference::{ReferenceOutput, e4m3_code, e4m3_value};
+use burn_rope_pool::testing::attention_reference::{BatchIndices, pool_attention_reference};
+use burn_rope_pool::testing::reference::{ReferenceOutput, e4m3_code, e4m3_value};
 use burn_rope_pool::{
-    MRope, PoolTensor, RopePoolConfig, RopePoolInputs, RopeStyle, rope_pool_fused,
-    try_rope_pool_fused,
+    MRope, RopePoolConfig, RopePoolInputs, RopeStyle, rope_pool_fused, try_rope_pool_fused,
 };
 
 /// Random words for a pool of `[rows, heads, head_dim]`: the sentinel every unwritten row must
@@ -507,13 +507,12 @@ fn an_unfused_decoder_refuses_fp8_caches_and_keeps_them() {
         token: 5,
         position: 0,
     }];
-    let model = model.with_fused(false);
-    let err = model.step(&tokens, &mut cache).unwrap_err();
+    let err = burn_rope_pool::testing::step_unfused(&model, &tokens, &mut cache).unwrap_err();
     assert_eq!(
         err.to_string(),
         "the unfused tensor-op path takes float pools only, not fp8"
     );
-    let model = model.with_fused(true);
+    assert_eq!(cache.available(), 16, "the refused step took no rows");
     let logits = model.step(&tokens, &mut cache).unwrap();
     assert_eq!(logits.dims()[0], 1);
 }

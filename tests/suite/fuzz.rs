@@ -11,11 +11,11 @@
 
 use crate::common::{Rng, devices, round_to};
 use burn::tensor::{DType, Device, DispatchTensor, Int, Tensor, TensorData};
-use burn_rope_pool::reference::rope_pool_reference;
+use burn_rope_pool::pool::PoolTensor;
 use burn_rope_pool::testing::norm_relative_error;
+use burn_rope_pool::testing::reference::rope_pool_reference;
 use burn_rope_pool::{
-    MRope, PoolTensor, QkNorm, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle,
-    rope_pool_fused,
+    MRope, QkNorm, RopePoolConfig, RopePoolInputs, RopeScaling, RopeStyle, rope_pool_fused,
 };
 
 /// The messages of the README's error table; `{}` stands for a value.

@@ -65,12 +65,29 @@ fn load(name: &str, device: &Device) -> Decoder {
 }
 
 fn run(model: &Decoder, requests: &[Request], pool_rows: Option<usize>) -> Vec<Generated> {
+    run_through(model, requests, pool_rows, true)
+}
+
+/// [`generate`] through the production kernels (`fused`) or the oracle: Burn's tensor ops
+/// throughout and the op's unfused path, the q/k norm as tensor ops too.
+fn run_through(
+    model: &Decoder,
+    requests: &[Request],
+    pool_rows: Option<usize>,
+    fused: bool,
+) -> Vec<Generated> {
     let options = GenerateOptions {
         pool_rows,
         keep_logits: true,
         ..GenerateOptions::default()
     };
-    generate(model, requests, &options, |_| {}).unwrap().0
+    match fused {
+        true => generate(model, requests, &options, |_| {}).unwrap().0,
+        false => {
+            let unfused = burn_rope_pool::testing::generate_unfused(model, requests, &options);
+            unfused.unwrap().0
+        }
+    }
 }
 
 /// Ids equal; logits within `tol` norm-relative at every step.
@@ -101,11 +118,10 @@ fn checkpoints_generate_what_transformers_generates() {
             "qwen3_tiny",
         ] {
             let (requests, want) = expected(name);
-            // The fused decoder, and the unfused one (Burn tensor ops throughout, the op's
-            // oracle path with the q/k norm as tensor ops too).
+            // The decoder, and its oracle.
+            let model = load(name, &device);
             for fused in [true, false] {
-                let model = load(name, &device).with_fused(fused);
-                let got = run(&model, &requests, None);
+                let got = run_through(&model, &requests, None, fused);
                 let what = format!("{name} on {device_name}, fused {fused}");
                 assert_same(&got, &want, 1e-4, &what);
             }
@@ -427,7 +443,7 @@ fn sliding_windows_follow_the_config() {
 /// of that sum, against float64 (the residual stream returned too).
 #[test]
 fn add_rms_norm_matches_float64() {
-    use burn_rope_pool::model::add_rms_norm;
+    use burn_rope_pool::testing::add_rms_norm;
     let mut rng = burn_rope_pool::testing::Rng::new(78);
     for (name, device) in crate::common::devices() {
         for (rows, hidden) in [(1usize, 4096usize), (3, 7), (17, 96), (64, 128)] {
@@ -471,7 +487,7 @@ fn add_rms_norm_matches_float64() {
 
 #[test]
 fn rms_norm_matches_float64() {
-    use burn_rope_pool::model::rms_norm;
+    use burn_rope_pool::testing::rms_norm;
     let mut rng = burn_rope_pool::testing::Rng::new(77);
     for (name, device) in crate::common::devices() {
         for (rows, hidden) in [(1usize, 4096usize), (3, 7), (17, 96), (5, 5000), (64, 128)] {
@@ -511,7 +527,7 @@ fn rms_norm_matches_float64() {
 /// and odd widths.
 #[test]
 fn projections_match_float64() {
-    use burn_rope_pool::model::{MatmulRoutine, project, project_with};
+    use burn_rope_pool::testing::{MatmulRoutine, project, project_with};
     let mut rng = burn_rope_pool::testing::Rng::new(78);
     for (name, device) in crate::common::devices() {
         for (m, k, n) in [
@@ -577,7 +593,7 @@ fn projections_match_float64() {
 #[test]
 fn argmax_in_two_stages_is_the_first_maximum() {
     use burn::tensor::{Tensor, TensorData};
-    use burn_rope_pool::model::argmax_rows;
+    use burn_rope_pool::testing::argmax_rows;
     let mut rng = burn_rope_pool::testing::Rng::new(79);
     for (name, device) in crate::common::devices() {
         for vocab in [1000usize, 1025, 4096, 128_256] {
@@ -615,7 +631,7 @@ fn argmax_in_two_stages_is_the_first_maximum() {
 #[test]
 fn kernels_fall_back_on_shapes_they_do_not_take() {
     use burn::tensor::Tensor;
-    use burn_rope_pool::model::{project, rms_norm};
+    use burn_rope_pool::testing::{project, rms_norm};
     for (name, device) in crate::common::devices() {
         let x = Tensor::<2>::ones([2, 0], &device);
         let w = Tensor::<2>::ones([3, 0], &device);
@@ -644,7 +660,7 @@ fn kernels_fall_back_on_shapes_they_do_not_take() {
 /// Flex) against float64 with transformers' rounding, odd widths included.
 #[test]
 fn silu_mul_matches_float64() {
-    use burn_rope_pool::model::silu_mul;
+    use burn_rope_pool::testing::silu_mul;
     let mut rng = burn_rope_pool::testing::Rng::new(80);
     for (name, device) in crate::common::devices() {
         for (rows, m) in [(1usize, 14336usize), (3, 7), (17, 96), (64, 130)] {

@@ -4,12 +4,13 @@
 //! of the contract, f32 and f16), outputs over poisoned memory, and every documented error.
 
 use crate::common::{Rng, devices, float_tensor, round_to};
-use burn::tensor::{DType, Device, Tensor, TensorData};
-use burn_rope_pool::PoolTensor;
-use burn_rope_pool::pool::reference::{BatchIndices, pool_attention_reference};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use burn_rope_pool::pool::PoolTensor;
 use burn_rope_pool::pool::{
     PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan, pool_attention,
 };
+use burn_rope_pool::testing::attention_reference::{BatchIndices, pool_attention_reference};
+use burn_rope_pool::testing::reference::{e4m3_code, e4m3_value};
 use burn_rope_pool::testing::{AttentionCase, attention_error};
 
 fn golden_cases() -> Vec<(String, AttentionCase)> {
@@ -99,6 +100,22 @@ fn random_batch(rng: &mut Rng, pool: usize, max_len: u64, causal: bool) -> Batch
 
 #[test]
 fn random_batches_match_the_reference() {
+    random_batches(false);
+}
+
+/// The portable attention kernel, which a GPU with plane operations never picks by itself,
+/// forced on every device (`PoolAttentionConfig::portable_kernel`; on Flex the normal path):
+/// the random batches above, then fp8 pools, against the reference.
+#[test]
+fn the_portable_kernel_matches_the_reference_on_every_device() {
+    random_batches(true);
+    fp8_pools(true);
+}
+
+/// Random ragged batches of every head_dim of the contract (GQA groups large enough to split
+/// heads over cubes, windows, caps, long contexts that split, f32/f16/bf16) against the
+/// reference; with `portable_kernel`, through the portable attention kernel.
+fn random_batches(portable_kernel: bool) {
     let head_dims = [16usize, 64, 80, 96, 128, 256, 512];
     let mut rng = Rng::new(20_261_204);
     for (device_name, device) in devices() {
@@ -113,7 +130,9 @@ fn random_batches_match_the_reference() {
             };
             let hq = hkv * group;
             let causal = rng.below(4) != 0;
-            let mut config = PoolAttentionConfig::new(hq, hkv, d).with_causal(causal);
+            let mut config = PoolAttentionConfig::new(hq, hkv, d)
+                .with_causal(causal)
+                .with_portable_kernel(portable_kernel);
             if rng.below(3) == 0 {
                 // Small windows, and windows past any position (no wrap-around).
                 config.sliding_window = Some(match rng.below(6) {
@@ -181,6 +200,95 @@ fn random_batches_match_the_reference() {
             for (i, (a, e)) in out_host.iter().zip(&expected.out).enumerate() {
                 assert!(
                     (a - e).abs() <= tolerance,
+                    "{what}: out[{i}] = {a}, expected {e}"
+                );
+            }
+            for (i, (a, e)) in lse_host.iter().zip(&expected.lse).enumerate() {
+                let ok = a == e || (a - e).abs() <= 1e-4 * e.abs().max(1.0);
+                assert!(ok, "{what}: lse[{i}] = {a}, expected {e}");
+            }
+        }
+    }
+}
+
+/// Random batches over fp8 pools (e4m3 words, the kernels decode them in registers) against the
+/// reference over the decoded pools; with `portable_kernel`, through the portable kernel.
+fn fp8_pools(portable_kernel: bool) {
+    let mut rng = Rng::new(0x0f8a_77e0);
+    for (device_name, device) in devices() {
+        for case in 0..8 {
+            let d = [16usize, 64, 128, 256][case % 4];
+            let hkv = 1 + rng.below(2) as usize;
+            let hq = hkv * (1 + rng.below(4) as usize);
+            let causal = rng.below(4) != 0;
+            let config = PoolAttentionConfig::new(hq, hkv, d)
+                .with_causal(causal)
+                .with_portable_kernel(portable_kernel);
+            let pool = 8 + rng.below(40) as usize;
+            // Long contexts every other case: split launches and their merge.
+            let max_len = if case % 2 == 1 { 700 } else { 24 };
+            let batch = random_batch(&mut rng, pool, max_len, causal);
+            let q: Vec<f64> = rng
+                .values(batch.num_tokens * hq * d)
+                .iter()
+                .map(|&x| round_to(x, DType::F32))
+                .collect();
+            // Pools of e4m3 codes of `x / scale`; the reference reads their exact values.
+            let (k_scale, v_scale) = (1.0 / 64.0, 1.0 / 32.0);
+            let encode = |x: &[f64], scale: f32| -> Vec<u32> {
+                let mut words = vec![0u32; x.len() / 4];
+                for (i, &x) in x.iter().enumerate() {
+                    words[i / 4] |= u32::from(e4m3_code(x / scale as f64)) << (8 * (i % 4));
+                }
+                words
+            };
+            let decode = |words: &[u32], scale: f32| -> Vec<f64> {
+                (0..4 * words.len())
+                    .map(|i| {
+                        let code = (words[i / 4] >> (8 * (i % 4))) as u8;
+                        e4m3_value(code) * scale as f64
+                    })
+                    .collect()
+            };
+            let k_words = encode(&rng.values(pool * hkv * d), k_scale);
+            let v_words = encode(&rng.values(pool * hkv * d), v_scale);
+            let plan = PoolAttentionPlan::new(
+                TensorData::from(batch.qo_indptr.as_slice()),
+                TensorData::from(batch.kv_indptr.as_slice()),
+                TensorData::from(batch.kv_indices.as_slice()),
+                &device,
+            );
+            let words = |w: &[u32], scale: f32| {
+                let data = TensorData::new(w.to_vec(), [pool, hkv, d / 4]);
+                PoolTensor::fp8(
+                    Tensor::<3, Int>::from_data(data, (&device, DType::U32)),
+                    scale,
+                )
+            };
+            let inputs = PoolAttentionInputs::new(
+                float_tensor(&q, [batch.num_tokens, hq, d], &device, DType::F32),
+                words(&k_words, k_scale),
+                words(&v_words, v_scale),
+            );
+            let what =
+                format!("{device_name} fp8 case {case} (d {d}, {hq}/{hkv} heads, {config:?})");
+            let out =
+                pool_attention(inputs, &plan, &config).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let expected = pool_attention_reference(
+                &config,
+                &q,
+                [&decode(&k_words, k_scale), &decode(&v_words, v_scale)],
+                BatchIndices {
+                    qo_indptr: &batch.qo_indptr,
+                    kv_indptr: &batch.kv_indptr,
+                    kv_indices: &batch.kv_indices,
+                },
+            );
+            let out_host: Vec<f64> = out.out.into_data().iter::<f64>().collect();
+            let lse_host: Vec<f64> = out.lse.into_data().iter::<f64>().collect();
+            for (i, (a, e)) in out_host.iter().zip(&expected.out).enumerate() {
+                assert!(
+                    (a - e).abs() <= 1e-4,
                     "{what}: out[{i}] = {a}, expected {e}"
                 );
             }

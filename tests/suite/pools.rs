@@ -63,7 +63,7 @@ fn slots_past_the_pool_and_negative_slots_write_nothing() {
 /// compares against, so it must be right too.
 #[test]
 fn unfused_baseline_matches_the_fused_op() {
-    use burn_rope_pool::unfused::rope_pool_unfused;
+    use burn_rope_pool::testing::unfused::rope_pool_unfused;
     for (name, device) in devices() {
         let config = RopePoolConfig::new(16, 4, 2).with_rope_base(10_000.0);
         let mut case = Case::random(config.clone(), 5, 8, 2000, 51);

@@ -98,7 +98,7 @@ fn large_batches_walk_strided_head_groups() {
     // (`heads_per_unit`); the shapes above are small enough for one head per unit. 32 + 8 heads
     // go in groups of 2 in f32 (of 4 in 2-byte dtypes); 7 + 3 heads in groups of at most 4 leave
     // uneven groups (4, 3, 3) and a group crossing from q to kv.
-    use rope_pool_kernels::{RopePoolGeometry, heads_per_unit};
+    use rope_pool_kernels::rope::{RopePoolGeometry, heads_per_unit};
     // (tokens, q heads, kv heads, head_dim, pool, heads per unit)
     let shapes = [(5000, 32, 8, 32, 6000, 2), (20_000, 7, 3, 32, 16_384, 4)];
     for (i, (t, hq, hkv, d, p, group)) in shapes.into_iter().enumerate() {

@@ -7,8 +7,8 @@ use crate::common::{
     Case, Rng, devices, dtypes, host, output_pairs, poison, round_to, to_host, ulp,
 };
 use burn::tensor::{DType, Device, Tensor, TensorData};
-use burn_rope_pool::reference::{ReferenceOutput, head_rms_norm, rope_pool_reference};
-use burn_rope_pool::unfused::rope_pool_unfused;
+use burn_rope_pool::testing::reference::{ReferenceOutput, head_rms_norm, rope_pool_reference};
+use burn_rope_pool::testing::unfused::rope_pool_unfused;
 use burn_rope_pool::{
     MRope, RopePoolConfig, RopePoolError, RopePoolInputs, RopeStyle, rope_pool_fused,
     try_rope_pool_fused,

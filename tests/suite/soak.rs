@@ -7,8 +7,8 @@
 
 use crate::common::{Rng, devices, host, memory, own_gpu_device};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use burn_rope_pool::reference::rope_pool_reference;
 use burn_rope_pool::testing::norm_relative_error;
+use burn_rope_pool::testing::reference::rope_pool_reference;
 use burn_rope_pool::{RopePoolConfig, RopePoolInputs, rope_pool_fused};
 
 const POOL_ROWS: usize = 64;

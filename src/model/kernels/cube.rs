@@ -14,7 +14,7 @@ use cubecl::{prelude::Scalar, tf32};
 use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
-use rope_pool_kernels::{
+use rope_pool_kernels::decoder::{
     MATVEC_MAX_ROWS, has_tiles, launch_few_rows, launch_matvec, launch_rms_norm, launch_silu_mul,
 };
 
@@ -176,7 +176,7 @@ fn wide_stage(x: &CubeTensor, [m, n, k]: [usize; 3]) -> Option<Strategy> {
     }
     // Benchmark builds: `ROPE_POOL_BLUEPRINT=pm,pn,pk/sm,sn/buffers/sms` replaces the shape
     // (a sweep of what cubek's inference does not try).
-    let spec = tuning().blueprint.unwrap_or([4, 4, 2, 4, 2, 1, 0]);
+    let spec = tuning().decoder.blueprint.unwrap_or([4, 4, 2, 4, 2, 1, 0]);
     tile16_blueprint(x, [m, n, k], spec)
 }
 
@@ -212,7 +212,7 @@ impl DecoderKernels for CubeBackend {
             if m <= MATVEC_MAX_ROWS {
                 launch_matvec(&out.client, float, out.dtype.size(), m, k, n, x, w_t, o);
             } else {
-                launch_few_rows(&out.client, float, m, k, n, x, w_t, o, &tuning());
+                launch_few_rows(&out.client, float, m, k, n, x, w_t, o, &tuning().decoder);
             }
         }
         out

@@ -116,7 +116,7 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 /// 64 rows of f16 where the device has f16 tensor-core tiles with f32 accumulation and the output
 /// is narrower than 4× the input (not gate/up or the LM head, where cubek's routines were faster),
 /// one kernel of such tiles that also reads the weight once
-/// (`rope_pool_kernels::few_rows_kernel`); otherwise, on
+/// (`rope_pool_kernels::decoder::launch_few_rows`); otherwise, on
 /// CubeCL devices, the matmul routine [`MatmulRoutine::for_problem`] picks, reading the
 /// weight as stored; Burn's matmul on the transposed view elsewhere.
 ///
@@ -311,8 +311,9 @@ fn kernel_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<bool> {
             // The few-rows kernel for outputs narrower than the MLP's: the matmul routines were
             // faster on gate/up and the LM head in the H200 probe (`benches/NOTES.md` entry 27).
             Some(
-                rope_pool_kernels::matvec_fits(&client, m)
-                    || (n < 4 * k && rope_pool_kernels::few_rows_fits(&client, float, m, k, n)),
+                rope_pool_kernels::decoder::matvec_fits(&client, m)
+                    || (n < 4 * k
+                        && rope_pool_kernels::decoder::few_rows_fits(&client, float, m, k, n)),
             )
         }
         _ => None,

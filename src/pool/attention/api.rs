@@ -1,9 +1,10 @@
 //! The public entry: the config, every check in the contract's order, one dispatch.
 
+use crate::Dims;
+use crate::common::PoolTensor;
 use crate::op::check_pool_kinds;
 use crate::pool::attention::backend::{AttentionParams, AttentionTensors, PoolAttentionBackend};
 use crate::pool::attention::{PoolAttentionError, PoolAttentionPlan};
-use crate::{Dims, PoolTensor};
 use burn::backend::{Dispatch, DispatchDevice, TensorMetadata};
 use burn::config::Config;
 use burn::tensor::{DType, Device, DispatchTensor, Tensor};
@@ -42,6 +43,11 @@ pub struct PoolAttentionConfig {
     /// key is never read: it is masked).
     #[config(default = false)]
     pub check_indices: bool,
+    /// Tests and diagnostics: on CubeCL devices, run the portable attention kernel even where
+    /// the device has plane operations (the kernel otherwise kept for devices without them; same
+    /// results within f32 rounding, slower). Flex has one path and ignores it.
+    #[config(default = false)]
+    pub portable_kernel: bool,
 }
 
 impl PoolAttentionConfig {
@@ -260,6 +266,7 @@ pub fn pool_attention(
         sm_scale: config.scale() as f32,
         soft_cap: config.logits_soft_cap.map(|c| c as f32),
         max_keys: ranges.max_keys,
+        portable_kernel: config.portable_kernel,
     };
     let (out, lse) = <Dispatch as PoolAttentionBackend>::pool_attention(tensors, params);
     Ok(PoolAttentionOutputs {

@@ -2,7 +2,7 @@
 //! CubeCL backend (fusion-wrapped or not) and to Flex. Inference only: there is no Autodiff
 //! implementation, and the public function refuses Autodiff tensors before dispatch.
 
-use crate::PoolTensor;
+use crate::common::PoolTensor;
 use burn::backend::{
     Backend, ExtensionType, backend_extension,
     tensor::{FloatTensor, IntTensor},
@@ -39,6 +39,9 @@ pub struct AttentionParams {
     pub soft_cap: Option<f32>,
     /// The largest visible key count of any query (sizes the split of long contexts).
     pub max_keys: usize,
+    /// [`PoolAttentionConfig::portable_kernel`](crate::pool::PoolAttentionConfig): CubeCL runs
+    /// the portable kernel even where the device has plane operations (Flex has one path).
+    pub portable_kernel: bool,
 }
 
 /// Burn backends that implement attention over the token-slot pool.

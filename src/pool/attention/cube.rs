@@ -7,7 +7,7 @@ use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
-use rope_pool_kernels::{
+use rope_pool_kernels::attention::{
     AttentionArgs, AttentionGeometry, AttentionLaunch, AttentionScalars, launch_attention,
 };
 
@@ -54,7 +54,9 @@ impl PoolAttentionBackend for CubeBackend {
         };
         let out = empty(&q, qs.clone(), q.dtype);
         let lse = empty(&q, Shape::new([qs[0], qs[1]]), DType::F32);
-        let launch = AttentionLaunch::tuned(&q.client, q.dtype.size(), geometry, &tuning());
+        let mut knobs = tuning().attention;
+        knobs.portable |= params.portable_kernel;
+        let launch = AttentionLaunch::tuned(&q.client, q.dtype.size(), geometry, &knobs);
         let chunks = if launch.chunks > 1 { launch.chunks } else { 0 };
         let part_out = empty(&q, Shape::new([chunks, qs[0], qs[1], qs[2]]), DType::F32);
         let part_lse = empty(&q, Shape::new([chunks, qs[0], qs[1]]), DType::F32);

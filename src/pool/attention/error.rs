@@ -1,7 +1,8 @@
 //! The errors of `pool_attention`: one variant per documented message, in the order the checks
 //! run (`docs/CONTRACT.md`, checks 16 to 26, then the device and checked-mode checks).
 
-use crate::{Dims, Fp8PoolError};
+use crate::Dims;
+use crate::common::Fp8PoolError;
 use burn::tensor::DType;
 
 /// Why a `pool_attention` call was refused. Checked before anything runs, in the order of the

@@ -1,13 +1,13 @@
 //! The Flex (pure-Rust CPU) implementation: one host pass per query head; scores rounded to
 //! f32 as the GPU kernel's are, sums in f64.
 
-use crate::op::flex::{Storage, dense, indices};
+use crate::common::flex::{Storage, dense, indices};
 use crate::pool::attention::backend::{AttentionParams, AttentionTensors, PoolAttentionBackend};
 use burn::backend::TensorMetadata;
 use burn::tensor::{DType, Element};
 use burn_flex::{Flex, FlexTensor, Layout};
 use half::{bf16, f16};
-use rope_pool_kernels::fp8::decode_host;
+use rope_pool_kernels::common::fp8::decode_host;
 
 fn run<E: Storage + Element + bytemuck::Pod>(
     inputs: AttentionTensors<Flex>,

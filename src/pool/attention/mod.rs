@@ -16,6 +16,7 @@ mod error;
 #[cfg(feature = "flex")]
 mod flex;
 mod plan;
+#[cfg(feature = "testing")]
 pub mod reference;
 
 pub use api::{

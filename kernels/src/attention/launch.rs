@@ -1,0 +1,452 @@
+//! Host side of the attention kernels: the room's launch knobs ([`AttentionTuning`]), the launch
+//! shape (which kernel, vector width, cube size, the split of long contexts) and the launches.
+
+use super::plane::attention_plane_kernel;
+use super::portable::attention_kernel;
+use super::split::attention_merge;
+use crate::common::fp8::FP8_VECTOR;
+use crate::common::launch::widest_vector;
+use cubecl::client::Client;
+use cubecl::features::Plane;
+use cubecl::ir::{AddressType, ElemType, UIntKind};
+use cubecl::prelude::*;
+use cubecl::{CubeDim, calculate_cube_count_elemwise};
+
+/// The attention launch's knobs. `AttentionTuning::default()` is the normal launch (what the H200
+/// sweeps of `benches/NOTES.md` chose); the other settings exist for A/B benchmark runs and for
+/// tests, and compute the same attention (a different split or kernel adds the f32 sums in
+/// another order). Benchmark builds (cargo feature `tuning`) read the fields from `ROPE_POOL_*`
+/// environment variables (`AttentionTuning::from_env`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AttentionTuning {
+    /// The most key tiles a split chunk holds (portable kernel), the fewest iterations (plane
+    /// kernel) (`ROPE_POOL_ATTENTION_CHUNK_TILES`; at least 1).
+    pub chunk_tiles: Option<usize>,
+    /// The most cubes a split aims for (`ROPE_POOL_ATTENTION_CUBES`; at most 1024, the most
+    /// chunks the merge takes).
+    pub cubes: Option<usize>,
+    /// Plane kernel: units per cube (`ROPE_POOL_ATTENTION_UNITS`; rounded up to a power of two,
+    /// at least a plane, fewer where shared memory is short).
+    pub units: Option<usize>,
+    /// Plane kernel: keys per key group per iteration (`ROPE_POOL_ATTENTION_STEPS`; at least 1).
+    pub steps: Option<usize>,
+    /// Plane kernel: the most units per key (`ROPE_POOL_ATTENTION_LANES`; rounded up to a power
+    /// of two, at most the device's smallest plane).
+    pub lanes: Option<usize>,
+    /// The portable kernel even where planes exist (`ROPE_POOL_ATTENTION_PORTABLE=1`; the root
+    /// crate's tests set it to run the portable kernel on every device).
+    pub portable: bool,
+}
+
+#[cfg(feature = "tuning")]
+impl AttentionTuning {
+    /// The settings of the `ROPE_POOL_ATTENTION_*` environment variables, read once per process
+    /// (all unset: the defaults). Only in builds with the `tuning` feature: a server never
+    /// changes its launch through its environment.
+    pub fn from_env() -> Self {
+        use crate::common::tuning::{flag, number};
+        static TUNING: std::sync::OnceLock<AttentionTuning> = std::sync::OnceLock::new();
+        *TUNING.get_or_init(|| AttentionTuning {
+            chunk_tiles: number("ROPE_POOL_ATTENTION_CHUNK_TILES"),
+            cubes: number("ROPE_POOL_ATTENTION_CUBES"),
+            units: number("ROPE_POOL_ATTENTION_UNITS"),
+            steps: number("ROPE_POOL_ATTENTION_STEPS"),
+            lanes: number("ROPE_POOL_ATTENTION_LANES"),
+            portable: flag("ROPE_POOL_ATTENTION_PORTABLE"),
+        })
+    }
+}
+
+/// The sizes of one call (already validated by the caller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionGeometry {
+    /// Query rows (`q.shape[0]`).
+    pub num_tokens: usize,
+    /// Query heads per row.
+    pub num_qo_heads: usize,
+    /// Key/value heads per pool row (divides `num_qo_heads`).
+    pub num_kv_heads: usize,
+    /// Elements per head.
+    pub head_dim: usize,
+    /// Rows of each pool.
+    pub pool_size: usize,
+    /// The most keys any query sees.
+    pub max_keys: usize,
+    /// The pools are fp8 words ([`AttentionArgs::fp8_scales`]): rows are read in vectors of
+    /// four, one word each.
+    pub fp8_pools: bool,
+}
+
+/// Which kernel runs a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AttentionKernel {
+    /// [`attention_plane_kernel`](fn@super::plane::attention_plane_kernel): key groups
+    /// of `lanes` units (a plane's slice), `vecs` vectors of a row per unit, `steps` keys per
+    /// key group per iteration.
+    Plane {
+        /// Units per key (a power of two, at most the device's smallest plane).
+        lanes: usize,
+        /// Vectors of a head row per unit.
+        vecs: usize,
+        /// Keys each key group loads per iteration.
+        steps: usize,
+    },
+    /// [`attention_kernel`](fn@super::portable::attention_kernel), for devices without plane
+    /// operations (or when [`AttentionTuning::portable`] asks for it): one key per unit per tile
+    /// of `units` keys.
+    Portable,
+}
+
+/// How a call is launched: derived from its geometry, the device and the knobs by
+/// [`AttentionLaunch::tuned`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionLaunch {
+    /// The kernel and its shape.
+    pub(crate) kernel: AttentionKernel,
+    /// Elements per vector load.
+    pub(crate) vector: usize,
+    /// Units per cube.
+    pub(crate) units: usize,
+    /// Q heads per cube (a divisor of the GQA group).
+    pub(crate) heads: usize,
+    /// Chunks each query's keys are split into (1: no split, no merge; the caller sizes the split
+    /// scratch of [`AttentionArgs`] from it).
+    pub chunks: usize,
+    /// Keys per chunk (a multiple of the kernel's keys per iteration).
+    pub(crate) chunk_keys: usize,
+}
+
+/// Portable kernel: the most cubes a split aims for (more chunks cost the merge more than they
+/// gain).
+const TARGET_CUBES: usize = 1024;
+/// The most chunks a query's keys are split into (the merge holds a weight per chunk in shared
+/// memory).
+const MAX_CHUNKS: usize = 1024;
+/// Units per cube of the merge (one cube per query head), unless a head row has more vectors.
+const MERGE_UNITS: usize = 128;
+/// Portable kernel: the fewest cubes a split aims for, two per multiprocessor of a large GPU.
+const MIN_CUBES: usize = 256;
+/// Portable kernel: the most key tiles a chunk holds while the split can still reach
+/// [`MIN_CUBES`]: each cube's fixed cost (its queries' load, the final sums, the merge's read of
+/// its partial) is paid over several tiles. The H200 sweep chose 4 and the cube counts above
+/// (see benches/NOTES.md, '`pool_attention` on the H200').
+const MAX_CHUNK_TILES: usize = 4;
+/// Portable kernel: units per cube (keys per tile), unless a head row has more vectors.
+const UNITS: usize = 128;
+/// Plane kernel: the most cubes a split aims for (512 beat 256 and 1024 on every decode row of
+/// the H200 sweep: see benches/NOTES.md, '`pool_attention`'s plane kernel').
+const PLANE_TARGET_CUBES: usize = 512;
+/// Plane kernel: units per cube.
+const PLANE_UNITS: usize = 128;
+/// Plane kernel: the fewest iterations (`key groups × steps` keys) a chunk holds.
+const PLANE_MIN_CHUNK_TILES: usize = 8;
+/// Plane kernel: the most vectors a unit holds per head row and kind (q, running values) for
+/// all its heads; more heads than this allows are split over cubes.
+const PLANE_REGISTER_VECTORS: usize = 16;
+/// Plane kernel: the vectors of keys (and as many of values) a unit loads per iteration, over
+/// its steps (4 beat 8 and 16 in the H200 sweep: see benches/NOTES.md, '`pool_attention`'s
+/// plane kernel').
+const PLANE_LOADS: usize = 4;
+/// Plane kernel: the most units per key.
+const PLANE_LANES: usize = 16;
+
+/// The largest divisor of `group` that `fits` accepts (1 when none does).
+fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {
+    (1..=group)
+        .rev()
+        .find(|&h| group.is_multiple_of(h) && fits(h))
+        .unwrap_or(1)
+}
+
+impl AttentionLaunch {
+    /// The launch of `geometry` for `elem_size`-byte elements on `client`'s device, with
+    /// `tuning`'s overrides ([`AttentionTuning::default`] in normal use: the plane kernel where
+    /// the device has plane operations, the portable one elsewhere).
+    pub fn tuned(
+        client: &Client,
+        elem_size: usize,
+        geometry: AttentionGeometry,
+        tuning: &AttentionTuning,
+    ) -> Self {
+        let d = geometry.head_dim.max(1);
+        let vector = match geometry.fp8_pools {
+            true => FP8_VECTOR,
+            false => widest_vector(client, elem_size, |n| d.is_multiple_of(n)),
+        };
+        let row_vectors = d / vector;
+        let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
+        let properties = client.properties();
+        let shared = properties.hardware.max_shared_memory_size;
+        let plane_size = properties.hardware.plane_size_min as usize;
+        let vector_bytes = vector * 4;
+        let plane = properties.features.plane.contains(Plane::Ops)
+            && plane_size.is_power_of_two()
+            && !tuning.portable;
+        let default_target = if plane {
+            PLANE_TARGET_CUBES
+        } else {
+            TARGET_CUBES
+        };
+        let target = tuning.cubes.unwrap_or(default_target).min(MAX_CHUNKS);
+        let keys = geometry.max_keys.max(1);
+        let rows = geometry.num_tokens * geometry.num_kv_heads;
+        // The kernel, its cube, the q heads per cube, the keys per iteration (a chunk holds a
+        // whole number of them) and the chunks each query's keys are split into.
+        let (kernel, units, heads, tile, chunks) = if plane {
+            let max_lanes = tuning.lanes.unwrap_or(PLANE_LANES);
+            let lanes = row_vectors
+                .next_power_of_two()
+                .min(plane_size)
+                .min(max_lanes.max(1).next_power_of_two());
+            let vecs = row_vectors.div_ceil(lanes);
+            let steps = tuning.steps.unwrap_or(PLANE_LOADS / vecs).max(1);
+            let heads = largest_divisor(group, |h| h <= PLANE_REGISTER_VECTORS / vecs);
+            // Whole planes (a key group never straddles two, and no plane is partial): a power
+            // of two, at least one plane. The final merge holds every unit's vectors of one head
+            // row in shared memory.
+            let plane_units = plane_size.max(lanes);
+            let mut units = tuning
+                .units
+                .unwrap_or(PLANE_UNITS)
+                .next_power_of_two()
+                .max(plane_units);
+            while units > plane_units
+                && units * vecs * vector_bytes + 8 * units * heads > shared / 2
+            {
+                units /= 2;
+            }
+            let tile = units / lanes * steps;
+            let min_tiles = tuning.chunk_tiles.unwrap_or(PLANE_MIN_CHUNK_TILES).max(1);
+            let work = (rows * (group / heads)).max(1);
+            let tiles = keys.div_ceil(tile);
+            let mut chunks = 1;
+            if work < target {
+                chunks = target.div_ceil(work).min(tiles.div_ceil(min_tiles)).max(1);
+            }
+            let kernel = AttentionKernel::Plane { lanes, vecs, steps };
+            (kernel, units, heads, tile, chunks)
+        } else {
+            let units = row_vectors.next_power_of_two().max(UNITS);
+            // Shared memory: the block's queries, two score rows per head, the tile's rows and
+            // the units' value vectors.
+            let bytes = |heads: usize| {
+                heads * row_vectors * vector_bytes
+                    + 8 * heads * units
+                    + 4 * units
+                    + units * vector_bytes
+            };
+            let heads = largest_divisor(group, |h| bytes(h) <= shared / 2);
+            let work = (rows * (group / heads)).max(1);
+            let max_tiles = tuning.chunk_tiles.unwrap_or(MAX_CHUNK_TILES).max(1);
+            let tiles = keys.div_ceil(units);
+            let mut chunks = 1;
+            if work < target && tiles > 1 {
+                // As many tiles per chunk as still leave MIN_CUBES cubes, at most `max_tiles`.
+                let chunk_tiles = (tiles / MIN_CUBES.div_ceil(work)).clamp(1, max_tiles);
+                chunks = tiles.div_ceil(chunk_tiles).min(target.div_ceil(work));
+            }
+            (AttentionKernel::Portable, units, heads, units, chunks)
+        };
+        let chunk_keys = keys.div_ceil(chunks).div_ceil(tile) * tile;
+        Self {
+            kernel,
+            vector,
+            units,
+            heads,
+            chunks: keys.div_ceil(chunk_keys),
+            chunk_keys,
+        }
+    }
+}
+
+/// The device tensors of one call: `q [T, Hq, D]`, `k_pool`, `v_pool [P, Hkv, D]` (float `F`,
+/// contiguous), `kv_indices [nnz]` and `ranges [T, 2]` (i32, contiguous), `out [T, Hq, D]` (`F`)
+/// and `lse [T, Hq]` (f32), written; with a split launch, `part_out [chunks, T, Hq, D]` and
+/// `part_lse [chunks, T, Hq]` (f32) as scratch (else any live f32 buffers, untouched).
+pub struct AttentionArgs {
+    /// Queries.
+    pub q: TensorArg,
+    /// Key pool.
+    pub k_pool: TensorArg,
+    /// Value pool.
+    pub v_pool: TensorArg,
+    /// Pool rows of the batch.
+    pub kv_indices: TensorArg,
+    /// Each query's first entry in `kv_indices` and key count.
+    pub ranges: TensorArg,
+    /// Output.
+    pub out: TensorArg,
+    /// Log-sum-exp.
+    pub lse: TensorArg,
+    /// Split scratch: partial outputs.
+    pub part_out: TensorArg,
+    /// Split scratch: partial log-sum-exps.
+    pub part_lse: TensorArg,
+    /// fp8 pools (`[P, Hkv, D / 4]` u32 words of e4m3 codes, [`crate::common::fp8`]) and their
+    /// `(k_scale, v_scale)`; `None`: pools of `F`.
+    pub fp8_scales: Option<(f32, f32)>,
+}
+
+/// The scalars of one call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionScalars {
+    /// Scale of the dot products.
+    pub sm_scale: f32,
+    /// Logits soft cap, if any.
+    pub soft_cap: Option<f32>,
+}
+
+/// Enqueues the attention of `geometry` as `launch` describes (and, when split, the merge),
+/// on the tensors `args` names (called once per launch: a `TensorArg` is used up by one).
+/// Does nothing for an empty batch.
+///
+/// # Safety
+/// The tensors must be live, contiguous, of the shapes [`AttentionArgs`] gives, `ranges` must
+/// stay inside `kv_indices`, and the outputs must not alias an input. Pool rows are
+/// bounds-checked by the kernel (a row outside the pool is masked).
+pub unsafe fn launch_attention(
+    client: &Client,
+    float: ElemType,
+    geometry: AttentionGeometry,
+    launch: AttentionLaunch,
+    scalars: AttentionScalars,
+    args: impl Fn() -> AttentionArgs,
+) {
+    let AttentionGeometry {
+        num_tokens,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim,
+        ..
+    } = geometry;
+    if num_tokens == 0 || num_qo_heads == 0 || num_kv_heads == 0 || head_dim == 0 {
+        return;
+    }
+    let AttentionLaunch {
+        kernel,
+        vector,
+        units,
+        heads,
+        chunks,
+        chunk_keys,
+    } = launch;
+    let row_vectors = head_dim / vector;
+    let head_blocks = num_qo_heads / num_kv_heads / heads;
+    let split = chunks > 1;
+    let cubes = num_tokens * num_kv_heads * head_blocks * chunks;
+    let cube_dim = CubeDim::new_1d(units as u32);
+    let cube_count = calculate_cube_count_elemwise(client, cubes * units, cube_dim);
+    let len = (geometry.pool_size.max(num_tokens) * num_qo_heads.max(num_kv_heads) * head_dim)
+        .max(chunks * num_tokens * num_qo_heads * head_dim);
+    let soft_cap = scalars.soft_cap.unwrap_or(1.0);
+    let first = args();
+    // fp8 words are read as vectors of four: a launch planned otherwise is never run.
+    if first.fp8_scales.is_some() != geometry.fp8_pools
+        || (geometry.fp8_pools && (vector != FP8_VECTOR || !head_dim.is_multiple_of(4)))
+    {
+        return;
+    }
+    // The pools' element type and vector width, and their scales.
+    let (pool_elem, pool_vector, (k_scale, v_scale), fp8) = match first.fp8_scales {
+        Some(scales) => (ElemType::UInt(UIntKind::U32), 1, scales, true),
+        None => (float, vector, (1.0, 1.0), false),
+    };
+    match kernel {
+        AttentionKernel::Plane { lanes, vecs, steps } => unsafe {
+            attention_plane_kernel::launch_unchecked(
+                client,
+                cube_count,
+                cube_dim,
+                AddressType::from_len(len),
+                vector,
+                pool_vector,
+                first.q,
+                first.k_pool,
+                first.v_pool,
+                first.kv_indices,
+                first.ranges,
+                first.out,
+                first.lse,
+                first.part_out,
+                first.part_lse,
+                scalars.sm_scale,
+                soft_cap,
+                f32::NEG_INFINITY,
+                chunk_keys as u32,
+                chunks as u32,
+                head_blocks as u32,
+                k_scale,
+                v_scale,
+                heads,
+                units,
+                lanes,
+                vecs,
+                steps,
+                row_vectors,
+                split,
+                scalars.soft_cap.is_some(),
+                fp8,
+                [float, pool_elem],
+            );
+        },
+        AttentionKernel::Portable => unsafe {
+            attention_kernel::launch_unchecked(
+                client,
+                cube_count,
+                cube_dim,
+                AddressType::from_len(len),
+                vector,
+                pool_vector,
+                first.q,
+                first.k_pool,
+                first.v_pool,
+                first.kv_indices,
+                first.ranges,
+                first.out,
+                first.lse,
+                first.part_out,
+                first.part_lse,
+                scalars.sm_scale,
+                soft_cap,
+                f32::NEG_INFINITY,
+                chunk_keys as u32,
+                chunks as u32,
+                head_blocks as u32,
+                k_scale,
+                v_scale,
+                heads,
+                units,
+                row_vectors,
+                split,
+                scalars.soft_cap.is_some(),
+                fp8,
+                [float, pool_elem],
+            );
+        },
+    }
+    if split {
+        let args = args();
+        let merge_units = row_vectors.next_power_of_two().max(MERGE_UNITS);
+        let heads = num_tokens * num_qo_heads;
+        let merge_dim = CubeDim::new_1d(merge_units as u32);
+        unsafe {
+            attention_merge::launch_unchecked(
+                client,
+                calculate_cube_count_elemwise(client, heads * merge_units, merge_dim),
+                merge_dim,
+                AddressType::from_len(len),
+                vector,
+                args.part_out,
+                args.part_lse,
+                args.out,
+                args.lse,
+                f32::NEG_INFINITY,
+                chunks as u32,
+                merge_units,
+                chunks.next_power_of_two(),
+                row_vectors,
+                float,
+            );
+        }
+    }
+}

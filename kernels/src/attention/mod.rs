@@ -1,0 +1,21 @@
+//! The pool's room (`src/pool/attention` of the root crate): attention of query rows over the
+//! token-slot pool rows that `kv_indices` names, with no gather, float or fp8 pools.
+//!
+//! - `plane.rs`: the kernel for devices with plane (warp / subgroup) operations, the one decode
+//!   runs on;
+//! - `portable.rs`: the kernel for devices without them (also run anywhere on request:
+//!   [`AttentionTuning::portable`]);
+//! - `split.rs`: the split of long contexts shared by both (each cube's share, the merge of the
+//!   chunks);
+//! - `launch.rs`: the host side — which kernel and what shape ([`AttentionLaunch`]), the
+//!   launches and the room's knobs ([`AttentionTuning`]).
+
+mod launch;
+mod plane;
+mod portable;
+mod split;
+
+pub use launch::{
+    AttentionArgs, AttentionGeometry, AttentionLaunch, AttentionScalars, AttentionTuning,
+    launch_attention,
+};

@@ -1,0 +1,201 @@
+//! fp8 e4m3 (OCP FP8 "E4M3FN": 1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no
+//! infinities; `0x7F`/`0xFF` are NaN; largest finite 448) in integer arithmetic only, so every
+//! backend — WGSL included, which has neither fp8 nor u8 — encodes and decodes the same bits:
+//! - `e4m3_encode()`: f32 → code, round to nearest even, saturating (anything past 448, ∞
+//!   included, becomes ±448; NaN stays NaN; f32 subnormals become ±0);
+//! - four codes to a `u32`, element `i` of four in bits `8i..8i + 8` (the bytes of an fp8 tensor
+//!   in memory on a little-endian machine), with one scale: stored code = e4m3(x · (1 / scale))
+//!   (`pack_e4m3()`), read back exactly as code value × scale (`unpack_e4m3()`).
+//!
+//! [`encode_host`] and [`decode_host`] are the same arithmetic on the host.
+
+use cubecl::prelude::*;
+
+/// The vector width of a call with fp8 pools: four elements, one word of codes.
+pub const FP8_VECTOR: usize = 4;
+
+/// `2^-6` as f32 bits: the smallest normal e4m3 magnitude.
+const MIN_NORMAL_BITS: u32 = 0x3C80_0000;
+/// 448 as f32 bits: the largest finite e4m3 magnitude.
+const MAX_BITS: u32 = 0x43E0_0000;
+/// f32 exponent bias minus e4m3's (127 - 7), in place above the three mantissa bits.
+const REBIAS: u32 = 120 << 3;
+
+/// The e4m3 code (low 8 bits) of `x`: round to nearest even, saturating to ±448.
+#[cube]
+pub(crate) fn e4m3_encode(x: f32) -> u32 {
+    let bits = u32::reinterpret(x);
+    let sign = (bits >> 24) & 0x80;
+    let mag = bits & 0x7FFF_FFFF;
+    let m = mag.min(MAX_BITS);
+    // Normal: round the 23-bit mantissa to 3 bits, to even; a carry moves into the exponent.
+    let round = m + 0x7_FFFF + ((m >> 20) & 1);
+    let normal = (round >> 20) - REBIAS;
+    // Subnormal (below 2^-6): the magnitude in units of 2^-9, rounded to even. Its significand
+    // `full` times 2^(exp - 150) is that many units shifted right by `141 - exp` (>= 21).
+    let exp = m >> 23;
+    let full = (m & 0x7F_FFFF) | 0x80_0000;
+    // (Clamped to 1..=31 for every exponent: the result is only used below 2^-6.)
+    let shift = (141 - exp.min(140)).min(31);
+    let units = full >> shift;
+    let rest = full & ((1 << shift) - 1);
+    let half = 1u32 << (shift - 1);
+    let up = rest > half || (rest == half && (units & 1) == 1);
+    let mut small = units + select(up, 1, 0);
+    // f32 subnormals (exponent 0) are far below 2^-10: zero.
+    small = select(exp == 0, 0, small);
+    let code = select(m >= MIN_NORMAL_BITS, normal, small);
+    sign | select(mag > 0x7F80_0000, 0x7F, code)
+}
+
+/// The values `x * inv_scale` (a vector of four) as one word of e4m3 codes, lane `i` in bits
+/// `8i..8i + 8`.
+#[cube]
+pub(crate) fn pack_e4m3<N: Size>(x: Vector<f32, N>, inv_scale: f32) -> u32 {
+    let n = N::value();
+    let mut word = 0u32;
+    #[unroll]
+    for i in 0..comptime!(n.min(4)) {
+        word |= e4m3_encode(x.extract(i) * inv_scale) << (8 * i as u32);
+    }
+    word
+}
+
+/// The four values of a word of e4m3 codes (a vector of four), times `scale`, exactly, with no
+/// f32 subnormal on the way (a device may flush those): each code's magnitude bits go under the
+/// f32 exponent with the bias moved by 120 (`2^(e-7) · (1 + m/8)`, right for every normal code);
+/// for a subnormal code (`e = 0`) that reads `2^-7 · (1 + m/8)`, and `2 · (x - 2^-7) = m · 2^-9`
+/// is its value. The NaN codes (`0x7F`, `0xFF`) read ±480 this way (no e4m3 value) and are
+/// replaced by NaN.
+#[cube]
+pub(crate) fn unpack_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
+    let n = N::value();
+    let magnitudes = word & 0x7F7F_7F7F;
+    let signs = word & 0x8080_8080;
+    let mut x = Vector::<f32, N>::new(0.0);
+    #[unroll]
+    for i in 0..comptime!(n.min(4)) {
+        let shift = comptime!(8 * i as u32);
+        let bits = (((magnitudes >> shift) & 0x7F) << 20) + REBIASED;
+        let v = f32::reinterpret(bits);
+        let v = select(v < MIN_NORMAL, (v - HALF_MIN_NORMAL) * 2.0, v);
+        let sign = ((signs >> shift) & 0x80) << 24;
+        x.insert(i, f32::reinterpret(u32::reinterpret(v) | sign));
+    }
+    // The NaN codes, without a branch (a branch here costs the attention kernel its loads'
+    // scheduling): any lane that reads ±480 becomes NaN.
+    let nan = f32::reinterpret(word | 0x7FC0_0000);
+    #[unroll]
+    for i in 0..comptime!(n.min(4)) {
+        let v = x.extract(i);
+        x.insert(i, select(f32::abs(v) == 480.0, nan, v));
+    }
+    x * Vector::new(scale)
+}
+
+/// [`REBIAS`] in place under the f32 exponent (`120 << 23`).
+const REBIASED: u32 = REBIAS << 20;
+/// 2^-6, the smallest normal e4m3 magnitude.
+const MIN_NORMAL: f32 = 0.015_625;
+/// 2^-7.
+const HALF_MIN_NORMAL: f32 = 0.007_812_5;
+
+/// Vector `at` of a pool as f32: a float pool's vector (`P` its float type, `M = N`), or with
+/// `fp8` one word of four e4m3 codes times `scale` (`P` = u32, `M = 1`, `N = 4`).
+#[cube]
+pub(crate) fn load_pool<P: Numeric, N: Size, M: Size>(
+    pool: &Tensor<Vector<P, M>>,
+    at: usize,
+    scale: f32,
+    #[comptime] fp8: bool,
+) -> Vector<f32, N> {
+    if comptime!(fp8) {
+        unpack_e4m3::<N>(u32::cast_from(pool[at].extract(0usize)), scale)
+    } else {
+        Vector::<f32, N>::cast_from(pool[at])
+    }
+}
+
+/// Stores `x` (a unit's vector, f32) at vector `at` of a pool: rounded to the pool's float type
+/// `P` (vectors of `M = N`), or with `fp8` as one word of e4m3 codes of `x * inv_scale` (`P` =
+/// u32, `M = 1`, `N = 4`).
+#[cube]
+pub(crate) fn store_pool<P: Numeric, N: Size, M: Size>(
+    pool: &mut Tensor<Vector<P, M>>,
+    at: usize,
+    x: Vector<f32, N>,
+    inv_scale: f32,
+    #[comptime] fp8: bool,
+) {
+    if comptime!(fp8) {
+        pool[at] = Vector::<P, M>::cast_from(pack_e4m3::<N>(x, inv_scale));
+    } else {
+        pool[at] = Vector::<P, M>::cast_from(x);
+    }
+}
+
+/// Encodes `x` (f32 in vectors of four, `4 · out.len()` elements) times `inv_scale` into `out`, one word per four
+/// elements: a float tensor into an fp8 pool's layout.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn encode_e4m3_kernel<N: Size>(
+    x: &Tensor<Vector<f32, N>>,
+    out: &mut Tensor<u32>,
+    inv_scale: f32,
+) {
+    if ABSOLUTE_POS < out.len() {
+        out[ABSOLUTE_POS] = pack_e4m3::<N>(x[ABSOLUTE_POS], inv_scale);
+    }
+}
+
+/// Decodes `words` (one per four elements) times `scale` into `out` (f32 in vectors of four): an
+/// fp8 pool read
+/// back as floats.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub fn decode_e4m3_kernel<N: Size>(
+    words: &Tensor<u32>,
+    out: &mut Tensor<Vector<f32, N>>,
+    scale: f32,
+) {
+    if ABSOLUTE_POS < words.len() {
+        out[ABSOLUTE_POS] = unpack_e4m3::<N>(words[ABSOLUTE_POS], scale);
+    }
+}
+
+/// The device encode (`e4m3_encode()`) on the host.
+pub fn encode_host(x: f32) -> u8 {
+    let bits = x.to_bits();
+    let sign = (bits >> 24) & 0x80;
+    let mag = bits & 0x7FFF_FFFF;
+    if mag > 0x7F80_0000 {
+        return (sign | 0x7F) as u8;
+    }
+    let m = mag.min(MAX_BITS);
+    let code = if m >= MIN_NORMAL_BITS {
+        ((m + 0x7_FFFF + ((m >> 20) & 1)) >> 20) - REBIAS
+    } else {
+        let exp = m >> 23;
+        if exp == 0 {
+            0
+        } else {
+            let full = (m & 0x7F_FFFF) | 0x80_0000;
+            let shift = (141 - exp).min(31);
+            let (units, rest, half) = (full >> shift, full & ((1 << shift) - 1), 1 << (shift - 1));
+            units + u32::from(rest > half || (rest == half && units & 1 == 1))
+        }
+    };
+    (sign | code) as u8
+}
+
+/// The device decode's (`unpack_e4m3()`) value of one code, on the host.
+pub fn decode_host(code: u8) -> f32 {
+    let code = u32::from(code);
+    let sign = if code & 0x80 != 0 { -1.0 } else { 1.0 };
+    let (exp, mantissa) = ((code >> 3) & 0xF, code & 7);
+    if code & 0x7F == 0x7F {
+        f32::NAN
+    } else if exp == 0 {
+        sign * mantissa as f32 * 0.001_953_125
+    } else {
+        sign * f32::from_bits(((exp + 120) << 23) | (mantissa << 20))
+    }
+}

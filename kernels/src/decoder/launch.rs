@@ -1,0 +1,318 @@
+//! Host side of the decoder's kernels: the room's launch knobs ([`DecoderTuning`]), whether a
+//! product fits a kernel on a device, and the launches of the products, RMSNorm and the MLP
+//! activation.
+
+use super::act::silu_mul_kernel;
+use super::matvec::{TILE, few_rows_kernel, matvec_kernel};
+use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
+use crate::common::launch::widest_vector;
+use cubecl::client::Client;
+use cubecl::features::{MmaConfig, Plane};
+use cubecl::ir::{AddressType, ElemType, FloatKind};
+use cubecl::prelude::*;
+use cubecl::{CubeDim, calculate_cube_count_elemwise};
+
+/// The decoder launches' knobs. `DecoderTuning::default()` is the normal launch (what the H200
+/// probes of `benches/NOTES.md` chose); the other settings exist for A/B benchmark runs.
+/// Benchmark builds (cargo feature `tuning`) read the fields from `ROPE_POOL_*` environment
+/// variables (`DecoderTuning::from_env`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecoderTuning {
+    /// Few-rows product: the most column tiles a cube (`ROPE_POOL_FEW_COLS`, 1 to 4).
+    pub few_rows_cols: Option<usize>,
+    /// Few-rows product: planes a cube (`ROPE_POOL_FEW_PLANES`, 1 to 8).
+    pub few_rows_planes: Option<usize>,
+    /// Prefill products through SPIR-V: the forced cubek blueprint `[pm, pn, pk, sm, sn,
+    /// buffers, sms]` of the decoder's wide stage (`ROPE_POOL_BLUEPRINT=pm,pn,pk/sm,sn/buffers/sms`);
+    /// another k partition sums in another order, so not bit for bit. Read here, applied by the
+    /// root crate (the wide stage is cubek's matmul, not a kernel of this crate).
+    pub blueprint: Option<[u32; 7]>,
+}
+
+#[cfg(feature = "tuning")]
+impl DecoderTuning {
+    /// The settings of the `ROPE_POOL_*` environment variables, read once per process (all unset:
+    /// the defaults). Only in builds with the `tuning` feature: a server never changes its
+    /// launch through its environment.
+    pub fn from_env() -> Self {
+        use crate::common::tuning::{number, numbers};
+        static TUNING: std::sync::OnceLock<DecoderTuning> = std::sync::OnceLock::new();
+        *TUNING.get_or_init(|| DecoderTuning {
+            few_rows_cols: number("ROPE_POOL_FEW_COLS"),
+            few_rows_planes: number("ROPE_POOL_FEW_PLANES"),
+            blueprint: numbers("ROPE_POOL_BLUEPRINT"),
+        })
+    }
+}
+
+/// The most rows a launch takes (each unit keeps one accumulator per row).
+pub const MATVEC_MAX_ROWS: usize = 16;
+/// Planes (output columns) per cube.
+const PLANES_PER_CUBE: usize = 8;
+/// Weight vectors each unit loads per iteration (in flight together), over its columns.
+const LOADS: usize = 4;
+/// The most accumulators (rows × columns, vectors) a unit keeps.
+const ACCUMULATORS: usize = 16;
+
+/// Whether [`launch_matvec`] runs `rows` rows on `client`'s device: plane operations with one
+/// fixed plane size, and at most [`MATVEC_MAX_ROWS`] rows.
+pub fn matvec_fits(client: &Client, rows: usize) -> bool {
+    let properties = client.properties();
+    let hardware = &properties.hardware;
+    (1..=MATVEC_MAX_ROWS).contains(&rows)
+        && properties.features.plane.contains(Plane::Ops)
+        && hardware.plane_size_min == hardware.plane_size_max
+        && hardware.plane_size_min.is_power_of_two()
+}
+
+/// Enqueues `out [rows, n] = x [rows, k] · wᵀ` for `w [n, k]`, all contiguous of float
+/// `float` (`elem_size` bytes). Does nothing for an empty product.
+///
+/// # Safety
+/// [`matvec_fits`] must hold; the tensors must be live and contiguous with those shapes; `out`
+/// must not alias `x` or `w`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_matvec(
+    client: &Client,
+    float: ElemType,
+    elem_size: usize,
+    rows: usize,
+    k: usize,
+    n: usize,
+    x: TensorArg,
+    w: TensorArg,
+    out: TensorArg,
+) {
+    if rows == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
+    let lanes = client.properties().hardware.plane_size_min;
+    let cube_dim = CubeDim::new_2d(lanes, PLANES_PER_CUBE as u32);
+    // Columns per plane: each load of x serves them all (x's loads, not the weight's, bound a
+    // many-row product); one row streams best one column per plane with four loads in flight.
+    // The H200 runs (see benches/NOTES.md, 'Three kernels for a decode step'): at 8 rows two
+    // columns took 87 µs a launch against 102 with one; at 1 row four columns took 59 against 37
+    // with one.
+    let cols = if rows == 1 {
+        1
+    } else {
+        (ACCUMULATORS / rows).clamp(1, 2)
+    };
+    let unroll = (LOADS / cols).max(1);
+    let cubes = n.div_ceil(PLANES_PER_CUBE * cols);
+    unsafe {
+        matvec_kernel::launch_unchecked(
+            client,
+            calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
+            cube_dim,
+            AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+            vector,
+            x,
+            w,
+            out,
+            rows,
+            cols,
+            unroll,
+            k / vector,
+            float,
+        );
+    }
+}
+
+/// The most rows [`launch_few_rows`] takes: four tiles of 16.
+const FEW_ROWS_MAX: usize = 4 * TILE;
+/// Planes of a `few_rows_kernel` cube: each takes one in `PLANES` of the
+/// inner tiles.
+const FEW_ROWS_PLANES: usize = 8;
+
+/// Whether [`launch_few_rows`] takes `x [rows, k] · wᵀ` (`w [n, k]`) of float `float` on
+/// `client`'s device: `16 < rows ≤ 64`, `k` and `n` multiples of 16, `float` f16 (the type the
+/// kernel was checked and measured in on a GPU; bf16 and f32 go elsewhere), tensor-core tiles of
+/// f16 with f32 accumulation (16 × 16 × 16), planes of one fixed size.
+pub fn few_rows_fits(client: &Client, float: ElemType, rows: usize, k: usize, n: usize) -> bool {
+    let hardware = &client.properties().hardware;
+    let tile = TILE as u32;
+    float == ElemType::Float(FloatKind::F16)
+        && (TILE + 1..=FEW_ROWS_MAX).contains(&rows)
+        && k.is_multiple_of(TILE)
+        && n.is_multiple_of(TILE)
+        && k > 0
+        && n > 0
+        && hardware.plane_size_min == hardware.plane_size_max
+        && (hardware.max_units_per_cube as usize)
+            >= hardware.plane_size_min as usize * FEW_ROWS_PLANES
+        && has_tiles(client, float, [tile; 3])
+}
+
+/// Whether `client`'s device multiplies tensor-core tiles of `float` of `m × n × k` with f32
+/// accumulation (CubeCL's `cmma`).
+pub fn has_tiles(client: &Client, float: ElemType, [m, n, k]: [u32; 3]) -> bool {
+    let tiles = MmaConfig {
+        a_type: float,
+        b_type: float,
+        cd_type: ElemType::Float(FloatKind::F32),
+        m,
+        n,
+        k,
+    };
+    client.properties().features.matmul.cmma.contains(&tiles)
+}
+
+/// Enqueues the few-rows kernel (`decoder/matvec.rs`): `out [rows, n] = x [rows, k] · wᵀ` for
+/// `w [n, k]`, all contiguous of float `float`; up to four column tiles a cube (outputs wider than
+/// the input) or two (others), the most that divides the output's tiles. `tuning` is
+/// [`DecoderTuning::default`] in normal use (benchmark builds override it).
+///
+/// # Safety
+/// [`few_rows_fits`] must hold; the tensors must be live and contiguous with those shapes; `out`
+/// must not alias `x` or `w`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_few_rows(
+    client: &Client,
+    float: ElemType,
+    rows: usize,
+    k: usize,
+    n: usize,
+    x: TensorArg,
+    w: TensorArg,
+    out: TensorArg,
+    tuning: &DecoderTuning,
+) {
+    let lanes = client.properties().hardware.plane_size_min;
+    // Column tiles per cube: four for outputs wider than the input, else two (the H200 probe,
+    // see benches/NOTES.md, 'The projections past 16 rows': q/k/v 86 µs at 64 rows with four, 118
+    // with two; o and down 60 and 197 µs with two, 84 and 280 with four).
+    let cols = tuning
+        .few_rows_cols
+        .unwrap_or(if n > k { 4 } else { 2 })
+        .clamp(1, 4);
+    let planes = tuning
+        .few_rows_planes
+        .unwrap_or(FEW_ROWS_PLANES)
+        .clamp(1, FEW_ROWS_PLANES);
+    // Column tiles per cube: the most of `cols` that divides the output's tiles.
+    let cols = (1..=cols)
+        .rev()
+        .find(|c| (n / TILE).is_multiple_of(*c))
+        .unwrap_or(1);
+    let cube_dim = CubeDim::new_2d(lanes, planes as u32);
+    let cubes = n / (TILE * cols);
+    unsafe {
+        few_rows_kernel::launch_unchecked(
+            client,
+            calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
+            cube_dim,
+            AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+            x,
+            w,
+            out,
+            rows.div_ceil(TILE),
+            cols,
+            planes,
+            float,
+        );
+    }
+}
+
+/// Enqueues the RMSNorm of the `rows` rows of `hidden` elements of `x` (contiguous, float
+/// `float`) with weight `w [hidden]` into `out` (contiguous, `x`'s shape); with `residual =
+/// Some((y, sum))`, of `sum = x + y` instead, `sum` written too. Does nothing for an empty input.
+///
+/// # Safety
+/// The tensors must be live and contiguous with those shapes, and `out` and `sum` must alias
+/// neither each other nor an input.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_rms_norm(
+    client: &Client,
+    float: ElemType,
+    elem_size: usize,
+    rows: usize,
+    hidden: usize,
+    eps: f32,
+    [x, w, out]: [TensorArg; 3],
+    residual: Option<(TensorArg, TensorArg)>,
+) {
+    if rows == 0 || hidden == 0 {
+        return;
+    }
+    let vector = widest_vector(client, elem_size, |n| hidden.is_multiple_of(n));
+    let row_vectors = hidden / vector;
+    let units = row_vectors.next_power_of_two().clamp(32, 256);
+    let cube_dim = CubeDim::new_1d(units as u32);
+    let count = calculate_cube_count_elemwise(client, rows * units, cube_dim);
+    let address = AddressType::from_len(rows * hidden);
+    let inv_hidden = 1.0 / hidden as f32;
+    unsafe {
+        match residual {
+            None => rms_norm_kernel::launch_unchecked(
+                client,
+                count,
+                cube_dim,
+                address,
+                vector,
+                x,
+                w,
+                out,
+                eps,
+                inv_hidden,
+                units,
+                row_vectors,
+                float,
+            ),
+            Some((y, sum)) => add_rms_norm_kernel::launch_unchecked(
+                client,
+                count,
+                cube_dim,
+                address,
+                vector,
+                x,
+                y,
+                w,
+                sum,
+                out,
+                eps,
+                inv_hidden,
+                units,
+                row_vectors,
+                float,
+            ),
+        }
+    }
+}
+
+/// Enqueues the SiLU-times-up kernel (`decoder/act.rs`) for `rows` rows of `m` outputs:
+/// `gate_up [rows, 2m]` and `out [rows, m]`, contiguous, float `float` (`elem_size` bytes). Does nothing for an empty input.
+///
+/// # Safety
+/// The tensors must be live and contiguous with those shapes, and `out` must not alias
+/// `gate_up`.
+pub unsafe fn launch_silu_mul(
+    client: &Client,
+    float: ElemType,
+    elem_size: usize,
+    rows: usize,
+    m: usize,
+    gate_up: TensorArg,
+    out: TensorArg,
+) {
+    if rows == 0 || m == 0 {
+        return;
+    }
+    let vector = widest_vector(client, elem_size, |n| m.is_multiple_of(n));
+    let units = rows * m / vector;
+    let cube_dim = CubeDim::new(client, units);
+    unsafe {
+        silu_mul_kernel::launch_unchecked(
+            client,
+            calculate_cube_count_elemwise(client, units, cube_dim),
+            cube_dim,
+            AddressType::from_len(rows * 2 * m),
+            vector,
+            gate_up,
+            out,
+            m / vector,
+            float,
+        );
+    }
+}

@@ -1,0 +1,19 @@
+//! The model's room (`src/model/kernels` of the root crate): the decoder's own kernels for a
+//! decode step, besides the fused op and the attention.
+//!
+//! - `matvec.rs`: matrix-vector products for up to 16 rows (one plane per output column) and
+//!   tensor-core tiles for 17 to 64, each reading the weight once;
+//! - `norm.rs`: RMSNorm of rows, and the residual add fused with it;
+//! - `act.rs`: the MLP activation, SiLU of the gate times the up projection;
+//! - `launch.rs`: the host side — which product fits a device, the launches and the room's
+//!   knobs ([`DecoderTuning`]).
+
+mod act;
+mod launch;
+mod matvec;
+mod norm;
+
+pub use launch::{
+    DecoderTuning, MATVEC_MAX_ROWS, few_rows_fits, has_tiles, launch_few_rows, launch_matvec,
+    launch_rms_norm, launch_silu_mul, matvec_fits,
+};
