@@ -1,6 +1,8 @@
 //! What every layer builds on, below the op: the pool tensor type the op writes and attention
-//! reads ([`PoolTensor`]), and the Flex host loops' helpers.
+//! reads ([`PoolTensor`]), the CubeCL launches' knobs and the Flex host loops' helpers.
 
+#[cfg(feature = "cube")]
+pub(crate) mod cube;
 #[cfg(feature = "flex")]
 pub(crate) mod flex;
 pub(crate) mod pool_tensor;

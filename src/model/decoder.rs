@@ -242,9 +242,8 @@ impl Decoder {
     }
 
     /// Caches made by [`Self::new_cache`] keep keys and values as fp8 e4m3 with these `(k_scale,
-    /// v_scale)` ([`PoolTensor::Fp8`]: half the bytes of f16, and half the bytes attention reads
-    /// each step), or in the weights' dtype (`None`, the default). Fused mode only: the unfused
-    /// comparison path keeps float caches.
+    /// v_scale)` ([`PoolTensor::Fp8`](crate::pool::PoolTensor::Fp8): half the bytes of f16, and
+    /// half the bytes attention reads each step), or in the weights' dtype (`None`, the default).
     pub fn with_fp8_cache(mut self, scales: Option<(f32, f32)>) -> Self {
         self.fp8_cache = scales;
         self

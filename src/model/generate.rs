@@ -147,8 +147,8 @@ fn argmax(row: &[f32]) -> u32 {
 
 /// Row-wise argmax of `logits [s, vocab]` (`[s, 1]`, the first index on ties), in two short
 /// reductions: the best of each block of 256, then the best block. Burn's one-pass argmax over
-/// a 128K-wide row ran as one long reduction, 3.4 ms a step on the H200 (`benches/NOTES.md`
-/// entry 25).
+/// a 128K-wide row ran as one long reduction, 3.4 ms a step on the H200 (`benches/NOTES.md`,
+/// 'Decoder kernels').
 pub fn argmax_rows(logits: Tensor<2>) -> Tensor<2, Int> {
     const BLOCK: usize = 256;
     let [s, vocab] = logits.dims();

@@ -2,6 +2,7 @@
 //! `rope-pool-kernels`. Covers every CubeCL runtime (wgpu/Vulkan/Metal/WebGPU, CUDA, ROCm, CPU);
 //! the fusion-wrapped backend reaches it through the lazy path the extension macro generates.
 
+use crate::common::cube::tuning;
 use crate::common::pool_tensor::PoolTensor;
 use crate::op::backend::{Outputs, QkNorm, RopePoolBackend, RopePoolInputs, no_rows};
 use crate::op::rope::RopeFrequencies;
@@ -10,7 +11,6 @@ use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::Shape;
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
 use cubecl::server::MemoryLayoutDescriptor;
-use rope_pool_kernels::LaunchTuning;
 use rope_pool_kernels::common::fp8::FP8_VECTOR;
 use rope_pool_kernels::rope::{
     QkNormArgs, RopePoolArgs, RopePoolGeometry, launch_append_max, launch_rope_pool,
@@ -106,14 +106,6 @@ fn kernel_positions(positions: CubeTensor, long_short: bool) -> CubeTensor {
         );
     }
     out
-}
-
-/// The launch's tuning: the defaults, or in benchmark builds the `ROPE_POOL_*` knobs.
-pub(crate) fn tuning() -> LaunchTuning {
-    #[cfg(feature = "tuning")]
-    return LaunchTuning::from_env();
-    #[cfg(not(feature = "tuning"))]
-    LaunchTuning::default()
 }
 
 impl RopePoolBackend for CubeBackend {

@@ -578,7 +578,7 @@ fn sentinel_words(
     (Tensor::<3, Int>::from_data(data, (device, dtype)), words)
 }
 
-/// A fuzzer over the settings this session added: pool kinds (float, fp8, mixed), the words'
+/// A fuzzer over the fp8 and q/k norm settings: pool kinds (float, fp8, mixed), the words'
 /// dtype and shape, scales (sane and broken), q/k norm weights (absent, right, wrong shape or
 /// dtype), epsilons, head sizes and rotary dims, on every device. Every call either returns a
 /// documented message with its pools handed back unchanged, or runs: then every pool row no

@@ -1,6 +1,6 @@
 //! The decoder on the checkpoints transformers wrote (`tests/models/`, copies of the project's
 //! shared tiny models with transformers' own float64 greedy generations, and `qwen3_tiny`, written
-//! the same way by `scripts/make_tiny_qwen3.py` with transformers 5.17 on the H200 machine):
+//! the same way by `scripts/generators/make_tiny_qwen3.py` with transformers 5.17 on the H200 machine):
 //! generated ids equal and logits within 1e-4 norm-relative at every step, on every device, in
 //! f32, fused and unfused; and the batching
 //! itself — requests queued for a small pool, joining mid-run on reused rows, one-token prompts,

@@ -1,6 +1,6 @@
 //! Rope settings read from real `config.json` snippets (Llama-3.1-8B in both config forms,
 //! Qwen2.5-7B with YaRN, Phi-3 mini 128k with LongRoPE, GPT-J-6B, Qwen2-VL-7B), checked against
-//! the frequencies numpy computes from transformers' formulas (`scripts/rope_fixture.py`, output
+//! the frequencies numpy computes from transformers' formulas (`scripts/generators/rope_fixture.py`, output
 //! committed in `tests/fixtures/rope_frequencies.json`); and the documented errors of bad
 //! scaling settings.
 

@@ -129,7 +129,7 @@ const MIN_CUBES: usize = 256;
 /// Portable kernel: the most key tiles a chunk holds while the split can still reach
 /// [`MIN_CUBES`]: each cube's fixed cost (its queries' load, the final sums, the merge's read of
 /// its partial) is paid over several tiles. The H200 sweep chose 4 and the cube counts above
-/// (see benches/NOTES.md, '`pool_attention` on the H200').
+/// (see benches/NOTES.md, '`pool_attention`: split rule').
 const MAX_CHUNK_TILES: usize = 4;
 /// Portable kernel: units per cube (keys per tile), unless a head row has more vectors.
 const UNITS: usize = 128;

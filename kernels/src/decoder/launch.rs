@@ -91,9 +91,9 @@ pub unsafe fn launch_matvec(
     let cube_dim = CubeDim::new_2d(lanes, PLANES_PER_CUBE as u32);
     // Columns per plane: each load of x serves them all (x's loads, not the weight's, bound a
     // many-row product); one row streams best one column per plane with four loads in flight.
-    // The H200 runs (see benches/NOTES.md, 'Three kernels for a decode step'): at 8 rows two
-    // columns took 87 µs a launch against 102 with one; at 1 row four columns took 59 against 37
-    // with one.
+    // The H200 runs (see benches/NOTES.md, 'Projections per row count'): at 8 rows two columns
+    // took 87 µs a launch against 102 with one; at 1 row four columns took 59 against 37 with
+    // one.
     let cols = if rows == 1 {
         1
     } else {
@@ -181,7 +181,7 @@ pub unsafe fn launch_few_rows(
 ) {
     let lanes = client.properties().hardware.plane_size_min;
     // Column tiles per cube: four for outputs wider than the input, else two (the H200 probe,
-    // see benches/NOTES.md, 'The projections past 16 rows': q/k/v 86 µs at 64 rows with four, 118
+    // see benches/NOTES.md, 'Projections per row count': q/k/v 86 µs at 64 rows with four, 118
     // with two; o and down 60 and 197 µs with two, 84 and 280 with four).
     let cols = tuning
         .few_rows_cols

@@ -5,10 +5,9 @@
 //! all `m` rows), multiply by the rows of `x` (small, served from cache), accumulate in f32 and
 //! add their partial sums with a plane sum. No shared memory, no synchronisation: the weight
 //! streams at the memory bus's pace where Burn's tiled matmul, built for large `m`, reaches a
-//! fraction of it (see benches/NOTES.md, 'Three kernels for a decode step'). From 17 to 64
-//! rows, [`few_rows_kernel`](fn@few_rows_kernel): the same single read of the weight through
-//! tensor-core tiles (see benches/NOTES.md, 'The projections past 16 rows'). Their launches are
-//! in [`super::launch`].
+//! fraction of it. From 17 to 64 rows, [`few_rows_kernel`](fn@few_rows_kernel): the same single
+//! read of the weight through tensor-core tiles. See benches/NOTES.md, 'Projections per row
+//! count'. Their launches are in [`super::launch`].
 
 use crate::common::reduce::lane_sum;
 use cubecl::ir::ElemType;

@@ -124,10 +124,9 @@ pub(crate) fn vector_size(
 const TARGET_UNITS: usize = 1 << 18;
 
 /// The most heads one unit walks: 4 (strided groups of 4 were within 3% of the best of 15
-/// settings on 11 of 12 H200 rows: see benches/NOTES.md, 'Strided head groups, at most 4 heads
-/// per unit'), or 2 for 4-byte elements when a token has at least 16 heads (f32 llama3-8b and
-/// qwen2.5-7b: 0.2–2% faster, see benches/NOTES.md, 'Two heads per unit for f32'; with fewer
-/// heads, 2-head groups leave a lone remainder and were 13% slower on 9 heads).
+/// settings on 11 of 12 H200 rows), or 2 for 4-byte elements when a token has at least 16 heads
+/// (f32 llama3-8b and qwen2.5-7b: 0.2–2% faster; with fewer heads, 2-head groups leave a lone
+/// remainder and were 13% slower on 9 heads). See benches/NOTES.md, 'Head groups per unit'.
 fn max_heads_per_unit(elem_size: usize, heads: usize) -> usize {
     if elem_size >= 4 && heads >= 16 { 2 } else { 4 }
 }

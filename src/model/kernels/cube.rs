@@ -1,10 +1,10 @@
 //! The CubeCL implementations: contiguous inputs, a fresh output, one launch each.
 
+use crate::common::cube::tuning;
 use crate::model::kernels::MatmulRoutine;
 use crate::model::kernels::backend::{
     ActTensors, AddNormTensors, DecoderKernels, MatvecTensors, NormTensors,
 };
-use crate::op::cube::tuning;
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
@@ -156,7 +156,7 @@ fn tile16_blueprint(
 /// tile is 16 × 16 × 16 (Vulkan's cooperative matrices; CUDA's 8 × 32 × 16 keeps cubek's own
 /// choice): 4 × 4 tiles a plane and 8 planes (a 256 × 128 stage) instead of cubek's inferred 2
 /// × 8 tiles and 4 planes — 135–143 TFLOPS against 124–129 on the four Llama-3-8B projections
-/// at m = 32768 on the H200 (`benches/NOTES.md` entry 28), every output row equal to Burn's
+/// at m = 32768 on the H200 (`benches/NOTES.md`, 'Prefill stage on Vulkan'), every output row equal to Burn's
 /// matmul. Only where it was measured: planes of 32, and shapes the stage divides (no bounds
 /// checks: m a multiple of 256, n of 128, k of 32); other problems keep cubek's choice.
 fn wide_stage(x: &CubeTensor, [m, n, k]: [usize; 3]) -> Option<Strategy> {

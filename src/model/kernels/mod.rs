@@ -1,5 +1,5 @@
 //! The decoder's own kernels (`rope-pool-kernels`: `norm.rs`, `matvec.rs`, `act.rs`) for the
-//! steps where Burn's ops were slow on the H200 (`benches/NOTES.md` entry 25): RMSNorm (Burn's
+//! steps where Burn's ops were slow on the H200 (`benches/NOTES.md`, 'Decoder kernels'): RMSNorm (Burn's
 //! fused reduce took ~52 µs a row), the projections of a decode step (Burn's matmul streamed
 //! the weights at 0.53 TB/s) and the MLP's SiLU-times-up (six element-wise launches a layer).
 //! Each runs as one launch on CubeCL devices, with Burn tensor ops as the fallback elsewhere
@@ -204,8 +204,8 @@ impl MatmulRoutine {
 
     /// The routine [`project`] runs for `x [m, k] · w_tᵀ` with `w_t [n, k]`, past the
     /// matrix-vector kernel: what measured fastest on the H200 through Vulkan for the Llama-3-8B
-    /// projections in f16 (`cargo bench --bench decode -- --matmul-probe`, `benches/NOTES.md`
-    /// entry 27) — several tile rows per plane for prefill-sized `m` (every shape) and for
+    /// projections in f16 (`cargo bench --bench decode -- --matmul-probe`, `benches/NOTES.md`,
+    /// 'Projections per row count') — several tile rows per plane for prefill-sized `m` (every shape) and for
     /// an MLP-wide output at any `m` (`4k ≤ n < 16k`: not the LM head), the heuristic routine
     /// otherwise (the others were not faster in every run).
     pub fn for_problem(m: usize, n: usize, k: usize) -> Self {
@@ -309,7 +309,7 @@ fn kernel_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<bool> {
             let client = cube.client();
             let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
             // The few-rows kernel for outputs narrower than the MLP's: the matmul routines were
-            // faster on gate/up and the LM head in the H200 probe (`benches/NOTES.md` entry 27).
+            // faster on gate/up and the LM head in the H200 probe (`benches/NOTES.md`, 'Projections per row count').
             Some(
                 rope_pool_kernels::decoder::matvec_fits(&client, m)
                     || (n < 4 * k

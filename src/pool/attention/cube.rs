@@ -1,7 +1,7 @@
 //! The CubeCL implementation: contiguous inputs, fresh outputs (and, for a split launch, the
 //! scratch of partial results), then the kernels of `rope-pool-kernels`.
 
-use crate::op::cube::tuning;
+use crate::common::cube::tuning;
 use crate::pool::attention::backend::{AttentionParams, AttentionTensors, PoolAttentionBackend};
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
