@@ -358,7 +358,7 @@ pub fn device_time(names: &[String], args: &Args) {
     }
     println!("{table}");
     if let Some(path) = &args.json {
-        // One row per line, as the files in `benches/results/` are.
+        // One row per line.
         let json: Vec<String> = rows
             .iter()
             .map(|row| serde_json::to_string(&Record::from(row)).expect("row as JSON"))

@@ -1,4 +1,4 @@
-//! The e4m3 codec against the golden file `tests/golden/fp8/e4m3.json` (an independent float64
+//! The e4m3 codec against the golden file `kernels/tests/golden/e4m3.json` (an independent float64
 //! encoder, checked against ml_dtypes and torch; `scripts/generators/fp8_golden.py`): every
 //! input's code bit for bit, on the host and in a kernel on wgpu (Mesa's software Vulkan in CI),
 //! and the value of every code.
@@ -18,7 +18,7 @@ struct Golden {
 }
 
 fn golden() -> Golden {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/golden/fp8/e4m3.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/e4m3.json");
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let numbers = |key: &str| -> Vec<u64> {

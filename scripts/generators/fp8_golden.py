@@ -1,4 +1,4 @@
-"""The fp8 e4m3 golden file (`tests/golden/fp8/e4m3.json`): f32 inputs and their e4m3 codes from
+"""The fp8 e4m3 golden file (`kernels/tests/golden/e4m3.json`): f32 inputs and their e4m3 codes from
 an independent float64 encoder (numpy, written from the OCP FP8 definition: round to nearest
 even, saturating to ±448, NaN to NaN), plus the value of every code. Cross-checked against
 ml_dtypes' `float8_e4m3fn` and, where torch is installed, `torch.float8_e4m3fn` (both on inputs
@@ -11,8 +11,8 @@ Dependencies: python 3.9+, numpy >= 1.17 (2.4), ml_dtypes (0.7) for `write`; tor
 (>= 2.1, which has float8_e4m3fn; 2.11 and 2.15 checked) for `check`.
 
     pip install numpy ml_dtypes
-    python3 scripts/generators/fp8_golden.py write tests/golden/fp8/e4m3.json   # numpy + ml_dtypes
-    python3 scripts/generators/fp8_golden.py check tests/golden/fp8/e4m3.json   # torch, where it is
+    python3 scripts/generators/fp8_golden.py write kernels/tests/golden/e4m3.json   # numpy + ml_dtypes
+    python3 scripts/generators/fp8_golden.py check kernels/tests/golden/e4m3.json   # torch, where it is
 
 Run by hand, never by the tests.
 """

@@ -9,7 +9,10 @@
 use crate::model::kernels::{add_rms_norm, rms_norm, silu_mul};
 use crate::model::weights::{FromCheckpoint, Layer, Linear, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
-use crate::op::RopePoolError;
+use crate::op::{
+    RefusedCall, RopePoolConfig, RopePoolError, RopePoolInputs, RopePoolOutputs,
+    try_rope_pool_fused,
+};
 use crate::pool::{
     KvPool, KvPoolError, PoolAttentionConfig, PoolAttentionError, PoolStorage, SeqId, SeqToken,
     StepPlan,
@@ -89,18 +92,12 @@ pub(crate) trait LayerOps {
     fn project(&self, linear: &Linear, x: Tensor<2>) -> Tensor<2>;
     /// `silu(gate) · up` of `[gate | up]`.
     fn silu_mul(&self, gate_up: Tensor<2>) -> Tensor<2>;
-    /// Layer `layer`'s RoPE and pool write of a planned step; returns `q_rot`.
-    #[allow(clippy::too_many_arguments)]
-    fn write(
+    /// The op: RoPE of q/k and the k/v pool write.
+    fn rope(
         &self,
-        pool: &mut KvPool,
-        layer: usize,
-        step: &StepPlan,
-        q: Tensor<3>,
-        k: Tensor<3>,
-        v: Tensor<3>,
-        qk_norm: Option<(Tensor<1>, Tensor<1>)>,
-    ) -> Result<Tensor<3>, KvPoolError>;
+        inputs: RopePoolInputs,
+        config: &RopePoolConfig,
+    ) -> Result<RopePoolOutputs, RefusedCall>;
 }
 
 /// The production kernels: the fused op, the norm, matrix-vector and activation kernels where
@@ -126,18 +123,12 @@ impl LayerOps for Kernels {
     fn silu_mul(&self, gate_up: Tensor<2>) -> Tensor<2> {
         silu_mul(gate_up)
     }
-    fn write(
+    fn rope(
         &self,
-        pool: &mut KvPool,
-        layer: usize,
-        step: &StepPlan,
-        q: Tensor<3>,
-        k: Tensor<3>,
-        v: Tensor<3>,
-        qk_norm: Option<(Tensor<1>, Tensor<1>)>,
-    ) -> Result<Tensor<3>, KvPoolError> {
-        pool.write(layer, step, q, k, v, qk_norm)
-            .map(|(q_rot, _)| q_rot)
+        inputs: RopePoolInputs,
+        config: &RopePoolConfig,
+    ) -> Result<RopePoolOutputs, RefusedCall> {
+        try_rope_pool_fused(inputs, config)
     }
 }
 
@@ -385,7 +376,8 @@ impl Decoder {
                 (Some(qn), Some(kn)) => Some((qn.clone(), kn.clone())),
                 _ => None,
             };
-            let q_rot = ops.write(cache, l, step, q, k, v, qk_norm)?;
+            let rope = |inputs, config: &_| ops.rope(inputs, config);
+            let (q_rot, _) = cache.write_using(l, step, q, k, v, qk_norm, rope)?;
             let attended = match self.config.window(l) {
                 None => cache.attend(l, step, q_rot, &attention)?,
                 Some(w) => {

@@ -9,8 +9,11 @@ use crate::model::weights::Linear;
 use crate::model::{Decoder, DecoderError, GenerateError, GenerateOptions, Generated, Request};
 use crate::model::{Stats, StepToken};
 use crate::op::unfused::rope_pool_unfused;
-use crate::op::{Fp8PoolError, RefusedCall, check_rope_pool_fused};
-use crate::pool::{KvPool, KvPoolError, StepPlan};
+use crate::op::{
+    Fp8PoolError, RefusedCall, RopePoolConfig, RopePoolInputs, RopePoolOutputs,
+    check_rope_pool_fused,
+};
+use crate::pool::KvPool;
 use burn::tensor::Tensor;
 
 /// Burn's tensor ops for every operation of a layer.
@@ -35,33 +38,24 @@ impl LayerOps for TensorOps {
     fn silu_mul(&self, gate_up: Tensor<2>) -> Tensor<2> {
         silu_mul_tensor_ops(gate_up)
     }
-    fn write(
+    fn rope(
         &self,
-        pool: &mut KvPool,
-        layer: usize,
-        step: &StepPlan,
-        q: Tensor<3>,
-        k: Tensor<3>,
-        v: Tensor<3>,
-        qk_norm: Option<(Tensor<1>, Tensor<1>)>,
-    ) -> Result<Tensor<3>, KvPoolError> {
-        let unfused = |inputs: crate::op::RopePoolInputs, config: &_| {
-            // The unfused path writes float pools only: an fp8 pool is refused, kept.
-            let fp8 = inputs.k_pool.fp8_scale().is_some();
-            match check_rope_pool_fused(&inputs, config) {
-                Ok(()) if fp8 => Err(RefusedCall {
-                    error: Fp8PoolError::Unfused.into(),
-                    inputs: Box::new(inputs),
-                }),
-                Ok(()) => Ok(rope_pool_unfused(inputs, config)),
-                Err(error) => Err(RefusedCall {
-                    error,
-                    inputs: Box::new(inputs),
-                }),
-            }
-        };
-        let (q_rot, _) = pool.write_using(layer, step, q, k, v, qk_norm, unfused)?;
-        Ok(q_rot)
+        inputs: RopePoolInputs,
+        config: &RopePoolConfig,
+    ) -> Result<RopePoolOutputs, RefusedCall> {
+        // The unfused path writes float pools only: an fp8 pool is refused, kept.
+        let fp8 = inputs.k_pool.fp8_scale().is_some();
+        match check_rope_pool_fused(&inputs, config) {
+            Ok(()) if fp8 => Err(RefusedCall {
+                error: Fp8PoolError::Unfused.into(),
+                inputs: Box::new(inputs),
+            }),
+            Ok(()) => Ok(rope_pool_unfused(inputs, config)),
+            Err(error) => Err(RefusedCall {
+                error,
+                inputs: Box::new(inputs),
+            }),
+        }
     }
 }
 

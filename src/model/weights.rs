@@ -21,6 +21,7 @@ impl Linear {
         self.bias(project(x, &self.w_t))
     }
 
+    #[cfg(feature = "testing")]
     /// [`Self::forward`] through Burn's matmul alone (the decoder's tensor-op mode).
     pub(crate) fn forward_matmul(&self, x: Tensor<2>) -> Tensor<2> {
         self.bias(x.matmul(self.w_t.clone().transpose()))

@@ -9,6 +9,8 @@ use burn::tensor::{DType, FloatDType, Shape};
 /// Every head row of `x` (`[T, H, D]`) as `w · cast(x · rsqrt(mean(x²) + eps))` with `w`
 /// (`[D]`): the mean and the scaling in f32, rounded to `x`'s dtype before and after the weight,
 /// as the kernel computes it.
+// The autodiff backward and the unfused oracle are its callers.
+#[cfg_attr(not(any(feature = "autodiff", feature = "testing")), allow(dead_code))]
 pub(crate) fn head_rms_norm<B: Backend>(
     x: FloatTensor<B>,
     weight: FloatTensor<B>,

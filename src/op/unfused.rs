@@ -4,13 +4,18 @@
 //! pools. Several kernels and intermediate tensors instead of one pass: the baseline the
 //! benchmarks compare against, and an independent implementation for the model tests.
 
-use crate::common::pool_tensor::PoolTensor;
-use crate::op::backend::QkNorm;
-use crate::op::norm::head_rms_norm;
+use crate::op::RopePoolConfig;
 use crate::op::rope::{RopeFrequencies, RopeStyle};
-use crate::op::{RopePoolConfig, RopePoolInputs, RopePoolOutputs};
-use burn::backend::{Dispatch, TensorMetadata};
-use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
+use burn::tensor::{Int, Tensor, TensorData};
+#[cfg(feature = "testing")]
+use {
+    crate::common::pool_tensor::PoolTensor,
+    crate::op::backend::QkNorm,
+    crate::op::norm::head_rms_norm,
+    crate::op::{RopePoolInputs, RopePoolOutputs},
+    burn::backend::{Dispatch, TensorMetadata},
+    burn::tensor::IndexingUpdateOp,
+};
 
 /// `position * inv_freq` of every (token, frequency), `[T, half]`, f32, from positions
 /// `[rows, T]` (one row, or M-RoPE's three): frequency `i` takes its row's position.
@@ -121,6 +126,7 @@ pub fn rotate_unfused<const P: usize>(
     rotate(x, &cos, &sin, config)
 }
 
+#[cfg(feature = "testing")]
 /// `rope_pool_fused` with plain tensor ops (a q/k norm included). Every slot must be in `0..pool_size` (this path has
 /// no way to skip a token without reading the slots back), and inputs are not validated.
 ///

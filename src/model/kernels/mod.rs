@@ -127,6 +127,7 @@ pub fn project(x: Tensor<2>, w_t: &Tensor<2>) -> Tensor<2> {
     product(x, w_t, MatmulRoutine::for_problem(m, n, k), false)
 }
 
+#[cfg(feature = "testing")]
 /// `x [m, in] · w_tᵀ` as [`project`] computes it, through the matmul routine given on CubeCL
 /// devices whatever `m` (benchmarks compare them with the kernels [`project`] picks; a routine
 /// that refuses the problem or the device leaves it to Burn's matmul, which panics where it has
@@ -168,6 +169,8 @@ fn product(x: Tensor<2>, w_t: &Tensor<2>, routine: MatmulRoutine, forced: bool) 
 /// The matmul routines (CubeCL's matmul library, cubek) [`project`] runs for rows past the
 /// matrix-vector kernel. Each reads the weight `[out, in]` as stored, as the right-hand side
 /// `[in, out]` in column-major order.
+// Only CubeCL runs the routines by name; the probes (`testing`) list them all.
+#[cfg_attr(not(any(feature = "cube", feature = "testing")), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatmulRoutine {
     /// Burn's own matmul (without autotune: the library's heuristic choice).
@@ -189,6 +192,7 @@ pub enum MatmulRoutine {
     SpecializedCyclic,
 }
 
+#[cfg_attr(not(any(feature = "cube", feature = "testing")), allow(dead_code))]
 impl MatmulRoutine {
     /// Every routine, in index order.
     pub const ALL: [Self; 8] = [
@@ -228,6 +232,7 @@ impl MatmulRoutine {
         }
     }
 
+    #[cfg(any(feature = "testing", feature = "tuning"))]
     /// A short name (benchmark tables; `ROPE_POOL_MATMUL` in `tuning` builds).
     pub fn name(self) -> &'static str {
         match self {
