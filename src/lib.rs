@@ -27,7 +27,8 @@
 //! The crate is three layers, each built on the one before: the op (the items at the root: the
 //! Burn extension above, its config, checks and errors; source in `src/op/`), [`pool`] (the rows
 //! the op writes: the KV pool and its allocator, the step planner, attention over the rows) and
-//! [`model`] (checkpoint, decoder, generation). The oracles every path is checked against — the
+//! [`model`] (checkpoint, decoder, generation), with [`text`] beside them (tokenizers and chat
+//! templates: text in, text out). The oracles every path is checked against — the
 //! float64 references and the unfused tensor-op paths — are in `testing` (cargo feature
 //! `testing`). The contract — inputs, math, outputs, every error message in order — is
 //! `docs/CONTRACT.md`.
@@ -49,6 +50,7 @@ pub(crate) mod op;
 pub mod pool;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod text;
 
 pub use op::{
     Dims, MRope, QkNorm, RefusedCall, RopeFrequencies, RopePoolConfig, RopePoolError,

@@ -136,6 +136,48 @@ impl Checkpoint {
         Ok(())
     }
 
+    /// `generation_config.json` (where the folder has one), parsed; `Null` without the file.
+    fn generation_config(&self) -> Result<serde_json::Value, CheckpointError> {
+        let path = self.dir.join("generation_config.json");
+        if !path.exists() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_slice(&read(&path)?).map_err(|e| CheckpointError::Format {
+            path: path.clone(),
+            what: "JSON file",
+            error: e.to_string(),
+        })
+    }
+
+    /// The model's end-of-sequence ids: `eos_token_id` (one id or a list) of
+    /// `generation_config.json` where that file has one, else of `config.json`; empty where
+    /// neither names any. A `generation_config.json` that is not JSON is an error.
+    pub fn eos_token_ids(&self) -> Result<Vec<u32>, CheckpointError> {
+        let ids = |value: &serde_json::Value| -> Option<Vec<u32>> {
+            let one = |v: &serde_json::Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
+            match value {
+                serde_json::Value::Array(list) => Some(list.iter().filter_map(one).collect()),
+                v => one(v).map(|id| vec![id]),
+            }
+        };
+        let generation = self.generation_config()?;
+        Ok(ids(&generation["eos_token_id"])
+            .or_else(|| ids(&self.config["eos_token_id"]))
+            .unwrap_or_default())
+    }
+
+    /// The padding id transformers' `generate` masks out of a prompt given without an
+    /// attention mask: `pad_token_id` (of `generation_config.json`, else `config.json`) unless
+    /// it is one of the end-of-sequence ids.
+    pub fn pad_token_id(&self) -> Result<Option<u32>, CheckpointError> {
+        let generation = self.generation_config()?;
+        let pad = [&generation["pad_token_id"], &self.config["pad_token_id"]]
+            .into_iter()
+            .find_map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()));
+        let eos = self.eos_token_ids()?;
+        Ok(pad.filter(|p| !eos.contains(p)))
+    }
+
     /// One safetensors file on its own (no `config.json`: [`Checkpoint::config`] is null).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, CheckpointError> {
         let path = path.as_ref().to_path_buf();

@@ -33,6 +33,8 @@ pub struct DecoderConfig {
     /// Sliding-window attention, if the config turns it on (Mistral's `sliding_window`;
     /// Qwen2/Qwen3's `use_sliding_window` with `max_window_layers` or `layer_types`).
     pub sliding_window: Option<SlidingWindow>,
+    /// The context: positions the model was made for (`max_position_embeddings`, if given).
+    pub max_position_embeddings: Option<usize>,
 }
 
 /// Which layers attend over a window of the last `size` positions (query at `p` sees keys
@@ -159,6 +161,9 @@ impl DecoderConfig {
             intermediate_size: count("intermediate_size")?,
             num_layers,
             sliding_window,
+            max_position_embeddings: config["max_position_embeddings"]
+                .as_u64()
+                .map(|n| n as usize),
             rms_norm_eps: config["rms_norm_eps"].as_f64().unwrap_or(1e-6),
             tie_word_embeddings: flag("tie_word_embeddings", false),
             qkv_bias: model_type == "qwen2" || attention_bias,

@@ -1,16 +1,17 @@
-//! Greedy generation with continuous batching over a [`Decoder`]: every request is admitted as
-//! soon as the pool has rows for all of it (its prompt plus `max_new_tokens - 1` generated
-//! tokens), prefilled in the step it joins — beside the decode tokens of the running sequences —
-//! and decoded with the others until it has its tokens; then its rows are freed and the next
-//! waiting request takes them. A request that could never fit the pool is an error; one that
-//! does not fit yet waits (first come, first served).
+//! Greedy generation of token ids over the [`Engine`](crate::model::Engine): every request
+//! through one continuous batch (admitted as soon as the pool has rows for all of it, first
+//! come first served), results in request order. A request that could never fit the pool is an
+//! error; one that does not fit yet waits.
 
-use crate::model::decoder::{Kernels, LayerOps};
-use crate::model::{Decoder, DecoderError, StepToken};
+use crate::model::engine::StepFn;
+use crate::model::sampling::SamplingError;
+use crate::model::{
+    Decoder, DecoderError, Engine, EngineOptions, Event, GenerationRequest, SamplingParams, Stats,
+    StopConditions,
+};
 use crate::pool::KvPoolError;
-use burn::tensor::{DType, Int, Tensor};
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use crate::text::TextError;
+use burn::tensor::{Int, Tensor};
 
 /// One request: a prompt and how many tokens to generate.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
@@ -72,6 +73,26 @@ pub enum GenerateError {
     /// The model refused a step.
     #[error(transparent)]
     Decoder(#[from] DecoderError),
+    /// A prompt that fills the model's context leaves no room for a token.
+    #[error("the prompt has {prompt} tokens, the model's context is {context}")]
+    PromptPastContext {
+        /// Prompt tokens.
+        prompt: usize,
+        /// `max_position_embeddings`.
+        context: usize,
+    },
+    /// Invalid sampling settings.
+    #[error(transparent)]
+    Sampling(#[from] SamplingError),
+    /// Stop strings given to an engine without a tokenizer.
+    #[error("stop strings need a tokenizer")]
+    StopStringsNeedTokenizer,
+    /// An empty stop string (it would stop at once).
+    #[error("a stop string must not be empty")]
+    EmptyStopString,
+    /// Decoding the generated text failed.
+    #[error(transparent)]
+    Text(#[from] TextError),
 }
 
 /// Options of [`generate`].
@@ -79,70 +100,12 @@ pub enum GenerateError {
 pub struct GenerateOptions {
     /// Rows of each layer's pool (default: enough for every request at once).
     pub pool_rows: Option<usize>,
-    /// Keep the logits of every generated token (read back each step); without, the argmax
-    /// runs on the device and only the ids are read.
+    /// Keep the logits of every generated token (read back each step); without, only the ids
+    /// are read.
     pub keep_logits: bool,
     /// The most bytes the pools may take, a bound besides what the device can hold
     /// ([`memory_limit`](crate::pool::memory_limit)). Checked before anything is allocated.
     pub max_pool_bytes: Option<u64>,
-}
-
-/// Throughput of a run. A step that holds any prefill token counts as prefill time, a step of
-/// decode tokens only as decode time.
-#[derive(Clone, Debug, Default)]
-pub struct Stats {
-    /// Prompt tokens run.
-    pub prefill_tokens: usize,
-    /// Wall time of steps that held prompt tokens.
-    pub prefill_time: Duration,
-    /// Tokens decoded in decode-only steps.
-    pub decode_tokens: usize,
-    /// Wall time of decode-only steps.
-    pub decode_time: Duration,
-    /// Steps run.
-    pub steps: usize,
-    /// Requests finished so far.
-    pub finished: usize,
-    /// Tokens generated so far.
-    pub generated: usize,
-}
-
-impl Stats {
-    /// Prompt tokens per second.
-    pub fn prefill_rate(&self) -> f64 {
-        self.prefill_tokens as f64 / self.prefill_time.as_secs_f64().max(1e-12)
-    }
-    /// Decoded tokens per second.
-    pub fn decode_rate(&self) -> f64 {
-        self.decode_tokens as f64 / self.decode_time.as_secs_f64().max(1e-12)
-    }
-}
-
-struct Running {
-    request: usize,
-    prefilled: bool,
-    next_token: u32,
-    position: usize,
-}
-
-/// Pool rows a request holds at its longest (saturated: a limit past `usize::MAX` is refused by
-/// the pool size check, never wrapped).
-fn rows_needed(request: &Request) -> usize {
-    request
-        .prompt
-        .len()
-        .saturating_add(request.max_new_tokens.saturating_sub(1))
-}
-
-/// The first index of the largest value (`torch.argmax`'s choice on ties).
-fn argmax(row: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in row.iter().enumerate() {
-        if x > row[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// Row-wise argmax of `logits [s, vocab]` (`[s, 1]`, the first index on ties), in two short
@@ -182,12 +145,12 @@ pub fn generate(
     options: &GenerateOptions,
     on_step: impl FnMut(&Stats),
 ) -> Result<(Vec<Generated>, Stats), GenerateError> {
-    generate_with(&Kernels, model, requests, options, on_step)
+    generate_with(Decoder::step, model, requests, options, on_step)
 }
 
-/// [`generate`] with the decoder's layers run through `ops`.
+/// [`generate`] with the decoder's steps run through `step`.
 pub(crate) fn generate_with(
-    ops: &impl LayerOps,
+    step: StepFn,
     model: &Decoder,
     requests: &[Request],
     options: &GenerateOptions,
@@ -196,137 +159,57 @@ pub(crate) fn generate_with(
     if let Some(i) = requests.iter().position(|r| r.prompt.is_empty()) {
         return Err(GenerateError::EmptyPrompt(i));
     }
+    let needed = |r: &Request| {
+        r.prompt
+            .len()
+            .saturating_add(r.max_new_tokens.saturating_sub(1))
+    };
     let total = requests
         .iter()
-        .map(rows_needed)
+        .map(needed)
         .fold(0usize, usize::saturating_add);
     let pool_rows = options.pool_rows.unwrap_or(total).max(1);
     if let Some((request, r)) = requests
         .iter()
         .enumerate()
-        .find(|(_, r)| rows_needed(r) > pool_rows)
+        .find(|(_, r)| needed(r) > pool_rows)
     {
         return Err(GenerateError::TooLong {
             request,
-            needed: rows_needed(r),
+            needed: needed(r),
             pool_rows,
         });
     }
+    let engine_options = EngineOptions {
+        pool_rows,
+        max_batch: requests.len().max(1),
+        max_pool_bytes: options.max_pool_bytes,
+        keep_logits: options.keep_logits,
+        pad_token_id: None,
+    };
     // Slot addressing and memory are checked before anything is allocated.
-    let mut cache = model.new_cache_within(pool_rows, options.max_pool_bytes)?;
-    let mut budget = pool_rows;
-    let mut results = vec![Generated::default(); requests.len()];
-    let mut waiting: VecDeque<usize> = (0..requests.len()).collect();
-    let mut running: Vec<Running> = Vec::new();
-    let mut stats = Stats::default();
-    loop {
-        while let Some(&i) = waiting.front() {
-            let need = rows_needed(&requests[i]);
-            if requests[i].max_new_tokens == 0 {
-                waiting.pop_front();
-                stats.finished += 1;
-            } else if need <= budget {
-                budget -= need;
-                waiting.pop_front();
-                running.push(Running {
-                    request: i,
-                    prefilled: false,
-                    next_token: 0,
-                    position: 0,
-                });
-            } else {
-                break;
-            }
-        }
-        if running.is_empty() {
-            break;
-        }
-        let mut tokens = Vec::new();
-        let mut prefill = 0;
-        for r in &running {
-            let seq = r.request as u64;
-            if r.prefilled {
-                tokens.push(StepToken {
-                    seq,
-                    token: r.next_token,
-                    position: r.position,
-                });
-            } else {
-                prefill += requests[r.request].prompt.len();
-                tokens.extend(
-                    requests[r.request]
-                        .prompt
-                        .iter()
-                        .enumerate()
-                        .map(|(p, &t)| StepToken {
-                            seq,
-                            token: t,
-                            position: p,
-                        }),
-                );
-            }
-        }
-        let start = Instant::now();
-        let logits = model.step_with(ops, &tokens, &mut cache)?;
-        let chosen: Vec<(u32, Vec<f32>)> = if options.keep_logits {
-            let [s, vocab] = logits.dims();
-            let values = logits
-                .cast(DType::F32)
-                .try_into_data()
-                .map_err(|e| GenerateError::ReadBack(format!("the logits: {e:?}")))?
-                .try_into_vec::<f32>()
-                .map_err(|e| GenerateError::ReadBack(format!("the logits: {e:?}")))?;
-            (0..s)
-                .map(|i| {
-                    let row = values[i * vocab..(i + 1) * vocab].to_vec();
-                    (argmax(&row), row)
-                })
-                .collect()
-        } else {
-            let ids = argmax_rows(logits)
-                .try_into_data()
-                .map_err(|e| GenerateError::ReadBack(format!("the ids: {e:?}")))?
-                .convert::<i64>()
-                .try_into_vec::<i64>()
-                .map_err(|e| GenerateError::ReadBack(format!("the ids: {e:?}")))?;
-            ids.into_iter().map(|id| (id as u32, Vec::new())).collect()
-        };
-        let elapsed = start.elapsed();
-        stats.steps += 1;
-        if prefill > 0 {
-            stats.prefill_tokens += prefill;
-            stats.prefill_time += elapsed;
-        } else {
-            stats.decode_tokens += tokens.len();
-            stats.decode_time += elapsed;
-        }
-        let mut still = Vec::with_capacity(running.len());
-        for (mut r, (token, row)) in running.into_iter().zip(chosen) {
-            let out = &mut results[r.request];
-            out.generated.push(token);
-            stats.generated += 1;
-            if options.keep_logits {
-                out.logits.push(row);
-            }
-            r.position = if r.prefilled {
-                r.position + 1
-            } else {
-                requests[r.request].prompt.len()
-            };
-            r.prefilled = true;
-            r.next_token = token;
-            if out.generated.len() == requests[r.request].max_new_tokens {
-                cache
-                    .release(r.request as u64)
-                    .map_err(DecoderError::from)?;
-                budget += rows_needed(&requests[r.request]);
-                stats.finished += 1;
-            } else {
-                still.push(r);
-            }
-        }
-        running = still;
-        on_step(&stats);
+    let mut engine = Engine::with_step(model, None, engine_options, step)?;
+    for r in requests {
+        engine.submit(GenerationRequest {
+            prompt: r.prompt.clone(),
+            max_new_tokens: r.max_new_tokens,
+            sampling: SamplingParams::greedy(),
+            stop: StopConditions::default(),
+        })?;
     }
-    Ok((results, stats))
+    let mut results = vec![Generated::default(); requests.len()];
+    while !engine.is_idle() {
+        for event in engine.step()? {
+            if let Event::Token {
+                id, token, logits, ..
+            } = event
+            {
+                let out = &mut results[id as usize];
+                out.generated.push(token);
+                out.logits.extend(logits);
+            }
+        }
+        on_step(engine.stats());
+    }
+    Ok((results, engine.stats().clone()))
 }

@@ -6,20 +6,26 @@ mod attention;
 mod checkpoint;
 mod config;
 mod decoder;
+mod engine;
 mod generate;
 pub(crate) mod kernels;
 #[cfg(feature = "testing")]
 pub(crate) mod oracle;
+mod sampling;
 mod weights;
 
 pub use attention::{LlamaAttention, LlamaAttentionConfig};
 pub use checkpoint::{Checkpoint, CheckpointError};
 pub use config::{DecoderConfig, SlidingWindow, WindowLayers};
 pub use decoder::{Decoder, DecoderError, StepToken};
+pub use engine::{
+    Engine, EngineOptions, Event, FinishReason, GenerationRequest, RequestId, Stats, StopConditions,
+};
 #[cfg(feature = "testing")]
 pub(crate) use generate::argmax_rows;
 pub use generate::{
-    GenerateError, GenerateOptions, Generated, Request, Stats, generate, requests_from_json,
+    GenerateError, GenerateOptions, Generated, Request, generate, requests_from_json,
 };
+pub use sampling::{SamplingError, SamplingParams, SeqRng, probabilities, sample};
 #[cfg(feature = "testing")]
 pub(crate) use weights::Random;

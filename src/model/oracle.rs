@@ -75,5 +75,5 @@ pub fn generate_unfused(
     requests: &[Request],
     options: &GenerateOptions,
 ) -> Result<(Vec<Generated>, Stats), GenerateError> {
-    generate_with(&TensorOps, decoder, requests, options, |_| ())
+    generate_with(step_unfused, decoder, requests, options, |_| ())
 }

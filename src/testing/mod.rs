@@ -51,6 +51,7 @@ pub fn llama3_8b() -> DecoderConfig {
             .with_rope_base(500_000.0)
             .with_k_rot(false),
         sliding_window: None,
+        max_position_embeddings: None,
     }
 }
 

@@ -6,6 +6,7 @@
 mod attention;
 mod autodiff;
 mod common;
+mod engine;
 mod errors;
 mod fp8;
 mod fuzz;
@@ -18,4 +19,6 @@ mod pool_attention;
 mod pools;
 mod properties;
 mod qk_norm;
+mod sampling;
 mod soak;
+mod text;
