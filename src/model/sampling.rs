@@ -16,7 +16,7 @@
 //! ties in no documented order).
 
 use super::generate::argmax_rows;
-use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, FloatDType, IndexingUpdateOp, Int, Tensor, TensorData};
 
 /// Row width multiple: every reduction over a row runs as blocks of this many, then the blocks.
 const BLOCK: usize = 256;
@@ -244,6 +244,9 @@ pub fn probabilities(
 ) -> Result<Tensor<2>, SamplingError> {
     let [s, v] = logits.dims();
     let plan = Plan::new(s, v, params, previous, None)?;
+    if s == 0 {
+        return Ok(logits.cast(DType::F32));
+    }
     let probs = match plan.all_greedy {
         true => {
             let (x, _) = plan.prepare(logits);
@@ -271,7 +274,7 @@ pub fn sample(
     let ids = match plan.all_greedy {
         true => {
             let (x, _) = plan.prepare(logits);
-            argmax_rows(x).float()
+            argmax_rows(x)
         }
         false => {
             let (probs, settings) = plan.distribution(logits);
@@ -283,14 +286,14 @@ pub fn sample(
             // below it, short of the total (a target rounded up to the total takes the last
             // id of positive probability). Both bounds pick an id whose cumulative sum rose.
             let below = cdf.clone().lower_equal(target).bool_and(cdf.lower(total));
-            row_sum(below.float())
+            row_sum(as_f32(below)).int()
         }
     };
     let ids = ids
         .try_into_data()
         .map_err(|e| SamplingError::ReadBack(format!("{e:?}")))?
-        .convert::<f32>()
-        .try_into_vec::<f32>()
+        .convert::<i64>()
+        .try_into_vec::<i64>()
         .map_err(|e| SamplingError::ReadBack(format!("{e:?}")))?;
     Ok(ids
         .into_iter()
@@ -461,7 +464,7 @@ impl Plan {
             // the least value with fewer than k values above it.
             let k = column(&settings, TOP_K);
             let cut = cut_off(&x, |v| {
-                row_sum(x.clone().greater(v.expand([s, w])).float()).lower(k.clone())
+                row_sum(as_f32(x.clone().greater(v.expand([s, w])))).lower(k.clone())
             });
             x = x.clone().mask_fill(x.lower(cut.expand([s, w])), neg_inf);
         }
@@ -484,7 +487,7 @@ impl Plan {
             let mass = above(cut_w.clone()).expand([s, w]);
             let ties = x.clone().equal(cut_w.clone());
             let tie_prob = row_max(probs.mask_fill(ties.clone().bool_not(), 0.0)).expand([s, w]);
-            let ties_f = ties.clone().float();
+            let ties_f = as_f32(ties.clone());
             let tie_count = row_sum(ties_f.clone()).expand([s, w]);
             let later_ties = tie_count - prefix_sum(ties_f);
             let top = cut_w
@@ -517,6 +520,11 @@ impl Plan {
 fn column(settings: &Tensor<2>, c: usize) -> Tensor<2> {
     let [s, _] = settings.dims();
     settings.clone().slice([0..s, c..c + 1])
+}
+
+/// 1 where `mask` holds, else 0, in f32 (exact counts, whatever the default float type).
+fn as_f32(mask: Tensor<2, Bool>) -> Tensor<2> {
+    mask.cast(FloatDType::F32)
 }
 
 /// `[S, width]`: 1 at each row's id of `ids [S, 1]`, 0 elsewhere.

@@ -12,7 +12,7 @@ use super::{ChatMessage, TextError};
 /// A HuggingFace tokenizer with its chat template: encode, decode, stream and render chats as
 /// `transformers` does.
 ///
-/// Cheap to share between threads (`Send + Sync`); [`Tokenizer::decode_stream`] borrows it.
+/// `Send + Sync`: threads can share one (behind an `Arc`); each [`DecodeStream`] borrows it.
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
@@ -175,7 +175,7 @@ impl Tokenizer {
     }
 
     /// The `tokenizers` crate's tokenizer underneath.
-    pub fn inner(&self) -> &tokenizers::Tokenizer {
+    pub(crate) fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }
 }

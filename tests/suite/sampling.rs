@@ -169,8 +169,14 @@ fn ties_at_the_cut_offs_as_transformers() {
             assert_eq!(got == 0.0, want == 0.0, "{name}: {i}");
         }
         // Four equal tokens after one of -inf: `cum` 0, 0.25, 0.5, 0.75, 1; the last two kept.
-        let probs =
-            read(probabilities(logits(&[tie_row], &device), &[top_p.clone()], &[&[]]).unwrap());
+        let probs = read(
+            probabilities(
+                logits(&[tie_row], &device),
+                std::slice::from_ref(&top_p),
+                &[&[]],
+            )
+            .unwrap(),
+        );
         assert_eq!(probs, [0.0, 0.0, 0.5, 0.5, 0.0], "{name}");
     }
 }
@@ -208,7 +214,10 @@ fn draws_follow(i: usize, n: usize, rows: usize) {
         let mut chi2 = 0.0;
         for (id, (&c, &q)) in counts.iter().zip(&p).enumerate() {
             let f = c as f64 / n as f64;
-            assert!(q > 0.0 || c == 0, "{name}: case {i}: id {id} is not kept, drawn {c}");
+            assert!(
+                q > 0.0 || c == 0,
+                "{name}: case {i}: id {id} is not kept, drawn {c}"
+            );
             let bound = 5.0 * (q * (1.0 - q) / n as f64).sqrt() + 3.0 / n as f64;
             assert!(
                 (f - q).abs() <= bound,

@@ -763,14 +763,15 @@ fn chat_template_jinja_wins_over_the_config() {
     );
 }
 
-/// Not a test of correctness: encode throughput, printed (`--nocapture`; meaningful in release).
+/// Not a test of correctness: encode throughput on 256 KB, printed (`--nocapture`; meaningful in
+/// release).
 #[test]
 fn encode_throughput() {
     let tokenizer = load("llama3_style");
     let cases = cases("llama3_style");
     let mut text = String::new();
     let mut i = 0;
-    while text.len() < 1 << 20 {
+    while text.len() < 1 << 18 {
         text.push_str(&cases.encode[i % cases.encode.len()].text);
         text.push_str(if i % 3 == 0 { "\n" } else { " " });
         i += 1;
