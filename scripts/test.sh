@@ -6,7 +6,8 @@
 # only), each skipping test saying so on stderr and each test binary printing how many GPU cases
 # it skipped when it exits. Any adapter counts, Mesa's software Vulkan (lavapipe) included. With
 # CI=true the lints and feature builds run too: rustfmt, clippy on the default and the WGSL-only
-# builds and rustdoc (warnings denied), and a Flex-only build (no GPU crates).
+# builds and rustdoc (warnings denied), and a Flex-only build (no GPU crates); and the server
+# under the official `openai` Python client (scripts/openai_client_test.sh).
 #
 # Which GPU build the suite runs: the default build compiles SPIR-V on Vulkan, and lavapipe
 # 22.3 (what a machine without a GPU gets here) segfaults creating SPIR-V pipelines that use
@@ -84,6 +85,10 @@ if [ "${CI:-}" = true ]; then
   step cargo fmt --all --check
 fi
 step cargo test --workspace ${build[@]+"${build[@]}"} "$@"
+if [ "${CI:-}" = true ]; then
+  # The server under the official `openai` Python client (PyPI is reachable in CI).
+  step scripts/openai_client_test.sh ${build[@]+"${build[@]}"}
+fi
 if [ "${CI:-}" = true ]; then
   step cargo clippy --workspace --all-targets -- -D warnings
   step cargo clippy --workspace --all-targets --no-default-features --features wgpu,flex,autodiff -- -D warnings

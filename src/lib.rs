@@ -48,6 +48,8 @@ mod common;
 pub mod model;
 pub(crate) mod op;
 pub mod pool;
+#[cfg(feature = "server")]
+pub mod serve;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod text;

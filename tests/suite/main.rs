@@ -20,5 +20,7 @@ mod pools;
 mod properties;
 mod qk_norm;
 mod sampling;
+#[cfg(feature = "server")]
+mod serve;
 mod soak;
 mod text;
