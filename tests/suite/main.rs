@@ -22,5 +22,7 @@ mod qk_norm;
 mod sampling;
 #[cfg(feature = "server")]
 mod serve;
+#[cfg(feature = "server")]
+mod serve_load;
 mod soak;
 mod text;
