@@ -13,6 +13,8 @@ mod fuzz;
 mod generate;
 mod golden;
 mod hf_configs;
+#[cfg(feature = "server")]
+mod http;
 mod kv_pool;
 mod model_fuzz;
 mod pool_attention;

@@ -5,147 +5,18 @@
 //! 429 past the queue, a disconnect that frees the request's rows, the context limit, metrics
 //! and a graceful shutdown.
 
+use crate::http::{
+    Reply, get, metric, post, read_chunk, read_head, request, root, send, server, wait_for,
+};
 use burn::tensor::{DType, Device};
 use burn_rope_pool::serve::{ServeOptions, ServedModel, Server};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
-}
-
-fn server(options: ServeOptions) -> Server {
-    let model = ServedModel::load(
-        &root().join("tests/models/llama31_tiny"),
-        Some(&root().join("tests/text/tokenizers/llama3_style")),
-        &Device::flex(),
-        DType::F32,
-    )
-    .unwrap();
-    Server::start(model, ServeOptions { port: 0, ..options }).unwrap()
-}
 
 fn reference() -> Value {
     let text = std::fs::read_to_string(root().join("tests/text/chat_generate.json")).unwrap();
     serde_json::from_str(&text).unwrap()
-}
-
-/// An HTTP answer.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// Writes a request (`Connection: close`).
-fn send(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(120)))
-        .unwrap();
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: \
-         application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(body);
-    stream.write_all(request.as_bytes()).unwrap();
-    stream
-}
-
-/// Reads the status line and headers.
-fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    let status = line.split(' ').nth(1).unwrap().parse().unwrap();
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        reader.read_line(&mut line).unwrap();
-        let l = line.trim_end();
-        if l.is_empty() {
-            break;
-        }
-        let (name, value) = l.split_once(':').unwrap();
-        headers.push((name.trim().to_string(), value.trim().to_string()));
-    }
-    (status, headers)
-}
-
-/// Reads one chunk of a chunked body (`None`: the last).
-fn read_chunk(reader: &mut impl BufRead) -> Option<Vec<u8>> {
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    let size = usize::from_str_radix(line.trim(), 16).unwrap();
-    let mut data = vec![0; size + 2];
-    reader.read_exact(&mut data).unwrap();
-    data.truncate(size);
-    (size > 0).then_some(data)
-}
-
-fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> Reply {
-    let mut reader = BufReader::new(send(addr, method, path, headers, body));
-    let (status, headers) = read_head(&mut reader);
-    let chunked = headers
-        .iter()
-        .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    let mut body = Vec::new();
-    match chunked {
-        true => {
-            while let Some(chunk) = read_chunk(&mut reader) {
-                body.extend(chunk);
-            }
-        }
-        false => {
-            reader.read_to_end(&mut body).unwrap();
-        }
-    }
-    Reply {
-        status,
-        headers,
-        body: String::from_utf8(body).unwrap(),
-    }
-}
-
-fn post(addr: SocketAddr, path: &str, body: &Value) -> Reply {
-    request(addr, "POST", path, &[], &body.to_string())
-}
-
-fn get(addr: SocketAddr, path: &str) -> Reply {
-    request(addr, "GET", path, &[], "")
 }
 
 /// The `data:` payloads of an event stream.
@@ -158,27 +29,6 @@ fn events(body: &str) -> Vec<String> {
                 .to_string()
         })
         .collect()
-}
-
-/// A metric's value (the first line of that name and labels).
-fn metric(addr: SocketAddr, name: &str) -> f64 {
-    let text = get(addr, "/metrics").body;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
-        .map_or(0.0, |v| v.parse().unwrap())
-}
-
-/// Waits until `metric == value` (10 s at most).
-fn wait_for(addr: SocketAddr, name: &str, value: f64) {
-    let start = Instant::now();
-    while metric(addr, name) != value {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{name} stayed at {}, not {value}",
-            metric(addr, name)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn chat_body(messages: &Value, extra: Value) -> Value {
@@ -744,18 +594,21 @@ fn api_key() {
 fn start_stream(addr: SocketAddr) -> BufReader<TcpStream> {
     let body = json!({"messages": [{"role": "user", "content": "Hi there!"}], "max_tokens": 4000,
                       "temperature": 0, "stream": true});
-    let mut reader = BufReader::new(send(
-        addr,
-        "POST",
-        "/v1/chat/completions",
-        &[],
-        &body.to_string(),
-    ));
-    let (status, _) = read_head(&mut reader);
+    let mut reader = BufReader::new(
+        send(
+            addr,
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            body.to_string().as_bytes(),
+        )
+        .unwrap(),
+    );
+    let (status, _) = read_head(&mut reader).unwrap();
     assert_eq!(status, 200);
     let mut seen = String::new();
     while !seen.contains("\"content\":\" k\"") {
-        seen.push_str(&String::from_utf8(read_chunk(&mut reader).unwrap()).unwrap());
+        seen.push_str(&String::from_utf8(read_chunk(&mut reader).unwrap().unwrap()).unwrap());
     }
     reader
 }
@@ -792,7 +645,14 @@ fn queue_full_and_disconnect() {
     wait_for(addr, cancelled, 1.0);
     // A client that leaves a whole (non-streamed) answer early cancels it too.
     let body = json!({"prompt": "Hello", "max_tokens": 4000, "temperature": 0});
-    let stream = send(addr, "POST", "/v1/completions", &[], &body.to_string());
+    let stream = send(
+        addr,
+        "POST",
+        "/v1/completions",
+        &[],
+        body.to_string().as_bytes(),
+    )
+    .unwrap();
     wait_for(addr, "burn_rope_pool_running_requests", 1.0);
     drop(stream);
     wait_for(addr, "burn_rope_pool_running_requests", 0.0);
@@ -809,19 +669,22 @@ fn graceful_shutdown_finishes_streams() {
     let addr = server.addr();
     let body = json!({"messages": [{"role": "user", "content": "Hi there!"}], "max_tokens": 200,
                       "temperature": 0, "stream": true});
-    let mut reader = BufReader::new(send(
-        addr,
-        "POST",
-        "/v1/chat/completions",
-        &[],
-        &body.to_string(),
-    ));
-    let (status, _) = read_head(&mut reader);
+    let mut reader = BufReader::new(
+        send(
+            addr,
+            "POST",
+            "/v1/chat/completions",
+            &[],
+            body.to_string().as_bytes(),
+        )
+        .unwrap(),
+    );
+    let (status, _) = read_head(&mut reader).unwrap();
     assert_eq!(status, 200);
-    let first = read_chunk(&mut reader).unwrap();
+    let first = read_chunk(&mut reader).unwrap().unwrap();
     let stopping = std::thread::spawn(move || server.shutdown());
     let mut body = String::from_utf8(first).unwrap();
-    while let Some(chunk) = read_chunk(&mut reader) {
+    while let Some(chunk) = read_chunk(&mut reader).unwrap() {
         body.push_str(&String::from_utf8(chunk).unwrap());
     }
     let reply = Reply {

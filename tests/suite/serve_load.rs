@@ -3,166 +3,18 @@
 //! and the queue drain after each round and after clients leave mid-stream, memory stays flat;
 //! ~300 fuzzed bodies each get a 200 or an OpenAI error, never a 5xx or a dropped connection.
 
-use burn::tensor::{DType, Device};
-use burn_rope_pool::serve::{ServeOptions, ServedModel, Server};
+use crate::http::{
+    Reply, get, metric, post, read_chunk, read_head, send, server, try_request, wait_for,
+};
+use burn_rope_pool::serve::ServeOptions;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::io::BufReader;
 use std::time::{Duration, Instant};
 
 const CHAT: &str = "/v1/chat/completions";
 const COMPLETIONS: &str = "/v1/completions";
 const ROWS: &str = "burn_rope_pool_pool_rows_in_use";
 const QUEUE: &str = "burn_rope_pool_queue_length";
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
-}
-
-fn server(options: ServeOptions) -> Server {
-    let model = ServedModel::load(
-        &root().join("tests/models/llama31_tiny"),
-        Some(&root().join("tests/text/tokenizers/llama3_style")),
-        &Device::flex(),
-        DType::F32,
-    )
-    .unwrap();
-    Server::start(model, ServeOptions { port: 0, ..options }).unwrap()
-}
-
-/// An HTTP answer.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    content_type: Option<String>,
-    body: String,
-}
-
-impl Reply {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-}
-
-/// Writes a request (`Connection: close`) with a raw body.
-fn send(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::io::Result<TcpStream> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: \
-         application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    let mut request = head.into_bytes();
-    request.extend_from_slice(body);
-    stream.write_all(&request)?;
-    Ok(stream)
-}
-
-fn io_err(what: &str) -> std::io::Error {
-    std::io::Error::other(what.to_string())
-}
-
-/// Reads the status line and headers.
-fn read_head(reader: &mut impl BufRead) -> std::io::Result<(u16, Vec<(String, String)>)> {
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
-        return Err(io_err("connection closed before the status line"));
-    }
-    let status = line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| io_err(&format!("bad status line {line:?}")))?;
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 {
-            return Err(io_err("connection closed in the headers"));
-        }
-        let l = line.trim_end();
-        if l.is_empty() {
-            break;
-        }
-        let (name, value) = l
-            .split_once(':')
-            .ok_or_else(|| io_err(&format!("bad header {l:?}")))?;
-        headers.push((name.trim().to_string(), value.trim().to_string()));
-    }
-    Ok((status, headers))
-}
-
-/// Reads one chunk of a chunked body (`None`: the last).
-fn read_chunk(reader: &mut impl BufRead) -> std::io::Result<Option<Vec<u8>>> {
-    let mut line = String::new();
-    if reader.read_line(&mut line)? == 0 {
-        return Err(io_err("connection closed in a chunked body"));
-    }
-    let size = usize::from_str_radix(line.trim(), 16)
-        .map_err(|_| io_err(&format!("bad chunk size {line:?}")))?;
-    let mut data = vec![0; size + 2];
-    reader.read_exact(&mut data)?;
-    data.truncate(size);
-    Ok((size > 0).then_some(data))
-}
-
-fn try_request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> std::io::Result<Reply> {
-    let mut reader = BufReader::new(send(addr, method, path, body)?);
-    let (status, headers) = read_head(&mut reader)?;
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    };
-    let chunked = header("transfer-encoding").is_some_and(|v| v.contains("chunked"));
-    let mut bytes = Vec::new();
-    match chunked {
-        true => {
-            while let Some(chunk) = read_chunk(&mut reader)? {
-                bytes.extend(chunk);
-            }
-        }
-        false => {
-            reader.read_to_end(&mut bytes)?;
-        }
-    }
-    Ok(Reply {
-        status,
-        content_type: header("content-type"),
-        body: String::from_utf8(bytes).map_err(|e| io_err(&e.to_string()))?,
-    })
-}
-
-fn post(addr: SocketAddr, path: &str, body: &Value) -> Reply {
-    try_request(addr, "POST", path, body.to_string().as_bytes()).unwrap()
-}
-
-fn get(addr: SocketAddr, path: &str) -> Reply {
-    try_request(addr, "GET", path, b"").unwrap()
-}
-
-/// A metric's value (the first line of that name).
-fn metric(addr: SocketAddr, name: &str) -> f64 {
-    let text = get(addr, "/metrics").body;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
-        .map_or(0.0, |v| v.parse().unwrap())
-}
-
-/// Waits until `metric == value` (10 s at most).
-fn wait_for(addr: SocketAddr, name: &str, value: f64) {
-    let start = Instant::now();
-    while metric(addr, name) != value {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{name} stayed at {}, not {value}",
-            metric(addr, name)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// Checks `{"error": {"message": string, "type": string, ...}}`.
 fn check_openai_error(reply: &Reply, what: &str) {
@@ -269,7 +121,7 @@ fn concurrent_streams_equal_their_solo_runs() {
             .map(|(path, mut body, chat)| {
                 body["stream"] = json!(true);
                 std::thread::spawn(move || {
-                    let reply = try_request(addr, "POST", path, body.to_string().as_bytes())
+                    let reply = try_request(addr, "POST", path, &[], body.to_string().as_bytes())
                         .unwrap_or_else(|e| panic!("round {round}: {path} {body}: {e}"));
                     (reply, chat)
                 })
@@ -289,7 +141,7 @@ fn concurrent_streams_equal_their_solo_runs() {
             match reply.status {
                 200 => {
                     assert_eq!(
-                        reply.content_type.as_deref(),
+                        reply.header("content-type"),
                         Some("text/event-stream"),
                         "{}",
                         reply.body
@@ -320,7 +172,8 @@ fn concurrent_streams_equal_their_solo_runs() {
     .to_string();
     let streams: Vec<_> = (0..3)
         .map(|_| {
-            let mut reader = BufReader::new(send(addr, "POST", CHAT, body.as_bytes()).unwrap());
+            let mut reader =
+                BufReader::new(send(addr, "POST", CHAT, &[], body.as_bytes()).unwrap());
             let (status, _) = read_head(&mut reader).unwrap();
             assert_eq!(status, 200);
             read_chunk(&mut reader).unwrap().unwrap();
@@ -576,11 +429,11 @@ fn fuzzed_bodies_get_openai_errors() {
         let body = fuzz_body(&mut rng, chat);
         let shown = String::from_utf8_lossy(&body[..body.len().min(400)]).into_owned();
         let what = format!("case {i} {path} {shown:?}");
-        let reply = try_request(addr, "POST", path, &body)
+        let reply = try_request(addr, "POST", path, &[], &body)
             .unwrap_or_else(|e| panic!("{what}: no answer: {e}"));
         match reply.status {
             200 => {
-                let text = match reply.content_type.as_deref() {
+                let text = match reply.header("content-type") {
                     Some("text/event-stream") => streamed_text(&reply.body, chat),
                     _ => {
                         let answer: Value = serde_json::from_str(&reply.body)
