@@ -7,7 +7,7 @@
 
 use burn::tensor::{DType, Distribution, Tensor};
 use burn_rope_pool::model::{SamplingParams, sample};
-use burn_rope_pool::testing::device_by_name;
+use burn_rope_pool::testing::{device_by_name, dtype_by_name};
 use burn_rope_pool::text::Tokenizer;
 use clap::Parser;
 use std::time::Instant;
@@ -25,8 +25,8 @@ struct Args {
     #[arg(long, default_value_t = 50)]
     iters: usize,
     /// f32, f16 or bf16 logits.
-    #[arg(long, default_value = "f32")]
-    dtype: String,
+    #[arg(long, value_parser = dtype_by_name, default_value = "f32")]
+    dtype: DType,
     /// The tokenizer folder the encode throughput is measured with.
     #[arg(long, default_value = "tests/text/tokenizers/llama3_style")]
     tokenizer: std::path::PathBuf,
@@ -38,11 +38,7 @@ struct Args {
 fn main() {
     let args = Args::parse();
     let device = device_by_name(&args.device).expect("device");
-    let dtype = match args.dtype.as_str() {
-        "f16" => DType::F16,
-        "bf16" => DType::BF16,
-        _ => DType::F32,
-    };
+    let dtype = args.dtype;
     println!(
         "sampling a step: logits [batch, {}] {dtype:?} on {device:?}, ids read back; mean of {} calls\n",
         args.vocab, args.iters

@@ -11,7 +11,6 @@ use crate::model::{
 };
 use crate::pool::KvPoolError;
 use crate::text::TextError;
-use burn::tensor::{Int, Tensor};
 
 /// One request: a prompt and how many tokens to generate.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
@@ -106,35 +105,6 @@ pub struct GenerateOptions {
     /// The most bytes the pools may take, a bound besides what the device can hold
     /// ([`memory_limit`](crate::pool::memory_limit)). Checked before anything is allocated.
     pub max_pool_bytes: Option<u64>,
-}
-
-/// Row-wise argmax of `logits [s, vocab]` (`[s, 1]`, the first index on ties), in two short
-/// reductions: the best of each block of 256, then the best block. Burn's one-pass argmax over
-/// a 128K-wide row ran as one long reduction, 3.4 ms a step on the H200 (`benches/NOTES.md`,
-/// 'Decoder kernels').
-pub fn argmax_rows(logits: Tensor<2>) -> Tensor<2, Int> {
-    const BLOCK: usize = 256;
-    let [s, vocab] = logits.dims();
-    if vocab <= 4 * BLOCK {
-        return logits.argmax(1);
-    }
-    let blocks = vocab.div_ceil(BLOCK);
-    let pad = blocks * BLOCK - vocab;
-    let logits = if pad > 0 {
-        let low = Tensor::full(
-            [s, pad],
-            f32::NEG_INFINITY,
-            (&logits.device(), logits.dtype()),
-        );
-        Tensor::cat(vec![logits, low], 1)
-    } else {
-        logits
-    };
-    let blocked = logits.reshape([s, blocks, BLOCK]);
-    let within = blocked.clone().argmax(2);
-    let block = blocked.max_dim(2).argmax(1);
-    let index = within.gather(1, block.clone());
-    (block * BLOCK as i64 + index).reshape([s, 1])
 }
 
 /// Runs every request greedily through one continuous batch; results in request order.

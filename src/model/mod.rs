@@ -11,7 +11,7 @@ mod generate;
 pub(crate) mod kernels;
 #[cfg(feature = "testing")]
 pub(crate) mod oracle;
-mod sampling;
+pub(crate) mod sampling;
 mod weights;
 
 pub use attention::{LlamaAttention, LlamaAttentionConfig};
@@ -21,8 +21,6 @@ pub use decoder::{Decoder, DecoderError, StepToken};
 pub use engine::{
     Engine, EngineOptions, Event, FinishReason, GenerationRequest, RequestId, Stats, StopConditions,
 };
-#[cfg(feature = "testing")]
-pub(crate) use generate::argmax_rows;
 pub use generate::{
     GenerateError, GenerateOptions, Generated, Request, generate, requests_from_json,
 };

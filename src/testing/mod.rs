@@ -26,7 +26,7 @@ pub use crate::pool::attention::reference as attention_reference;
 
 /// The greedy step's argmax over each row of `logits` (`[S, vocab]` → `[S, 1]`).
 pub fn argmax_rows(logits: burn::tensor::Tensor<2>) -> burn::tensor::Tensor<2, burn::tensor::Int> {
-    crate::model::argmax_rows(logits)
+    crate::model::sampling::argmax_rows(logits)
 }
 
 use crate::model::{Decoder, DecoderConfig, DecoderError, Random};
