@@ -12,11 +12,25 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=target/openai-venv
+# apt as root, or through passwordless sudo (as scripts/test.sh installs its packages).
+as_root=()
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+  as_root=(sudo -n)
+fi
 if [ ! -x "$venv/bin/python" ]; then
   echo "== creating $venv"
   if ! python3 -m venv "$venv"; then
-    echo "error: python3 -m venv failed (on Debian/Ubuntu: apt-get install python3-venv)" >&2
-    exit 1
+    # Debian's and Ubuntu's system python3 ships venv's ensurepip apart.
+    rm -rf "$venv"
+    if { [ "$(id -u)" = 0 ] || [ ${#as_root[@]} -gt 0 ]; } && command -v apt-get >/dev/null; then
+      echo "== installing python3-venv"
+      "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+      "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    fi
+    if ! python3 -m venv "$venv"; then
+      echo "error: python3 -m venv failed (on Debian/Ubuntu: apt-get install python3-venv)" >&2
+      exit 1
+    fi
   fi
 fi
 if ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
