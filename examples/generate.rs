@@ -86,6 +86,9 @@ struct Args {
     /// The most requests in one batch.
     #[arg(long, default_value_t = 64)]
     max_batch: usize,
+    /// Chunked prefill: the most prompt tokens one step runs (default: whole prompts).
+    #[arg(long)]
+    prefill_chunk: Option<usize>,
     /// Write the generations here (JSON).
     #[arg(long)]
     output: Option<PathBuf>,
@@ -257,6 +260,7 @@ fn run(args: Args) -> Result<(), String> {
         keep_logits: args.logits,
         // transformers' `generate` without an attention mask: padding ids leave the prompt.
         pad_token_id: checkpoint.pad_token_id().map_err(|e| e.to_string())?,
+        prefill_chunk: args.prefill_chunk,
     };
     let mut engine = Engine::new(&model, tokenizer, options).map_err(|e| e.to_string())?;
     let mut outputs: Vec<Output> = Vec::new();

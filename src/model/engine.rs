@@ -3,8 +3,9 @@
 //!
 //! A request is admitted as soon as the pool has rows for all of it (its prompt plus
 //! `max_new_tokens - 1` generated tokens) and the batch has room, first come first served; it is
-//! prefilled in the step it joins, beside the decode tokens of the running sequences, and
-//! decoded with them until a stop condition holds. Then its rows are freed at once and the next
+//! prefilled in the step it joins, beside the decode tokens of the running sequences (or, with
+//! [`EngineOptions::prefill_chunk`], over as many steps as its prompt has chunks), and decoded
+//! with them until a stop condition holds. Then its rows are freed at once and the next
 //! waiting request may take them. Each step samples every sequence's next token on the device
 //! (only the ids are read back) and hands each request its token and the text it completes.
 
@@ -112,6 +113,13 @@ pub struct EngineOptions {
     /// transformers' `generate` treats them when it is given no attention mask
     /// ([`Checkpoint::pad_token_id`](crate::model::Checkpoint::pad_token_id)).
     pub pad_token_id: Option<u32>,
+    /// Chunked prefill: the most prompt tokens one step runs, over all the requests prefilling
+    /// in it. A longer prompt is run over several steps, each beside the running requests'
+    /// decode tokens (which every step keeps), so a long prompt does not hold up their next
+    /// tokens; the requests admitted first get the step's prompt tokens first, and a request
+    /// samples its first token in the step that ends its prompt. `None`: every admitted prompt
+    /// runs whole in its first step. `Some(0)` is refused by [`Engine::new`].
+    pub prefill_chunk: Option<usize>,
 }
 
 impl Default for EngineOptions {
@@ -122,6 +130,7 @@ impl Default for EngineOptions {
             max_pool_bytes: None,
             keep_logits: false,
             pad_token_id: None,
+            prefill_chunk: None,
         }
     }
 }
@@ -166,7 +175,8 @@ struct Sequence<'t> {
     id: RequestId,
     request: GenerationRequest,
     generated: Vec<u32>,
-    prefilled: bool,
+    /// Prompt tokens in the pool.
+    prefilled: usize,
     rng: SeqRng,
     stream: Option<DecodeStream<'t>>,
     /// The text decoded so far and how much of it was handed out.
@@ -200,8 +210,8 @@ fn rows_needed(request: &GenerationRequest) -> usize {
 
 impl<'a> Engine<'a> {
     /// An engine over `decoder` with pools of `options.pool_rows` rows (refused before anything
-    /// is allocated past i32 slots, the device's memory or `max_pool_bytes`). Without a
-    /// tokenizer it streams ids only and refuses stop strings.
+    /// is allocated past i32 slots, the device's memory or `max_pool_bytes`; a `prefill_chunk` of
+    /// 0 is refused too). Without a tokenizer it streams ids only and refuses stop strings.
     pub fn new(
         decoder: &'a Decoder,
         tokenizer: Option<&'a Tokenizer>,
@@ -217,6 +227,9 @@ impl<'a> Engine<'a> {
         options: EngineOptions,
         step_fn: StepFn,
     ) -> Result<Self, GenerateError> {
+        if options.prefill_chunk == Some(0) {
+            return Err(GenerateError::PrefillChunk);
+        }
         let pool = decoder.new_cache_within(options.pool_rows, options.max_pool_bytes)?;
         Ok(Self {
             decoder,
@@ -314,7 +327,7 @@ impl<'a> Engine<'a> {
             stream: self.tokenizer.map(|t| t.decode_stream(skip_special)),
             request,
             generated: Vec::new(),
-            prefilled: false,
+            prefilled: 0,
             text: String::new(),
             sent: 0,
         });
@@ -340,8 +353,8 @@ impl<'a> Engine<'a> {
 
     /// Frees a finished sequence's rows and budget.
     fn retire(&mut self, seq: &Sequence<'a>) {
-        if seq.prefilled {
-            // The sequence holds rows since its prefill step.
+        if seq.prefilled > 0 {
+            // The sequence holds rows since its first prefill step.
             let _ = self.pool.release(seq.id);
         }
         self.budget += rows_needed(&seq.request);
@@ -374,55 +387,92 @@ impl<'a> Engine<'a> {
         if self.running.is_empty() {
             return Ok(events);
         }
+        // Each running sequence's tokens this step: its decode token, or the next chunk of its
+        // prompt within the step's prompt budget (none once the budget is spent).
         let mut tokens = Vec::new();
         let mut prefill = 0;
+        let mut budget = self.options.prefill_chunk.unwrap_or(usize::MAX);
+        // Per running sequence: prompt tokens it runs this step, and whether it samples.
+        let mut plan = Vec::with_capacity(self.running.len());
         for seq in &self.running {
-            if seq.prefilled {
+            let prompt = &seq.request.prompt;
+            if seq.prefilled == prompt.len() {
                 tokens.push(StepToken {
                     seq: seq.id,
                     token: *seq
                         .generated
                         .last()
                         .expect("a prefilled sequence has a token"),
-                    position: seq.request.prompt.len() + seq.generated.len() - 1,
+                    position: prompt.len() + seq.generated.len() - 1,
                 });
-            } else {
-                prefill += seq.request.prompt.len();
-                tokens.extend(
-                    seq.request
-                        .prompt
-                        .iter()
-                        .enumerate()
-                        .map(|(p, &t)| StepToken {
-                            seq: seq.id,
-                            token: t,
-                            position: p,
-                        }),
-                );
+                plan.push((0, true));
+                continue;
             }
+            let take = (prompt.len() - seq.prefilled).min(budget);
+            budget -= take;
+            prefill += take;
+            let chunk = seq.prefilled..seq.prefilled + take;
+            tokens.extend(
+                prompt[chunk.clone()]
+                    .iter()
+                    .zip(chunk)
+                    .map(|(&t, p)| StepToken {
+                        seq: seq.id,
+                        token: t,
+                        position: p,
+                    }),
+            );
+            plan.push((take, seq.prefilled + take == prompt.len()));
         }
         let start = Instant::now();
         let logits = (self.step_fn)(self.decoder, &tokens, &mut self.pool)?;
-        let kept = match self.options.keep_logits {
+        // The step's logits rows are its sequences in running order; the rows of sequences still
+        // prefilling are dropped.
+        let in_step = plan.iter().filter(|&&(take, sampled)| take > 0 || sampled);
+        let rows: Vec<i64> = in_step
+            .enumerate()
+            .filter(|(_, (_, sampled))| *sampled)
+            .map(|(row, _)| row as i64)
+            .collect();
+        let logits = match rows.len() == logits.dims()[0] {
+            true => logits,
+            false => {
+                let n = rows.len();
+                let device = logits.device();
+                let rows = Tensor::from_data(burn::tensor::TensorData::new(rows, [n]), &device);
+                logits.select(0, rows)
+            }
+        };
+        let sampling = || {
+            self.running
+                .iter()
+                .zip(&plan)
+                .filter(|(_, (_, sampled))| *sampled)
+                .map(|(s, _)| s)
+        };
+        let kept = match self.options.keep_logits && logits.dims()[0] > 0 {
             true => Some(read_rows(logits.clone())?),
             false => None,
         };
-        let params: Vec<SamplingParams> = self
-            .running
-            .iter()
-            .map(|s| s.request.sampling.clone())
-            .collect();
-        let previous: Vec<Vec<u32>> = self
-            .running
-            .iter()
+        let params: Vec<SamplingParams> = sampling().map(|s| s.request.sampling.clone()).collect();
+        let previous: Vec<Vec<u32>> = sampling()
             .map(|s| match s.request.sampling.repetition_penalty == 1.0 {
                 true => Vec::new(),
                 false => [&s.request.prompt[..], &s.generated[..]].concat(),
             })
             .collect();
         let previous: Vec<&[u32]> = previous.iter().map(Vec::as_slice).collect();
-        let uniforms: Vec<f32> = self.running.iter_mut().map(|s| s.rng.uniform()).collect();
-        let ids = sample(logits, &params, &previous, &uniforms)?;
+        let uniforms: Vec<f32> = self
+            .running
+            .iter_mut()
+            .zip(&plan)
+            .filter(|(_, (_, sampled))| *sampled)
+            .map(|(s, _)| s.rng.uniform())
+            .collect();
+        let ids = match params.is_empty() {
+            true => Vec::new(),
+            false => sample(logits, &params, &previous, &uniforms)?,
+        };
         let elapsed = start.elapsed();
         self.stats.steps += 1;
         if prefill > 0 {
@@ -435,8 +485,14 @@ impl<'a> Engine<'a> {
         let mut kept = kept.map(Vec::into_iter);
         let context = self.context();
         let running = std::mem::take(&mut self.running);
-        for (mut seq, token) in running.into_iter().zip(ids) {
-            seq.prefilled = true;
+        let mut ids = ids.into_iter();
+        for (mut seq, (take, sampled)) in running.into_iter().zip(plan) {
+            seq.prefilled += take;
+            if !sampled {
+                self.running.push(seq);
+                continue;
+            }
+            let token = ids.next().expect("one id per sampling sequence");
             seq.generated.push(token);
             self.stats.generated += 1;
             let logits = kept.as_mut().and_then(Iterator::next);

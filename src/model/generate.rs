@@ -86,6 +86,9 @@ pub enum GenerateError {
     /// Stop strings given to an engine without a tokenizer.
     #[error("stop strings need a tokenizer")]
     StopStringsNeedTokenizer,
+    /// A chunked prefill of no prompt tokens a step ([`EngineOptions::prefill_chunk`] of 0).
+    #[error("a prefill chunk must hold at least one prompt token")]
+    PrefillChunk,
     /// An empty stop string (it would stop at once).
     #[error("a stop string must not be empty")]
     EmptyStopString,
@@ -105,6 +108,9 @@ pub struct GenerateOptions {
     /// The most bytes the pools may take, a bound besides what the device can hold
     /// ([`memory_limit`](crate::pool::memory_limit)). Checked before anything is allocated.
     pub max_pool_bytes: Option<u64>,
+    /// Chunked prefill: the most prompt tokens a step runs ([`EngineOptions::prefill_chunk`];
+    /// `None`: every prompt whole in its first step).
+    pub prefill_chunk: Option<usize>,
 }
 
 /// Runs every request greedily through one continuous batch; results in request order.
@@ -156,6 +162,7 @@ pub(crate) fn generate_with(
         max_pool_bytes: options.max_pool_bytes,
         keep_logits: options.keep_logits,
         pad_token_id: None,
+        prefill_chunk: options.prefill_chunk,
     };
     // Slot addressing and memory are checked before anything is allocated.
     let mut engine = Engine::with_step(model, None, engine_options, step)?;

@@ -133,6 +133,9 @@ pub struct ServeOptions {
     /// reserved when it starts, so a chat without `max_tokens` holds the rows of a whole
     /// context: a bound here lets more such requests run at once.
     pub default_max_tokens: Option<usize>,
+    /// Chunked prefill: the most prompt tokens one step runs
+    /// ([`EngineOptions::prefill_chunk`]; none: every prompt whole in its first step).
+    pub prefill_chunk: Option<usize>,
 }
 
 impl Default for ServeOptions {
@@ -146,6 +149,7 @@ impl Default for ServeOptions {
             max_pool_bytes: None,
             api_key: None,
             default_max_tokens: None,
+            prefill_chunk: None,
         }
     }
 }
@@ -250,6 +254,7 @@ fn start(model: ServedModel, options: ServeOptions, signals: bool) -> Result<Ser
             max_pool_bytes: options.max_pool_bytes,
             keep_logits: false,
             pad_token_id,
+            prefill_chunk: options.prefill_chunk,
         },
         max_queue: options.max_queue.max(1),
     };

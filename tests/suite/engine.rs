@@ -280,3 +280,105 @@ fn bad_requests_are_refused_and_queue_nothing() {
     assert_eq!(err.to_string(), "a stop string must not be empty");
     assert!(engine.is_idle());
 }
+
+/// Chunked prefill: a long prompt runs a chunk a step while a running request keeps getting a
+/// token every step; each request's tokens equal the same request run alone with whole-prompt
+/// prefill, greedy and seeded sampling alike (a step that ends no prompt draws no random number
+/// for it); a chunk of 0 is refused before anything is allocated.
+#[test]
+fn chunked_prefill_keeps_decoding_and_changes_no_token() {
+    for (name, device) in crate::common::devices() {
+        let (_, model) = load(&device);
+        let sampled = |prompt: Vec<u32>, n: usize, seed: u64| {
+            let mut r = request(prompt, n);
+            r.sampling = SamplingParams {
+                temperature: 0.9,
+                top_p: 0.95,
+                seed: Some(seed),
+                ..SamplingParams::default()
+            };
+            r
+        };
+        let short: Vec<u32> = vec![5, 17, 99];
+        let long: Vec<u32> = (0..41).map(|i| 3 + (i * 13) % 200).collect();
+        let requests = [
+            request(short.clone(), 24),
+            sampled(long.clone(), 6, 7),
+            request(long[..9].to_vec(), 5),
+            sampled(short.clone(), 12, 11),
+        ];
+        // Alone, whole prompts.
+        let alone: Vec<Got> = requests
+            .iter()
+            .map(|r| {
+                let mut engine = Engine::new(&model, None, options(64)).unwrap();
+                engine.submit(r.clone()).unwrap();
+                run_all(&mut engine, 1).remove(0)
+            })
+            .collect();
+        for chunk in [1usize, 4, 8, 1000] {
+            let engine_options = EngineOptions {
+                prefill_chunk: Some(chunk),
+                ..options(256)
+            };
+            let mut engine = Engine::new(&model, None, engine_options).unwrap();
+            let mut got = vec![Got::default(); requests.len()];
+            // The first request decodes before the others arrive.
+            engine.submit(requests[0].clone()).unwrap();
+            let mut steps_to_first = None;
+            let mut step = 0;
+            while !engine.is_idle() {
+                if step == 2 {
+                    for r in &requests[1..] {
+                        engine.submit(r.clone()).unwrap();
+                    }
+                }
+                let events = engine.step().unwrap();
+                step += 1;
+                let first_running = !got[0].ids.is_empty() && got[0].reason.is_none();
+                let mut first_got_token = false;
+                for event in events {
+                    match event {
+                        Event::Token { id, token, .. } => {
+                            got[id as usize].ids.push(token);
+                            first_got_token |= id == 0;
+                            if id == 1 && steps_to_first.is_none() {
+                                steps_to_first = Some(step - 2);
+                            }
+                        }
+                        Event::Finished { id, reason, .. } => {
+                            got[id as usize].reason = Some(reason)
+                        }
+                    }
+                }
+                assert!(
+                    !first_running || first_got_token,
+                    "{name}, chunk {chunk}: the running request got no token in step {step}"
+                );
+            }
+            assert_eq!(engine.rows_in_use(), 0, "{name}, chunk {chunk}: rows freed");
+            for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
+                assert_eq!(g.ids, a.ids, "{name}, chunk {chunk}: request {i}");
+                assert_eq!(g.reason, a.reason, "{name}, chunk {chunk}: request {i}");
+            }
+            // The long prompt's first token comes in the step that runs its last chunk (the
+            // prompts admitted with it share each step's chunk, the earliest first).
+            if chunk < long.len() {
+                assert!(
+                    steps_to_first.unwrap() >= long.len().div_ceil(chunk),
+                    "{name}, chunk {chunk}: the long prompt sampled before its prompt ended"
+                );
+            } else {
+                assert_eq!(steps_to_first, Some(1), "{name}, chunk {chunk}");
+            }
+        }
+        let zero = EngineOptions {
+            prefill_chunk: Some(0),
+            ..options(64)
+        };
+        assert!(matches!(
+            Engine::new(&model, None, zero),
+            Err(GenerateError::PrefillChunk)
+        ));
+    }
+}

@@ -129,6 +129,29 @@ fn checkpoints_generate_what_transformers_generates() {
     }
 }
 
+/// Chunked prefill: prompts run over several steps (one token a step, chunks that end
+/// mid-prompt, a chunk past every prompt) beside the decoding sequences still generate
+/// transformers' ids, with its logits within 1e-4 at every step.
+#[test]
+fn chunked_prefill_generates_what_transformers_generates() {
+    for (device_name, device) in crate::common::devices() {
+        for name in ["llama31_tiny", "qwen3_tiny"] {
+            let (requests, want) = expected(name);
+            let model = load(name, &device);
+            for chunk in [1, 3, 7, 1000] {
+                let options = GenerateOptions {
+                    keep_logits: true,
+                    prefill_chunk: Some(chunk),
+                    ..GenerateOptions::default()
+                };
+                let got = generate(&model, &requests, &options, |_| {}).unwrap().0;
+                let what = format!("{name} on {device_name}, prefill chunks of {chunk}");
+                assert_same(&got, &want, 1e-4, &what);
+            }
+        }
+    }
+}
+
 #[test]
 fn a_small_pool_queues_requests_and_reuses_rows() {
     for (device_name, device) in crate::common::devices() {
