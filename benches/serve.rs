@@ -5,7 +5,7 @@
 //! server's own `/metrics` histograms (mean over the round).
 //!
 //! `cargo bench --bench serve --features server -- [--device D] [--batches 1,8,64]
-//!  [--prompt 512] [--tokens 64] [--layers 32] [--vocab 128256]`
+//!  [--prompt 512] [--tokens 64] [--layers 32] [--vocab 128256] [--prefill-chunk N]`
 
 use burn::tensor::DType;
 use burn_rope_pool::model::{DecoderConfig, GenerateOptions, Request, generate};
@@ -39,6 +39,10 @@ struct Args {
     /// decode to nothing).
     #[arg(long, default_value = "tests/text/tokenizers/llama3_style")]
     tokenizer: std::path::PathBuf,
+    /// Chunked prefill: the most prompt tokens a step runs, in the server and the engine alike
+    /// (default: whole prompts).
+    #[arg(long)]
+    prefill_chunk: Option<usize>,
 }
 
 /// One HTTP/1.1 request on its own connection; the status and the body.
@@ -104,7 +108,10 @@ fn main() {
                 max_new_tokens: args.tokens,
             })
             .collect();
-        let options = GenerateOptions::default();
+        let options = GenerateOptions {
+            prefill_chunk: args.prefill_chunk,
+            ..GenerateOptions::default()
+        };
         generate(&decoder, &requests[..1], &options, |_| {}).expect("warm-up");
         let start = Instant::now();
         let (out, _) = generate(&decoder, &requests, &options, |_| {}).expect("run");
@@ -126,6 +133,7 @@ fn main() {
         pool_rows: max * (args.prompt + args.tokens),
         max_batch: max,
         max_queue: 2 * max,
+        prefill_chunk: args.prefill_chunk,
         ..ServeOptions::default()
     };
     let server = Server::start(model, options).expect("server");
