@@ -1,6 +1,8 @@
 //! A HuggingFace checkpoint folder: `config.json` and `model.safetensors` or a sharded
 //! `model.safetensors.index.json`, tensors stored in f32, f16 or bf16 and converted to the run
-//! dtype on load. Every failure is a [`CheckpointError`] naming the file or the tensor.
+//! dtype on load; fp8 (e4m3) weights with their scales, as HuggingFace's fine-grained FP8 and
+//! compressed-tensors' float8 checkpoints store them, dequantized on load. Every failure is a
+//! [`CheckpointError`] naming the file or the tensor.
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
@@ -45,7 +47,9 @@ pub enum CheckpointError {
         expected: Vec<usize>,
     },
     /// A tensor is stored in a dtype the loader does not convert.
-    #[error("tensor `{name}` is stored as {dtype}, expected F32, F16 or BF16")]
+    #[error(
+        "tensor `{name}` is stored as {dtype}, expected F32, F16, BF16 or F8_E4M3 with a scale"
+    )]
     Dtype {
         /// The tensor.
         name: String,
@@ -234,30 +238,189 @@ impl Checkpoint {
                 expected: dims.to_vec(),
             });
         }
-        let data = view.data();
-        let halves = || {
-            data.chunks_exact(2)
-                .map(|c| u16::from_le_bytes([c[0], c[1]]))
-        };
-        let values: Vec<f32> = match view.dtype() {
-            Dtype::F32 => data
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            Dtype::F16 => halves().map(|h| half::f16::from_bits(h).to_f32()).collect(),
-            Dtype::BF16 => halves()
-                .map(|h| half::bf16::from_bits(h).to_f32())
-                .collect(),
-            other => {
-                return Err(CheckpointError::Dtype {
-                    name: name.into(),
-                    dtype: format!("{other:?}"),
-                });
-            }
+        let values = match view.dtype() {
+            Dtype::F8_E4M3 => self.dequantized(name, view.data(), view.shape())?,
+            _ => float_values(name, view.dtype(), view.data())?,
         };
         Ok(Tensor::from_data(
             TensorData::new(values, dims),
             (device, dtype),
         ))
+    }
+
+    /// The quantization `config.json` declares, checked: `None` without a
+    /// `quantization_config`; an error for a method or setting the loader does not read.
+    pub fn quantization(&self) -> Result<Option<Quantization>, CheckpointError> {
+        Quantization::from_config(&self.config)
+    }
+
+    /// The values of the e4m3 weight `name` (`shape` `[out, in]`, bytes `codes`), each code's
+    /// value times its block's scale in f32, as transformers dequantizes them: the scale is
+    /// `NAME_scale_inv` (fine-grained FP8) or `NAME_scale` (compressed-tensors) beside it, one
+    /// per block of the config's `weight_block_size`, or else a grid that divides the weight
+    /// (one value: per tensor; `[out, 1]`: per output channel).
+    fn dequantized(
+        &self,
+        name: &str,
+        codes: &[u8],
+        shape: &[usize],
+    ) -> Result<Vec<f32>, CheckpointError> {
+        let &[rows, cols] = shape else {
+            return Err(CheckpointError::Dtype {
+                name: name.into(),
+                dtype: format!(
+                    "F8_E4M3 of {} dimensions (weights of 2 are read)",
+                    shape.len()
+                ),
+            });
+        };
+        let scale_name = [format!("{name}_scale_inv"), format!("{name}_scale")]
+            .into_iter()
+            .find(|n| self.contains(n))
+            .ok_or_else(|| CheckpointError::MissingTensor(format!("{name}_scale_inv")))?;
+        let &shard = self.index.get(&scale_name).expect("contained");
+        let (path, bytes) = &self.shards[shard];
+        let tensors = SafeTensors::deserialize(bytes).map_err(|e| CheckpointError::Format {
+            path: path.clone(),
+            what: "safetensors file",
+            error: e.to_string(),
+        })?;
+        let view = tensors
+            .tensor(&scale_name)
+            .map_err(|_| CheckpointError::MissingTensor(scale_name.clone()))?;
+        let scales = float_values(&scale_name, view.dtype(), view.data())?;
+        let grid = match view.shape() {
+            [] | [1] => [1, 1],
+            &[a] => [a, 1],
+            &[a, b] => [a, b],
+            other => [other.iter().product(), 0],
+        };
+        let block = match self.quantization()? {
+            Some(Quantization::Fp8 { block: Some(block) }) => block,
+            _ => [rows.div_ceil(grid[0].max(1)), cols.div_ceil(grid[1].max(1))],
+        };
+        if grid != [rows.div_ceil(block[0]), cols.div_ceil(block[1])] {
+            return Err(CheckpointError::Shape {
+                name: scale_name,
+                got: view.shape().to_vec(),
+                expected: vec![rows.div_ceil(block[0]), cols.div_ceil(block[1])],
+            });
+        }
+        let decode: Vec<f32> = (0..=255u8)
+            .map(rope_pool_kernels::common::fp8::decode_host)
+            .collect();
+        Ok(codes
+            .iter()
+            .enumerate()
+            .map(|(i, &code)| {
+                let (r, c) = (i / cols, i % cols);
+                decode[code as usize] * scales[(r / block[0]) * grid[1] + c / block[1]]
+            })
+            .collect())
+    }
+}
+
+/// The values of a tensor stored as f32, f16 or bf16 (little-endian `data`).
+fn float_values(name: &str, dtype: Dtype, data: &[u8]) -> Result<Vec<f32>, CheckpointError> {
+    let halves = || {
+        data.chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+    };
+    Ok(match dtype {
+        Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::F16 => halves().map(|h| half::f16::from_bits(h).to_f32()).collect(),
+        Dtype::BF16 => halves()
+            .map(|h| half::bf16::from_bits(h).to_f32())
+            .collect(),
+        other => {
+            return Err(CheckpointError::Dtype {
+                name: name.into(),
+                dtype: format!("{other:?}"),
+            });
+        }
+    })
+}
+
+/// Quantized weights a checkpoint declares (`config.json`'s `quantization_config`): fp8 e4m3
+/// weights, each with a scale (dequantized on load: `value = e4m3 × scale` in f32, the
+/// activations left unquantized, as transformers runs such a checkpoint without a GPU).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Quantization {
+    /// HuggingFace's fine-grained FP8 (`quant_method: "fp8"`, `fmt: "e4m3"`): each weight's
+    /// `weight_scale_inv` holds one scale per block of `weight_block_size` (`None`: per tensor).
+    Fp8 {
+        /// `weight_block_size`, `[rows, columns]`.
+        block: Option<[usize; 2]>,
+    },
+    /// compressed-tensors' float8 (`quant_method: "compressed-tensors"`, 8-bit `float` weights):
+    /// `weight_scale` per tensor, per output channel or per block.
+    CompressedFloat8,
+}
+
+impl Quantization {
+    /// `config`'s quantization, checked; an error names what the loader does not read.
+    pub fn from_config(config: &serde_json::Value) -> Result<Option<Self>, CheckpointError> {
+        let q = &config["quantization_config"];
+        if q.is_null() {
+            return Ok(None);
+        }
+        let bad = |what: String| {
+            Err(CheckpointError::Config(format!(
+                "quantization_config: {what}"
+            )))
+        };
+        match q["quant_method"].as_str() {
+            Some("fp8") => {
+                if !matches!(q["fmt"].as_str(), None | Some("e4m3")) {
+                    return bad(format!("fmt {} (e4m3 is read)", q["fmt"]));
+                }
+                if !matches!(q["scale_fmt"].as_str(), None | Some("float")) {
+                    return bad(format!("scale_fmt {} (float is read)", q["scale_fmt"]));
+                }
+                let size = &q["weight_block_size"];
+                let block = match size
+                    .as_array()
+                    .map(|a| a.iter().map(serde_json::Value::as_u64).collect::<Vec<_>>())
+                {
+                    None if size.is_null() => None,
+                    Some(v) if matches!(v[..], [Some(a), Some(b)] if a > 0 && b > 0) => {
+                        Some([v[0].unwrap_or(1) as usize, v[1].unwrap_or(1) as usize])
+                    }
+                    _ => {
+                        return bad(format!(
+                            "weight_block_size {size} (two positive sizes or null)"
+                        ));
+                    }
+                };
+                Ok(Some(Quantization::Fp8 { block }))
+            }
+            Some("compressed-tensors") => {
+                let groups = q["config_groups"].as_object().filter(|g| !g.is_empty());
+                let Some(groups) = groups else {
+                    return bad("compressed-tensors without config_groups".into());
+                };
+                for (name, group) in groups {
+                    let w = &group["weights"];
+                    let float8 =
+                        w["type"].as_str() == Some("float") && w["num_bits"].as_u64() == Some(8);
+                    let strategy = w["strategy"].as_str().unwrap_or("");
+                    if !float8 || !matches!(strategy, "tensor" | "channel" | "block") {
+                        return bad(format!(
+                            "group `{name}` has {}-bit {} weights by {strategy:?} (8-bit float by tensor, channel or block is read)",
+                            w["num_bits"],
+                            w["type"].as_str().unwrap_or("untyped")
+                        ));
+                    }
+                }
+                Ok(Some(Quantization::CompressedFloat8))
+            }
+            other => bad(format!(
+                "quant_method {} (fp8 and compressed-tensors float8 are read)",
+                other.map_or("missing".to_string(), |m| format!("`{m}`"))
+            )),
+        }
     }
 }

@@ -139,6 +139,8 @@ impl DecoderConfig {
     /// is an error naming it.
     pub fn from_hf_config(config: &Value) -> Result<Self, DecoderError> {
         let bad = |what: String| DecoderError::Checkpoint(CheckpointError::Config(what));
+        // Quantized weights are dequantized on load: refused here if stored another way.
+        super::checkpoint::Quantization::from_config(config)?;
         let model_type = config["model_type"].as_str().unwrap_or("").to_string();
         if !matches!(model_type.as_str(), "llama" | "mistral" | "qwen2" | "qwen3") {
             return Err(bad(format!(

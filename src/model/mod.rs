@@ -15,7 +15,7 @@ pub(crate) mod sampling;
 mod weights;
 
 pub use attention::{LlamaAttention, LlamaAttentionConfig};
-pub use checkpoint::{Checkpoint, CheckpointError};
+pub use checkpoint::{Checkpoint, CheckpointError, Quantization};
 pub use config::{DecoderConfig, SlidingWindow, WindowLayers};
 pub use decoder::{Decoder, DecoderError, StepToken};
 pub use engine::{

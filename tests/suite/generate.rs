@@ -1,6 +1,8 @@
 //! The decoder on the checkpoints transformers wrote (`tests/models/`, copies of the project's
 //! shared tiny models with transformers' own float64 greedy generations, and `qwen3_tiny`, written
-//! the same way by `scripts/generators/make_tiny_qwen3.py` with transformers 5.17 on the H200 machine):
+//! the same way by `scripts/generators/make_tiny_qwen3.py` with transformers 5.17 on the H200 machine,
+//! and two fp8 checkpoints, `llama31_tiny_fp8` and `llama31_tiny_fp8_channel`, written by
+//! `scripts/generators/make_tiny_fp8*.py` with transformers 5.25):
 //! generated ids equal and logits within 1e-4 norm-relative at every step, on every device, in
 //! f32, fused and unfused; and the batching
 //! itself — requests queued for a small pool, joining mid-run on reused rows, one-token prompts,
@@ -116,6 +118,8 @@ fn checkpoints_generate_what_transformers_generates() {
             "llama31_tiny_bf16",
             "qwen2_tiny",
             "qwen3_tiny",
+            "llama31_tiny_fp8",
+            "llama31_tiny_fp8_channel",
         ] {
             let (requests, want) = expected(name);
             // The decoder, and its oracle.
@@ -323,6 +327,98 @@ fn a_sharded_checkpoint_loads_like_the_single_file() {
         0.0,
         "sharded vs single file",
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An fp8 checkpoint in compressed-tensors' layout (`weight_scale` beside each e4m3 weight, a
+/// `compressed-tensors` config) loads as the same weights as in HuggingFace's fine-grained FP8
+/// layout (`llama31_tiny_fp8`, whose generations are transformers'); fp8 checkpoints the loader
+/// cannot read are refused with the reason: another quantization method or format, a missing
+/// scale, a scale grid that does not fit the weight or the config's blocks.
+#[test]
+fn fp8_checkpoints_in_either_layout_load_and_bad_ones_are_refused() {
+    let dir = std::env::temp_dir().join(format!("rope-pool-fp8-ckpt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = model_dir("llama31_tiny_fp8");
+    let bytes = std::fs::read(source.join("model.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    // Every tensor, the scales renamed `*.weight_scale_inv` -> `*.weight_scale` unless `keep`
+    // says otherwise (`None`: left out).
+    let write = |rename: &dyn Fn(&str) -> Option<String>| {
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+            .names()
+            .into_iter()
+            .filter_map(|n| rename(n).map(|to| (to, tensors.tensor(n).unwrap())))
+            .collect();
+        safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+    };
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).unwrap())
+            .unwrap();
+    let load_with = |quantization: Value| {
+        let mut c = config.clone();
+        c["quantization_config"] = quantization;
+        std::fs::write(dir.join("config.json"), c.to_string()).unwrap();
+        let checkpoint = Checkpoint::open(&dir).unwrap();
+        Decoder::load(&checkpoint, &Device::flex(), DType::F32)
+    };
+    let compressed = serde_json::json!({
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {"group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 8, "type": "float", "strategy": "block",
+                        "block_structure": [32, 32], "symmetric": true, "dynamic": false},
+        }},
+        "ignore": ["lm_head"],
+    });
+    write(&|n: &str| Some(n.replace("weight_scale_inv", "weight_scale")));
+    let model = load_with(compressed.clone()).unwrap();
+    let (requests, want) = expected("llama31_tiny_fp8");
+    assert_same(
+        &run(&model, &requests, None),
+        &want,
+        1e-4,
+        "compressed-tensors layout",
+    );
+
+    let error = |quantization: Value| load_with(quantization).err().map(|e| e.to_string());
+    let mut fp8 = config["quantization_config"].clone();
+    assert_eq!(
+        error(serde_json::json!({"quant_method": "awq", "bits": 4})).as_deref(),
+        Some(
+            "config.json: quantization_config: quant_method `awq` (fp8 and compressed-tensors float8 are read)"
+        )
+    );
+    fp8["fmt"] = "e5m2".into();
+    assert_eq!(
+        error(fp8.clone()).as_deref(),
+        Some("config.json: quantization_config: fmt \"e5m2\" (e4m3 is read)")
+    );
+    let mut int8 = compressed.clone();
+    int8["config_groups"]["group_0"]["weights"]["type"] = "int".into();
+    assert!(error(int8).unwrap().contains("8-bit int weights"));
+    // The fine-grained layout's config over the renamed scales: no `weight_scale_inv`... but
+    // `weight_scale` is read too, so leave the scales out to miss them.
+    fp8["fmt"] = "e4m3".into();
+    write(&|n: &str| (!n.ends_with("_scale_inv")).then(|| n.to_string()));
+    assert_eq!(
+        error(fp8.clone()).as_deref(),
+        Some(
+            "tensor `model.layers.0.self_attn.q_proj.weight_scale_inv` is missing from the checkpoint"
+        )
+    );
+    // Blocks of 16 need a 6 x 6 grid of scales for q_proj; the file has 3 x 3.
+    write(&|n: &str| Some(n.to_string()));
+    fp8["weight_block_size"] = serde_json::json!([16, 16]);
+    assert_eq!(
+        error(fp8.clone()).as_deref(),
+        Some(
+            "tensor `model.layers.0.self_attn.q_proj.weight_scale_inv` has shape [3, 3], the config implies [6, 6]"
+        )
+    );
+    fp8["weight_block_size"] = serde_json::json!([0, 32]);
+    assert!(error(fp8).unwrap().contains("weight_block_size [0,32]"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
