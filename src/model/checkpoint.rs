@@ -218,11 +218,7 @@ impl Checkpoint {
         device: &Device,
         dtype: DType,
     ) -> Result<Tensor<D>, CheckpointError> {
-        let &shard = self
-            .index
-            .get(name)
-            .ok_or_else(|| CheckpointError::MissingTensor(name.into()))?;
-        let (path, bytes) = &self.shards[shard];
+        let (path, bytes) = self.shard_of(name)?;
         let tensors = SafeTensors::deserialize(bytes).map_err(|e| CheckpointError::Format {
             path: path.clone(),
             what: "safetensors file",
@@ -255,16 +251,88 @@ impl Checkpoint {
     }
 
     /// The values of the e4m3 weight `name` (`shape` `[out, in]`, bytes `codes`), each code's
-    /// value times its block's scale in f32, as transformers dequantizes them: the scale is
-    /// `NAME_scale_inv` (fine-grained FP8) or `NAME_scale` (compressed-tensors) beside it, one
-    /// per block of the config's `weight_block_size`, or else a grid that divides the weight
-    /// (one value: per tensor; `[out, 1]`: per output channel).
+    /// value times its block's scale in f32, as transformers dequantizes them (scales as
+    /// [`Self::fp8_scales`] reads them).
     fn dequantized(
         &self,
         name: &str,
         codes: &[u8],
         shape: &[usize],
     ) -> Result<Vec<f32>, CheckpointError> {
+        let Fp8Scales {
+            rows: scales,
+            block_k,
+        } = self.fp8_scales(name, shape)?;
+        let cols = shape[1];
+        let blocks = cols.div_ceil(block_k);
+        let decode: Vec<f32> = (0..=255u8)
+            .map(rope_pool_kernels::common::fp8::decode_host)
+            .collect();
+        Ok(codes
+            .iter()
+            .enumerate()
+            .map(|(i, &code)| {
+                let (r, c) = (i / cols, i % cols);
+                decode[code as usize] * scales[r * blocks + c / block_k]
+            })
+            .collect())
+    }
+
+    /// The e4m3 weight `name`, checked to have shape `dims` `[out, in]`, as stored: its codes
+    /// four to a little-endian `u32` word (`in` a multiple of 4) and its scales one per row and
+    /// block of `block_k` inner elements (a multiple of 4). `None` for a weight stored in
+    /// another dtype, or whose `in` or blocks do not fall on words (the caller then reads it
+    /// dequantized, [`Self::tensor`]).
+    pub(crate) fn fp8_codes(
+        &self,
+        name: &str,
+        dims: [usize; 2],
+    ) -> Result<Option<(Vec<u32>, Fp8Scales)>, CheckpointError> {
+        let (path, bytes) = self.shard_of(name)?;
+        let tensors = SafeTensors::deserialize(bytes).map_err(|e| CheckpointError::Format {
+            path: path.clone(),
+            what: "safetensors file",
+            error: e.to_string(),
+        })?;
+        let view = tensors
+            .tensor(name)
+            .map_err(|_| CheckpointError::MissingTensor(name.into()))?;
+        if view.dtype() != Dtype::F8_E4M3 {
+            return Ok(None);
+        }
+        if view.shape() != dims {
+            return Err(CheckpointError::Shape {
+                name: name.into(),
+                got: view.shape().to_vec(),
+                expected: dims.to_vec(),
+            });
+        }
+        let scales = self.fp8_scales(name, &dims)?;
+        if !dims[1].is_multiple_of(4) || !scales.block_k.is_multiple_of(4) {
+            return Ok(None);
+        }
+        let words = view
+            .data()
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        Ok(Some((words, scales)))
+    }
+
+    /// The shard holding tensor `name`.
+    fn shard_of(&self, name: &str) -> Result<&(PathBuf, Vec<u8>), CheckpointError> {
+        let &shard = self
+            .index
+            .get(name)
+            .ok_or_else(|| CheckpointError::MissingTensor(name.into()))?;
+        Ok(&self.shards[shard])
+    }
+
+    /// The scales of the e4m3 weight `name` (`shape` `[out, in]`), one per row and block of
+    /// inner elements: `NAME_scale_inv` (fine-grained FP8) or `NAME_scale` (compressed-tensors)
+    /// beside it, one per block of the config's `weight_block_size`, or else a grid that divides
+    /// the weight (one value: per tensor; `[out, 1]`: per output channel).
+    fn fp8_scales(&self, name: &str, shape: &[usize]) -> Result<Fp8Scales, CheckpointError> {
         let &[rows, cols] = shape else {
             return Err(CheckpointError::Dtype {
                 name: name.into(),
@@ -278,8 +346,7 @@ impl Checkpoint {
             .into_iter()
             .find(|n| self.contains(n))
             .ok_or_else(|| CheckpointError::MissingTensor(format!("{name}_scale_inv")))?;
-        let &shard = self.index.get(&scale_name).expect("contained");
-        let (path, bytes) = &self.shards[shard];
+        let (path, bytes) = self.shard_of(&scale_name)?;
         let tensors = SafeTensors::deserialize(bytes).map_err(|e| CheckpointError::Format {
             path: path.clone(),
             what: "safetensors file",
@@ -306,18 +373,24 @@ impl Checkpoint {
                 expected: vec![rows.div_ceil(block[0]), cols.div_ceil(block[1])],
             });
         }
-        let decode: Vec<f32> = (0..=255u8)
-            .map(rope_pool_kernels::common::fp8::decode_host)
-            .collect();
-        Ok(codes
-            .iter()
-            .enumerate()
-            .map(|(i, &code)| {
-                let (r, c) = (i / cols, i % cols);
-                decode[code as usize] * scales[(r / block[0]) * grid[1] + c / block[1]]
+        let rows = (0..rows)
+            .flat_map(|r| {
+                let start = (r / block[0]) * grid[1];
+                scales[start..start + grid[1]].iter().copied()
             })
-            .collect())
+            .collect();
+        Ok(Fp8Scales {
+            rows,
+            block_k: block[1],
+        })
     }
+}
+
+/// An fp8 weight's scales, one per row and block of `block_k` inner elements (`[out,
+/// ceil(in / block_k)]`, row-major).
+pub(crate) struct Fp8Scales {
+    pub(crate) rows: Vec<f32>,
+    pub(crate) block_k: usize,
 }
 
 /// The values of a tensor stored as f32, f16 or bf16 (little-endian `data`).

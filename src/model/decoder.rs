@@ -7,7 +7,7 @@
 //! plan per step, used by every layer).
 
 use crate::model::kernels::{add_rms_norm, rms_norm, silu_mul};
-use crate::model::weights::{FromCheckpoint, Layer, Linear, Weights};
+use crate::model::weights::{FromCheckpoint, Layer, Linear, Weight, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
 use crate::op::{
     RefusedCall, RopePoolConfig, RopePoolError, RopePoolInputs, RopePoolOutputs,
@@ -212,7 +212,7 @@ impl Decoder {
         let embed = weights.embed(config.vocab_size, h)?;
         let lm_head = if config.tie_word_embeddings {
             Linear {
-                w_t: embed.clone(),
+                w: Weight::Float(embed.clone()),
                 b: None,
             }
         } else {

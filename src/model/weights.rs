@@ -1,30 +1,49 @@
 //! A decoder's weights: its layers' tensors, read from a checkpoint (or, for benchmarks behind
 //! the `testing` feature, drawn at random), and the layer's building blocks.
 
-use crate::model::kernels::project;
+use crate::model::kernels::{Fp8Weight, device_on_cube, project, project_fp8};
 use crate::model::{Checkpoint, DecoderError};
 #[cfg(feature = "testing")]
 use burn::tensor::Distribution;
-use burn::tensor::{DType, Device, Tensor};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
-/// `x · w_tᵀ (+ b)` with the weight stored `[out, in]` (contiguous, HuggingFace's layout),
-/// through [`project`]: the decoder's kernels for decode-sized batches where the device has
-/// them, a matmul routine past them, Burn's matmul off CubeCL devices.
+/// A projection's weight, stored `[out, in]` (HuggingFace's layout).
+// A handful a layer: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub(crate) enum Weight {
+    /// Floats of the run dtype.
+    Float(Tensor<2>),
+    /// fp8 codes with their scales (an fp8 checkpoint on a CubeCL device).
+    Fp8(Fp8Weight),
+}
+
+/// `x · wᵀ (+ b)` with the weight stored `[out, in]` (contiguous, HuggingFace's layout),
+/// through [`project`] or [`project_fp8`]: the decoder's kernels for decode-sized batches where
+/// the device has them, a matmul routine past them, Burn's matmul off CubeCL devices.
 #[derive(Debug, Clone)]
 pub(crate) struct Linear {
-    pub(crate) w_t: Tensor<2>,
+    pub(crate) w: Weight,
     pub(crate) b: Option<Tensor<1>>,
 }
 
 impl Linear {
     pub(crate) fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        self.bias(project(x, &self.w_t))
+        self.bias(match &self.w {
+            Weight::Float(w_t) => project(x, w_t),
+            Weight::Fp8(w) => project_fp8(x, w),
+        })
     }
 
     #[cfg(feature = "testing")]
-    /// [`Self::forward`] through Burn's matmul alone (the decoder's tensor-op mode).
+    /// [`Self::forward`] through Burn's matmul alone (the decoder's tensor-op mode; an fp8
+    /// weight dequantized in tensor ops first).
     pub(crate) fn forward_matmul(&self, x: Tensor<2>) -> Tensor<2> {
-        self.bias(x.matmul(self.w_t.clone().transpose()))
+        let w_t = match &self.w {
+            Weight::Float(w_t) => w_t.clone(),
+            Weight::Fp8(w) => w.dequantize(x.dtype()),
+        };
+        self.bias(x.matmul(w_t.transpose()))
     }
 
     fn bias(&self, y: Tensor<2>) -> Tensor<2> {
@@ -86,30 +105,75 @@ impl Weights for FromCheckpoint<'_> {
         i: usize,
         bias: bool,
     ) -> Result<Linear, DecoderError> {
-        // HF stores projections `[out, in]`: stacked along `out`, kept so.
-        let mut ws = Vec::with_capacity(parts.len());
-        let mut bs = Vec::with_capacity(parts.len());
-        for &(name, o) in parts {
-            let name = format!("{name}.weight");
-            ws.push(
-                self.checkpoint
-                    .tensor(&name, [o, i], self.device, self.dtype)?,
-            );
-            if bias {
-                let name = name.replace(".weight", ".bias");
-                bs.push(self.norm(&name, o)?);
+        // HF stores projections `[out, in]`: stacked along `out`, kept so. fp8 weights stay fp8
+        // on CubeCL devices (decoded by the kernels) when every part is fp8 on 4-element words;
+        // otherwise, and elsewhere, every part is read as floats of the run dtype.
+        let fp8 = match device_on_cube(self.device) {
+            true => self.fp8_parts(parts, i)?,
+            false => None,
+        };
+        let w = match fp8 {
+            Some(w) => Weight::Fp8(w),
+            None => {
+                let mut ws = Vec::with_capacity(parts.len());
+                for &(name, o) in parts {
+                    let name = format!("{name}.weight");
+                    ws.push(
+                        self.checkpoint
+                            .tensor(&name, [o, i], self.device, self.dtype)?,
+                    );
+                }
+                Weight::Float(Tensor::cat(ws, 0))
             }
-        }
-        Ok(Linear {
-            w_t: Tensor::cat(ws, 0),
-            b: bias.then(|| Tensor::cat(bs, 0)),
-        })
+        };
+        let b = match bias {
+            true => {
+                let bs = parts
+                    .iter()
+                    .map(|&(name, o)| self.norm(&format!("{name}.bias"), o))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Some(Tensor::cat(bs, 0))
+            }
+            false => None,
+        };
+        Ok(Linear { w, b })
     }
     fn embed(&self, vocab: usize, hidden: usize) -> Result<Tensor<2>, DecoderError> {
         let name = "model.embed_tokens.weight";
         Ok(self
             .checkpoint
             .tensor(name, [vocab, hidden], self.device, self.dtype)?)
+    }
+}
+
+impl FromCheckpoint<'_> {
+    /// The parts as one fp8 weight on the device, where each is stored fp8 on words
+    /// ([`Checkpoint::fp8_codes`]) with one block size; `None` otherwise.
+    fn fp8_parts(
+        &self,
+        parts: &[(&str, usize)],
+        i: usize,
+    ) -> Result<Option<Fp8Weight>, DecoderError> {
+        let mut weights = Vec::with_capacity(parts.len());
+        for &(name, o) in parts {
+            let Some((words, scales)) = self
+                .checkpoint
+                .fp8_codes(&format!("{name}.weight"), [o, i])?
+            else {
+                return Ok(None);
+            };
+            let blocks = i.div_ceil(scales.block_k);
+            let codes = Tensor::<2, Int>::from_data(
+                TensorData::new(words, [o, i / 4]),
+                (self.device, DType::U32),
+            );
+            let scale = Tensor::<2>::from_data(
+                TensorData::new(scales.rows, [o, blocks]),
+                (self.device, DType::F32),
+            );
+            weights.push(Fp8Weight::new(codes, scale, scales.block_k));
+        }
+        Ok(Fp8Weight::cat(weights))
     }
 }
 
@@ -139,7 +203,7 @@ impl Weights for Random<'_> {
         let o = parts.iter().map(|(_, o)| o).sum();
         let normal = Distribution::Normal(0.0, 0.02);
         Ok(Linear {
-            w_t: Tensor::random([o, i], normal, (self.device, self.dtype)),
+            w: Weight::Float(Tensor::random([o, i], normal, (self.device, self.dtype))),
             b: bias.then(|| Tensor::zeros([o], (self.device, self.dtype))),
         })
     }

@@ -707,6 +707,104 @@ fn projections_match_float64() {
     }
 }
 
+/// The projection on an fp8 weight (e4m3 codes with a scale per row and block:
+/// decoded in registers for up to 16 rows where the device has the matrix-vector kernel,
+/// decoded into the run dtype and multiplied past that, dequantized in tensor ops elsewhere)
+/// against float64 over the decoded weight, for blocks of 4, 32 and 128 elements and one per
+/// row, across the row limits and odd output widths; the tensor-op dequantization equals the
+/// host's decoding exactly.
+#[test]
+fn fp8_projections_match_float64() {
+    use burn::tensor::{Int, Tensor, TensorData};
+    use burn_rope_pool::testing::{Fp8Weight, project_fp8};
+    use rope_pool_kernels::common::fp8::decode_host;
+    let mut rng = burn_rope_pool::testing::Rng::new(80);
+    for (name, device) in crate::common::devices() {
+        for (m, k, n, block_k) in [
+            (1usize, 4096usize, 300usize, 128usize),
+            (3, 8, 9, 4),
+            (16, 132, 33, 32),
+            (5, 260, 17, 260),
+            (8, 4100, 1, 128),
+            (17, 64, 5, 32),
+            (20, 32, 48, 32),
+            (64, 256, 32, 128),
+            (40, 68, 300, 4),
+            (130, 96, 40, 96),
+        ] {
+            // Every finite code (not the NaN codes 0x7F, 0xFF), scales from 2^-14 to 2^-6 (f16
+            // products stay finite).
+            let codes: Vec<u8> = (0..n * k)
+                .map(|_| {
+                    let c = (rng.values(1)[0].abs() * 1e6) as u32 as u8;
+                    if c & 0x7F == 0x7F { c ^ 1 } else { c }
+                })
+                .collect();
+            let blocks = k.div_ceil(block_k);
+            let scales: Vec<f32> = rng
+                .values(n * blocks)
+                .into_iter()
+                .map(|v| 2f32.powf((v.abs() * 8.0).min(8.0) as f32 - 14.0))
+                .collect();
+            let w: Vec<f64> = (0..n * k)
+                .map(|i| {
+                    let (r, c) = (i / k, i % k);
+                    (decode_host(codes[i]) * scales[r * blocks + c / block_k]) as f64
+                })
+                .collect();
+            let words: Vec<u32> = codes
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let weight = Fp8Weight::new(
+                Tensor::<2, Int>::from_data(
+                    TensorData::new(words, [n, k / 4]),
+                    (&device, DType::U32),
+                ),
+                Tensor::<2>::from_data(
+                    TensorData::new(scales.clone(), [n, blocks]),
+                    (&device, DType::F32),
+                ),
+                block_k,
+            );
+            let dense: Vec<f64> = weight
+                .dequantize(DType::F32)
+                .into_data()
+                .iter::<f64>()
+                .collect();
+            assert_eq!(
+                dense, w,
+                "{name} dequantize [{n}, {k}] in blocks of {block_k}"
+            );
+            for dtype in [DType::F32, DType::F16] {
+                if !device.supports_dtype(dtype) {
+                    continue;
+                }
+                let round = |v: f64| crate::common::round_to(v, dtype);
+                let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();
+                let got: Vec<f64> = project_fp8(float_tensor(&x, [m, k], &device, dtype), &weight)
+                    .into_data()
+                    .iter::<f64>()
+                    .collect();
+                for r in 0..m {
+                    for c in 0..n {
+                        let dot: f64 = (0..k).map(|i| x[r * k + i] * w[c * k + i]).sum();
+                        let scale: f64 = (0..k).map(|i| (x[r * k + i] * w[c * k + i]).abs()).sum();
+                        let want = round(dot);
+                        // f16: the weight may be rounded to f16 before the product (past 16 rows).
+                        let tol = if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + scale);
+                        let a = got[r * n + c];
+                        assert!(
+                            (a - want).abs() <= tol,
+                            "{name} {dtype:?} [{m}, {k}]·fp8[{n}, {k}]ᵀ (blocks of {block_k}) at ({r}, {c}): {a} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The greedy step's two-stage argmax equals a host argmax (first index on ties), with and
 /// without padding of the last block.
 #[test]

@@ -3,8 +3,10 @@
 //! activation.
 
 use super::act::silu_mul_kernel;
+use super::fp8::{dequantize_fp8_kernel, matvec_fp8_kernel};
 use super::matvec::{TILE, few_rows_kernel, matvec_kernel};
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
+use crate::common::fp8::FP8_VECTOR;
 use crate::common::launch::widest_vector;
 use cubecl::client::Client;
 use cubecl::features::{MmaConfig, Plane};
@@ -115,6 +117,98 @@ pub unsafe fn launch_matvec(
             cols,
             unroll,
             k / vector,
+            float,
+        );
+    }
+}
+
+/// Enqueues `out [rows, n] = x [rows, k] · wᵀ` for an fp8 weight (`decoder/fp8.rs`): `w [n, k /
+/// 4]` words of e4m3 codes (`U32`), `scales [n, ceil(k / 4 / block_words)]` f32, `x` and `out`
+/// contiguous of float `float`, decoded in registers. The same plane layout as
+/// [`launch_matvec`]. Does nothing for an empty product.
+///
+/// # Safety
+/// [`matvec_fits`] must hold, `k` must be a multiple of 4 and `block_words` at least 1; the
+/// tensors must be live and contiguous with those shapes; `out` must not alias an input.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_matvec_fp8(
+    client: &Client,
+    float: ElemType,
+    rows: usize,
+    k: usize,
+    n: usize,
+    block_words: usize,
+    [x, w, scales, out]: [TensorArg; 4],
+) {
+    if rows == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let words = k / FP8_VECTOR;
+    // Words a load: up to four (16 bytes), as the float kernel's widest vectors.
+    let w_vector = widest_vector(client, 4, |n| n <= 4 && words.is_multiple_of(n));
+    let lanes = client.properties().hardware.plane_size_min;
+    let cube_dim = CubeDim::new_2d(lanes, PLANES_PER_CUBE as u32);
+    // As the float kernel: one column a plane for one row, two for several.
+    let cols = if rows == 1 {
+        1
+    } else {
+        (ACCUMULATORS / rows).clamp(1, 2)
+    };
+    let unroll = (LOADS / cols).max(1);
+    let cubes = n.div_ceil(PLANES_PER_CUBE * cols);
+    unsafe {
+        matvec_fp8_kernel::launch_unchecked(
+            client,
+            calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
+            cube_dim,
+            AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+            FP8_VECTOR,
+            w_vector,
+            x,
+            w,
+            scales,
+            out,
+            rows,
+            cols,
+            unroll,
+            words / w_vector,
+            block_words,
+            float,
+        );
+    }
+}
+
+/// Enqueues the decoding of an fp8 weight (`decoder/fp8.rs`; `w [n, k / 4]`, `scales` as
+/// [`launch_matvec_fp8`]) into `out [n, k]`, contiguous of float `float`. Does nothing for an
+/// empty weight.
+///
+/// # Safety
+/// `k` must be a multiple of 4 and `block_words` at least 1; the tensors must be live and
+/// contiguous with those shapes; `out` must not alias an input.
+pub unsafe fn launch_dequantize_fp8(
+    client: &Client,
+    float: ElemType,
+    n: usize,
+    k: usize,
+    block_words: usize,
+    [w, scales, out]: [TensorArg; 3],
+) {
+    let words = n * (k / FP8_VECTOR);
+    if words == 0 {
+        return;
+    }
+    let cube_dim = CubeDim::new(client, words);
+    unsafe {
+        dequantize_fp8_kernel::launch_unchecked(
+            client,
+            calculate_cube_count_elemwise(client, words, cube_dim),
+            cube_dim,
+            AddressType::from_len(n * k),
+            FP8_VECTOR,
+            w,
+            scales,
+            out,
+            block_words,
             float,
         );
     }

@@ -4,16 +4,20 @@
 //! - `matvec.rs`: matrix-vector products for up to 16 rows (one plane per output column) and
 //!   tensor-core tiles for 17 to 64, each reading the weight once;
 //! - `norm.rs`: RMSNorm of rows, and the residual add fused with it;
+//! - `fp8.rs`: the same products on fp8 weights (e4m3 codes with block scales), decoded in
+//!   registers, and the decoding of such a weight for the larger products;
 //! - `act.rs`: the MLP activation, SiLU of the gate times the up projection;
 //! - `launch.rs`: the host side — which product fits a device, the launches and the room's
 //!   knobs ([`DecoderTuning`]).
 
 mod act;
+mod fp8;
 mod launch;
 mod matvec;
 mod norm;
 
 pub use launch::{
-    DecoderTuning, MATVEC_MAX_ROWS, few_rows_fits, has_tiles, launch_few_rows, launch_matvec,
-    launch_rms_norm, launch_silu_mul, matvec_fits,
+    DecoderTuning, MATVEC_MAX_ROWS, few_rows_fits, has_tiles, launch_dequantize_fp8,
+    launch_few_rows, launch_matvec, launch_matvec_fp8, launch_rms_norm, launch_silu_mul,
+    matvec_fits,
 };

@@ -1,7 +1,10 @@
 //! The backend extension of the decoder's kernels: CubeCL (fusion-wrapped or not) only;
 //! elsewhere the decoder runs Burn tensor ops (see the module above).
 
-use burn::backend::{Backend, ExtensionType, backend_extension, tensor::FloatTensor};
+use burn::backend::{
+    Backend, ExtensionType, backend_extension,
+    tensor::{FloatTensor, IntTensor},
+};
 use burn::tensor::Shape;
 use burn_fusion::custom::TensorSpec;
 
@@ -37,6 +40,18 @@ pub struct MatvecTensors<B: Backend> {
     pub w_t: FloatTensor<B>,
 }
 
+/// The tensors of a product on an fp8 weight ([`super::Fp8Weight`]).
+#[derive(Debug, ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub struct Fp8ProductTensors<B: Backend> {
+    /// The rows, `[m, in]`.
+    pub x: FloatTensor<B>,
+    /// The weight's e4m3 codes, `[out, in / 4]` `U32` words.
+    pub codes: IntTensor<B>,
+    /// Its scales, `[out, blocks]` f32.
+    pub scales: FloatTensor<B>,
+}
+
 /// The activation's tensor.
 #[derive(Debug, ExtensionType)]
 #[extension_type(fusion: cfg(feature = "cube"))]
@@ -70,6 +85,17 @@ pub trait DecoderKernels: Backend {
     #[fusion(meta = matmul_meta)]
     fn matmul(#[extension_type] inputs: MatvecTensors<Self>, routine: u32) -> FloatTensor<Self>;
 
+    /// `x · wᵀ` for an fp8 weight (blocks of `block_words` words a scale), `[m, out]` in x's
+    /// dtype: decoded in registers where the matrix-vector kernel fits, else decoded into x's
+    /// dtype and multiplied as [`matvec`](Self::matvec) or [`matmul`](Self::matmul) with
+    /// `routine` would.
+    #[fusion(meta = fp8_product_meta)]
+    fn fp8_product(
+        #[extension_type] inputs: Fp8ProductTensors<Self>,
+        block_words: u32,
+        routine: u32,
+    ) -> FloatTensor<Self>;
+
     /// `cast(silu(gate)) * up`, `[rows, m]` in the input's dtype.
     #[fusion(meta = act_meta)]
     fn silu_mul(#[extension_type] inputs: ActTensors<Self>) -> FloatTensor<Self>;
@@ -94,6 +120,16 @@ fn matvec_meta(inputs: &MatvecTensorsMetadata) -> TensorSpec {
 /// Output metadata for the lazy (fusion) path.
 fn matmul_meta(inputs: &MatvecTensorsMetadata, _routine: &u32) -> TensorSpec {
     matvec_meta(inputs)
+}
+
+/// Output metadata for the lazy (fusion) path.
+fn fp8_product_meta(
+    inputs: &Fp8ProductTensorsMetadata,
+    _block_words: &u32,
+    _routine: &u32,
+) -> TensorSpec {
+    let shape = Shape::from(vec![inputs.x.shape[0], inputs.codes.shape[0]]);
+    TensorSpec::new(shape, inputs.x.dtype)
 }
 
 /// Output metadata for the lazy (fusion) path.

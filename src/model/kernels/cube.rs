@@ -1,10 +1,10 @@
 //! The CubeCL implementations: contiguous inputs, a fresh output, one launch each.
 
 use crate::common::cube::tuning;
-use crate::model::kernels::MatmulRoutine;
 use crate::model::kernels::backend::{
-    ActTensors, AddNormTensors, DecoderKernels, MatvecTensors, NormTensors,
+    ActTensors, AddNormTensors, DecoderKernels, Fp8ProductTensors, MatvecTensors, NormTensors,
 };
+use crate::model::kernels::{MatmulRoutine, decoder_kernel_fits};
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
@@ -15,7 +15,8 @@ use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 use rope_pool_kernels::decoder::{
-    MATVEC_MAX_ROWS, has_tiles, launch_few_rows, launch_matvec, launch_rms_norm, launch_silu_mul,
+    MATVEC_MAX_ROWS, has_tiles, launch_dequantize_fp8, launch_few_rows, launch_matvec,
+    launch_matvec_fp8, launch_rms_norm, launch_silu_mul, matvec_fits,
 };
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
@@ -188,6 +189,80 @@ fn unit_routine() -> Strategy {
     MultiLevel::SimpleUnit(Inferred(SimpleUnitSelectionArgs::default())).into()
 }
 
+/// `x · w_tᵀ` (both contiguous; `w_t [n, k]`) through cubek's `routine` (its index), or Burn's
+/// matmul where it refuses the problem or names none.
+fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
+    let (m, n) = (x.shape()[0], w_t.shape()[0]);
+    let out = fresh(&x, Shape::new([m, n]));
+    // `[k, n]`, read column-major: the weight as stored, no copy.
+    let mut rhs = w_t;
+    rhs.meta.swap(0, 1);
+    let dtype = x.dtype;
+    // A named routine, unless it refuses the problem or the device (checked before anything
+    // is launched); then, and for the heuristic routine, Burn's own matmul. f32 products
+    // stay f32: where the device has TF32 tensor cores (CUDA), cubek runs f32 through them
+    // (10-bit mantissa; `adjust_dtypes`, cubek-matmul 0.3.1
+    // `src/multi_level/definition/blueprint.rs:88-104`), so they take register tiles instead.
+    let routine = MatmulRoutine::from_index(routine);
+    let strategy = match f32_through_tf32(&x) {
+        true => Some(unit_routine()),
+        false if routine == MatmulRoutine::SimpleCyclicMultiRows => {
+            wide_stage(&x, [m, n, rhs.shape()[0]]).or(routine.strategy())
+        }
+        false => routine.strategy(),
+    };
+    let launched = match strategy {
+        Some(strategy) => match launch_matmul(&strategy, &x, &rhs, &out) {
+            Ok(()) => true,
+            Err(_refusal) => {
+                // Benchmark builds say so once: a sweep must know what it timed.
+                #[cfg(feature = "tuning")]
+                {
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| eprintln!("matmul routine refused: {_refusal:?}"));
+                }
+                false
+            }
+        },
+        None => false,
+    };
+    if !launched {
+        burn_cubecl::kernel::matmul::matmul(x, rhs, Some(out.clone()), Default::default(), dtype)
+            .expect("Burn's matmul has a routine for every dense problem");
+    }
+    out
+}
+
+/// [`DecoderKernels::fp8_product`]: the register-decoding kernel where the matrix-vector kernel
+/// fits, else the weight decoded into x's dtype (one launch) and multiplied as a float weight.
+fn fp8_product(
+    inputs: Fp8ProductTensors<CubeBackend>,
+    block_words: usize,
+    routine: u32,
+) -> CubeTensor {
+    let [x, codes, scales] = [inputs.x, inputs.codes, inputs.scales].map(into_contiguous);
+    let (m, k, n) = (x.shape()[0], x.shape()[1], codes.shape()[0]);
+    let float = dtype_to_storage_type(x.dtype);
+    if matvec_fits(&x.client, m) {
+        let out = fresh(&x, Shape::new([m, n]));
+        let args = [x, codes, scales, out.clone()].map(|t| t.into_tensor_arg());
+        // Safety: `matvec_fits` holds; `Fp8Weight` keeps k a multiple of 4 (codes are [n, k /
+        // 4]) and block_words ≥ 1; scales are [n, ceil(k / 4 / block_words)] f32; all
+        // contiguous; out is a fresh [m, n] buffer.
+        unsafe { launch_matvec_fp8(&out.client, float, m, k, n, block_words, args) };
+        return out;
+    }
+    let w_t = fresh(&x, Shape::new([n, k]));
+    let args = [codes, scales, w_t.clone()].map(|t| t.into_tensor_arg());
+    // Safety: as above (k a multiple of 4, block_words ≥ 1, contiguous inputs); w_t is a fresh
+    // [n, k] buffer of x's dtype.
+    unsafe { launch_dequantize_fp8(&w_t.client, float, n, k, block_words, args) };
+    match decoder_kernel_fits(&x.client, float, [m, k, n]) {
+        true => <CubeBackend as DecoderKernels>::matvec(MatvecTensors { x, w_t }),
+        false => routine_product(x, w_t, routine),
+    }
+}
+
 impl DecoderKernels for CubeBackend {
     fn rms_norm(inputs: NormTensors<Self>, eps: f32) -> CubeTensor {
         norm(inputs.x, inputs.w, eps, None)
@@ -220,51 +295,11 @@ impl DecoderKernels for CubeBackend {
 
     fn matmul(inputs: MatvecTensors<Self>, routine: u32) -> CubeTensor {
         let [x, w_t] = [inputs.x, inputs.w_t].map(into_contiguous);
-        let (m, n) = (x.shape()[0], w_t.shape()[0]);
-        let out = fresh(&x, Shape::new([m, n]));
-        // `[k, n]`, read column-major: the weight as stored, no copy.
-        let mut rhs = w_t;
-        rhs.meta.swap(0, 1);
-        let dtype = x.dtype;
-        // A named routine, unless it refuses the problem or the device (checked before anything
-        // is launched); then, and for the heuristic routine, Burn's own matmul. f32 products
-        // stay f32: where the device has TF32 tensor cores (CUDA), cubek runs f32 through them
-        // (10-bit mantissa; `adjust_dtypes`, cubek-matmul 0.3.1
-        // `src/multi_level/definition/blueprint.rs:88-104`), so they take register tiles instead.
-        let routine = MatmulRoutine::from_index(routine);
-        let strategy = match f32_through_tf32(&x) {
-            true => Some(unit_routine()),
-            false if routine == MatmulRoutine::SimpleCyclicMultiRows => {
-                wide_stage(&x, [m, n, rhs.shape()[0]]).or(routine.strategy())
-            }
-            false => routine.strategy(),
-        };
-        let launched = match strategy {
-            Some(strategy) => match launch_matmul(&strategy, &x, &rhs, &out) {
-                Ok(()) => true,
-                Err(_refusal) => {
-                    // Benchmark builds say so once: a sweep must know what it timed.
-                    #[cfg(feature = "tuning")]
-                    {
-                        static SAID: std::sync::Once = std::sync::Once::new();
-                        SAID.call_once(|| eprintln!("matmul routine refused: {_refusal:?}"));
-                    }
-                    false
-                }
-            },
-            None => false,
-        };
-        if !launched {
-            burn_cubecl::kernel::matmul::matmul(
-                x,
-                rhs,
-                Some(out.clone()),
-                Default::default(),
-                dtype,
-            )
-            .expect("Burn's matmul has a routine for every dense problem");
-        }
-        out
+        routine_product(x, w_t, routine)
+    }
+
+    fn fp8_product(inputs: Fp8ProductTensors<Self>, block_words: u32, routine: u32) -> CubeTensor {
+        fp8_product(inputs, block_words as usize, routine)
     }
 
     fn silu_mul(inputs: ActTensors<Self>) -> CubeTensor {

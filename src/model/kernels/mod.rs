@@ -11,16 +11,24 @@ mod backend;
 mod cube;
 
 use burn::tensor::activation::silu;
-use burn::tensor::{DType, Tensor};
+use burn::tensor::{DType, Int, Tensor, TensorData};
 
-/// Whether tensors on `x`'s device go to the kernels: a CubeCL device, not wrapped in Autodiff
-/// (the kernels have no backward).
+/// Whether tensors on `x`'s device go to the kernels ([`device_on_cube`]).
 #[cfg(feature = "cube")]
 fn on_cube<const D: usize>(x: &Tensor<D>) -> bool {
-    matches!(
-        x.device().as_dispatch(),
-        burn::backend::DispatchDevice::Cube(_)
-    )
+    device_on_cube(&x.device())
+}
+
+/// Whether `device` runs the kernels: a CubeCL device, not wrapped in Autodiff (the kernels
+/// have no backward).
+pub(crate) fn device_on_cube(device: &burn::tensor::Device) -> bool {
+    #[cfg(feature = "cube")]
+    return matches!(device.as_dispatch(), burn::backend::DispatchDevice::Cube(_));
+    #[cfg(not(feature = "cube"))]
+    {
+        let _ = device;
+        false
+    }
 }
 
 /// RMSNorm of the rows of `x [rows, hidden]` with weight `w [hidden]`, as transformers'
@@ -125,6 +133,142 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 pub fn project(x: Tensor<2>, w_t: &Tensor<2>) -> Tensor<2> {
     let ([m, k], [n, _]) = (x.dims(), w_t.dims());
     product(x, w_t, MatmulRoutine::for_problem(m, n, k), false)
+}
+
+/// A projection's weight kept as fp8 e4m3 codes with f32 scales, as HuggingFace's fine-grained
+/// FP8 and compressed-tensors' float8 checkpoints store it: `[out, in]` codes, four to a `U32`
+/// word (element `4j + i` of a row in bits `8i..8i + 8` of word `j`), and one scale per row and
+/// block of `block_k` inner elements (`[out, ceil(in / block_k)]` f32). Element `(r, c)` is
+/// `e4m3(code) × scales[r, c / block_k]`, in f32.
+#[derive(Debug, Clone)]
+pub struct Fp8Weight {
+    codes: Tensor<2, Int>,
+    scales: Tensor<2>,
+    block_k: usize,
+}
+
+impl Fp8Weight {
+    /// The weight of `codes` (`[out, in / 4]`, `U32`) and `scales` (`[out, ceil(in /
+    /// block_k)]`, f32) on one device.
+    ///
+    /// # Panics
+    /// When the dtypes, devices or shapes are not those, or `block_k` is not a positive
+    /// multiple of 4.
+    pub fn new(codes: Tensor<2, Int>, scales: Tensor<2>, block_k: usize) -> Self {
+        let ([out, words], [scale_rows, blocks]) = (codes.dims(), scales.dims());
+        assert!(
+            block_k > 0 && block_k.is_multiple_of(4),
+            "Fp8Weight: blocks of {block_k} elements (a positive multiple of 4 is read)"
+        );
+        assert!(
+            codes.dtype() == DType::U32 && scales.dtype() == DType::F32,
+            "Fp8Weight: codes {:?} and scales {:?} (U32 and F32 are read)",
+            codes.dtype(),
+            scales.dtype()
+        );
+        assert!(
+            scale_rows == out && blocks == (4 * words).div_ceil(block_k),
+            "Fp8Weight: scales {:?} for codes {:?} in blocks of {block_k}",
+            scales.dims(),
+            codes.dims()
+        );
+        assert!(
+            codes.device() == scales.device(),
+            "Fp8Weight: codes and scales on different devices"
+        );
+        Self {
+            codes,
+            scales,
+            block_k,
+        }
+    }
+
+    /// `[out, in]`.
+    pub fn dims(&self) -> [usize; 2] {
+        let [out, words] = self.codes.dims();
+        [out, 4 * words]
+    }
+
+    /// Parts stacked along `out`, their outputs side by side (one block size; `None` for
+    /// none or several).
+    pub(crate) fn cat(parts: Vec<Self>) -> Option<Self> {
+        let block_k = parts.first()?.block_k;
+        if parts.iter().any(|p| p.block_k != block_k) {
+            return None;
+        }
+        let (codes, scales) = parts.into_iter().map(|p| (p.codes, p.scales)).unzip();
+        Some(Self {
+            codes: Tensor::cat(codes, 0),
+            scales: Tensor::cat(scales, 0),
+            block_k,
+        })
+    }
+
+    /// The weight as floats of `dtype`, `[out, in]`, in Burn tensor ops (any backend): each
+    /// code's value from a table of the 256, times its scale in f32, rounded once to `dtype`.
+    pub fn dequantize(&self, dtype: DType) -> Tensor<2> {
+        let device = self.codes.device();
+        let [out, inner] = self.dims();
+        let table: Vec<f32> = (0..=255u8)
+            .map(rope_pool_kernels::common::fp8::decode_host)
+            .collect();
+        let table = Tensor::<1>::from_data(TensorData::new(table, [256]), (&device, DType::F32));
+        // Byte i of each word, then the bytes in order: [out, in / 4, 4] -> [out * in].
+        let bytes: Vec<Tensor<3, Int>> = (0..4)
+            .map(|i| {
+                self.codes
+                    .clone()
+                    .bitwise_right_shift_scalar(8 * i)
+                    .bitwise_and_scalar(0xFF)
+                    .unsqueeze_dim::<3>(2)
+            })
+            .collect();
+        let codes: Tensor<1, Int> = Tensor::cat(bytes, 2).reshape([out * inner]);
+        let codes = codes.cast(DType::I32);
+        let values = table.select(0, codes).reshape([out, inner]);
+        let blocks = self.scales.dims()[1];
+        let scales = self
+            .scales
+            .clone()
+            .unsqueeze_dim::<3>(2)
+            .expand([out, blocks, self.block_k])
+            .reshape([out, blocks * self.block_k])
+            .slice([0..out, 0..inner]);
+        (values * scales).cast(dtype)
+    }
+}
+
+/// `x [m, in] · wᵀ` for an fp8 weight `w` ([`Fp8Weight`], `[out, in]`): `[m, out]` in x's
+/// dtype, accumulated in f32. On CubeCL devices the weight is decoded in registers by the
+/// matrix-vector kernel (one byte a weight element, once for all rows) where [`project`] would
+/// run it, else decoded into x's dtype in one launch and multiplied as [`project`] multiplies a
+/// float weight; elsewhere [`Fp8Weight::dequantize`] and Burn's matmul.
+///
+/// # Panics
+/// When the inner sizes differ (as Burn's matmul does).
+pub fn project_fp8(x: Tensor<2>, w: &Fp8Weight) -> Tensor<2> {
+    let ([m, k], [n, inner]) = (x.dims(), w.dims());
+    assert_eq!(
+        k, inner,
+        "project: rows of {k} against an fp8 weight of rows of {inner}"
+    );
+    #[cfg(feature = "cube")]
+    if on_cube(&x) && x.device() == w.codes.device() && m > 0 && n > 0 && k > 0 {
+        let inputs = backend::Fp8ProductTensors {
+            x: x.into_dispatch(),
+            codes: w.codes.clone().into_dispatch(),
+            scales: w.scales.clone().into_dispatch(),
+        };
+        let routine = MatmulRoutine::for_problem(m, n, k) as u32;
+        let out = <burn::backend::Dispatch as backend::DecoderKernels>::fp8_product(
+            inputs,
+            (w.block_k / 4) as u32,
+            routine,
+        );
+        return Tensor::from_dispatch(out);
+    }
+    let dtype = x.dtype();
+    x.matmul(w.dequantize(dtype).transpose())
 }
 
 #[cfg(feature = "testing")]
@@ -313,16 +457,24 @@ fn kernel_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<bool> {
         burn::backend::DispatchDevice::Cube(cube) if same => {
             let client = cube.client();
             let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
-            // The few-rows kernel for outputs narrower than the MLP's: the matmul routines were
-            // faster on gate/up and the LM head in the H200 probe (`benches/NOTES.md`, 'Projections per row count').
-            Some(
-                rope_pool_kernels::decoder::matvec_fits(&client, m)
-                    || (n < 4 * k
-                        && rope_pool_kernels::decoder::few_rows_fits(&client, float, m, k, n)),
-            )
+            Some(decoder_kernel_fits(&client, float, [m, k, n]))
         }
         _ => None,
     }
+}
+
+/// Whether the decoder's own kernels take `x [m, k] · wᵀ` (`w [n, k]`) of float `float`: the
+/// matrix-vector kernel, or the few-rows kernel for outputs narrower than the MLP's (the matmul
+/// routines were faster on gate/up and the LM head in the H200 probe, `benches/NOTES.md`,
+/// 'Projections per row count').
+#[cfg(feature = "cube")]
+pub(crate) fn decoder_kernel_fits(
+    client: &cubecl::client::Client,
+    float: cubecl::ir::ElemType,
+    [m, k, n]: [usize; 3],
+) -> bool {
+    rope_pool_kernels::decoder::matvec_fits(client, m)
+        || (n < 4 * k && rope_pool_kernels::decoder::few_rows_fits(client, float, m, k, n))
 }
 
 /// The MLP's activation of a stacked `gate_up [rows, 2m]` (gate columns, then up): `[rows, m]`,

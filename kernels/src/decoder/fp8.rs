@@ -1,0 +1,128 @@
+//! Products on fp8 weights: a projection's weight kept as e4m3 codes, four to a `u32` word
+//! (`w [n, k / 4]`, element `4j + i` of a row in bits `8i..8i + 8` of word `j`), with one f32
+//! scale per row and block of `block_words` words (`scales [n, ceil(k / 4 / block_words)]`;
+//! HuggingFace's `[128, 128]` blocks, a per-channel or per-tensor scale all take this form).
+//! Each code is read as `e4m3 value × scale` in f32, exactly as the dequantized weight
+//! ([`unpack_e4m3`]).
+//!
+//! - [`matvec_fp8_kernel`](fn@matvec_fp8_kernel): the matrix-vector product of
+//!   [`super::matvec`] for up to 16 rows, decoding the weight in registers: one byte per weight
+//!   element read, once for all rows.
+//! - [`dequantize_fp8_kernel`](fn@dequantize_fp8_kernel): the weight as floats `[n, k]`, for the
+//!   products of more rows (a tensor-core routine then reads it).
+
+use crate::common::fp8::unpack_e4m3;
+use crate::common::reduce::lane_sum;
+use cubecl::ir::ElemType;
+use cubecl::prelude::*;
+
+/// `out [rows, n] = x [rows, k] · wᵀ` with `w` fp8 (`codes` and `scales` as above), as vectors of `W` words,
+/// `w_vectors` a row; `x` as vectors of `N` = 4 elements (one per word). The cube is `(plane
+/// size, planes)` units; plane `UNIT_POS_Y` of cube `CUBE_POS` computes the `cols` adjacent
+/// columns from `(CUBE_POS * planes + UNIT_POS_Y) * cols`; each unit keeps `unroll * cols`
+/// weight loads in flight and decodes each word once for all rows.
+#[cube(launch_unchecked, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
+    x: &Tensor<Vector<F, N>>,
+    codes: &Tensor<Vector<u32, W>>,
+    scales: &Tensor<f32>,
+    out: &mut Tensor<F>,
+    #[comptime] rows: usize,
+    #[comptime] cols: usize,
+    #[comptime] unroll: usize,
+    #[comptime] w_vectors: usize,
+    #[comptime] block_words: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let n = codes.shape(0);
+    let words = comptime!(w_vectors * W::value());
+    let blocks = scales.shape(1);
+    let col0 = (CUBE_POS * CUBE_DIM_Y as usize + UNIT_POS_Y as usize) * cols;
+    // A whole plane leaves together (its columns are the plane's): the plane sums below stay
+    // uniform.
+    if col0 >= n {
+        terminate!();
+    }
+    let lane = UNIT_POS_X as usize;
+    let lanes = CUBE_DIM_X as usize;
+    let mut acc = Array::<Vector<f32, N>>::new(rows * cols);
+    #[unroll]
+    for a in 0..rows * cols {
+        acc[a] = Vector::new(f32::new(0.0));
+    }
+    let step = lanes * unroll;
+    let mut base = lane;
+    while base < w_vectors {
+        let mut ws = Array::<Vector<u32, W>>::new(unroll * cols);
+        #[unroll]
+        for u in 0..unroll {
+            let i = base + u * lanes;
+            #[unroll]
+            for c in 0..cols {
+                let mut v = Vector::<u32, W>::new(0u32);
+                if i < w_vectors && col0 + c < n {
+                    v = codes[(col0 + c) * w_vectors + i];
+                }
+                ws[u * cols + c] = v;
+            }
+        }
+        #[unroll]
+        for u in 0..unroll {
+            let i = base + u * lanes;
+            if i < w_vectors {
+                #[unroll]
+                for e in 0..W::value() {
+                    let j = i * W::value() + e;
+                    let mut wv = Array::<Vector<f32, N>>::new(cols);
+                    #[unroll]
+                    for c in 0..cols {
+                        // A column past `n` (its codes are zeros) reads the last row's scale.
+                        let row = usize::min(col0 + c, n - 1);
+                        let scale = scales[row * blocks + j / block_words];
+                        wv[c] = unpack_e4m3::<N>(ws[u * cols + c].extract(e), scale);
+                    }
+                    #[unroll]
+                    for r in 0..rows {
+                        let xv = Vector::<f32, N>::cast_from(x[r * words + j]);
+                        #[unroll]
+                        for c in 0..cols {
+                            acc[r * cols + c] += xv * wv[c];
+                        }
+                    }
+                }
+            }
+        }
+        base += step;
+    }
+    #[unroll]
+    for r in 0..rows {
+        #[unroll]
+        for c in 0..cols {
+            let s = plane_sum(lane_sum::<N>(acc[r * cols + c]));
+            if lane == 0 && col0 + c < n {
+                out[r * n + col0 + c] = F::cast_from(s);
+            }
+        }
+    }
+}
+
+/// `out [n, k]` (vectors of `N` = 4 floats, one per word) = the fp8 weight (`codes`, `scales`) decoded and
+/// scaled as above, rounded once to `F`. One unit per word.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub(crate) fn dequantize_fp8_kernel<F: Float, N: Size>(
+    codes: &Tensor<u32>,
+    scales: &Tensor<f32>,
+    out: &mut Tensor<Vector<F, N>>,
+    #[comptime] block_words: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let word = ABSOLUTE_POS;
+    if word >= codes.len() {
+        terminate!();
+    }
+    let words = codes.shape(1);
+    let (row, j) = (word / words, word % words);
+    let scale = scales[row * scales.shape(1) + j / block_words];
+    out[word] = Vector::<F, N>::cast_from(unpack_e4m3::<N>(codes[word], scale));
+}
