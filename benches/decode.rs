@@ -4,7 +4,7 @@
 //! (each step reads its ids back), after a warm-up run of the same shapes.
 //!
 //! `cargo bench --bench decode -- [--device wgpu] [--dtype f16] [--batches 1,8,64] [--prompt 512]
-//!  [--steps 64] [--layers 32] [--json OUT]`
+//!  [--steps 64] [--layers 32] [--fp8-cache K,V] [--fp8-weights] [--profile] [--json OUT]`
 
 #[path = "rope_pool/instruments.rs"]
 #[allow(dead_code)] // the decode bench uses the device timing loop only
@@ -16,6 +16,7 @@ use burn_rope_pool::model::{
 };
 use burn_rope_pool::testing::{
     Rng, argmax_rows, device_by_name, generate_unfused, llama3_8b, random_decoder,
+    random_fp8_decoder,
 };
 use clap::Parser;
 use instruments::time_per_call;
@@ -63,6 +64,10 @@ struct Args {
     /// `fused fp8`).
     #[arg(long, value_delimiter = ',')]
     fp8_cache: Vec<f32>,
+    /// Also run the fused path with the projections as fp8 weights (random e4m3 codes in blocks
+    /// of 128, as an fp8 checkpoint loads on CubeCL devices; path `fused fp8-weights`).
+    #[arg(long)]
+    fp8_weights: bool,
     /// Write the rows as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -121,7 +126,7 @@ fn main() {
     }
     println!("| path | batch | prefill tok/s | decode tok/s | decode ms/step |");
     println!("| --- | ---: | ---: | ---: | ---: |");
-    let mut model = random_decoder(config, &device, dtype).expect("random weights");
+    let mut model = random_decoder(config.clone(), &device, dtype).expect("random weights");
     let mut rows = Vec::new();
     let mut paths = vec![("fused", true, None)];
     if !args.fused_only {
@@ -130,7 +135,15 @@ fn main() {
     if let [k_scale, v_scale] = args.fp8_cache[..] {
         paths.push(("fused fp8", true, Some((k_scale, v_scale))));
     }
+    if args.fp8_weights {
+        paths.push(("fused fp8-weights", true, None));
+    }
     for (path, fused, fp8) in paths {
+        if path == "fused fp8-weights" {
+            // One model at a time on the device: the float weights go first.
+            drop(model);
+            model = random_fp8_decoder(config.clone(), &device, dtype).expect("random weights");
+        }
         model = model.with_fp8_cache(fp8);
         for &batch in &args.batches {
             let stats = run(&model, fused, batch, &args);
@@ -148,6 +161,8 @@ fn main() {
     }
     if args.profile {
         model = model.with_fp8_cache(None);
+        let weights = if args.fp8_weights { "fp8" } else { "float" };
+        println!("\nProfile: the fused path, {weights} weights, float caches");
         for &batch in &args.batches {
             profile(&model, batch, &args);
         }

@@ -181,6 +181,9 @@ impl FromCheckpoint<'_> {
 pub(crate) struct Random<'a> {
     pub(crate) device: &'a Device,
     pub(crate) dtype: DType,
+    /// Projections as fp8 codes in blocks of 128 (on CubeCL devices, inner sizes of whole
+    /// blocks), as an fp8 checkpoint loads.
+    pub(crate) fp8: bool,
 }
 
 #[cfg(feature = "testing")]
@@ -201,10 +204,23 @@ impl Weights for Random<'_> {
         bias: bool,
     ) -> Result<Linear, DecoderError> {
         let o = parts.iter().map(|(_, o)| o).sum();
+        let b = bias.then(|| Tensor::zeros([o], (self.device, self.dtype)));
+        const BLOCK: usize = 128;
+        if self.fp8 && device_on_cube(self.device) && i.is_multiple_of(BLOCK) {
+            // Random words whose bytes stay below 0x78 (never a NaN code): magnitudes up to
+            // 240 × 1e-4.
+            let range = Distribution::Uniform(0.0, i32::MAX as f64);
+            let codes = Tensor::<2, Int>::random([o, i / 4], range, (self.device, DType::I32))
+                .bitwise_and_scalar(0x7777_7777)
+                .cast(DType::U32);
+            let scales = Tensor::full([o, i / BLOCK], 1e-4, (self.device, DType::F32));
+            let w = Weight::Fp8(Fp8Weight::new(codes, scales, BLOCK));
+            return Ok(Linear { w, b });
+        }
         let normal = Distribution::Normal(0.0, 0.02);
         Ok(Linear {
             w: Weight::Float(Tensor::random([o, i], normal, (self.device, self.dtype))),
-            b: bias.then(|| Tensor::zeros([o], (self.device, self.dtype))),
+            b,
         })
     }
     fn embed(&self, vocab: usize, hidden: usize) -> Result<Tensor<2>, DecoderError> {

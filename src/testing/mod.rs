@@ -61,7 +61,32 @@ pub fn random_decoder(
     device: &Device,
     dtype: DType,
 ) -> Result<Decoder, DecoderError> {
-    Decoder::build(config, &Random { device, dtype })
+    Decoder::build(
+        config,
+        &Random {
+            device,
+            dtype,
+            fp8: false,
+        },
+    )
+}
+
+/// [`random_decoder`] with its projections as fp8 weights (random e4m3 codes, one scale a block
+/// of 128 inner elements) on CubeCL devices, as an fp8 checkpoint loads there; the embeddings,
+/// norms (and elsewhere the projections) as [`random_decoder`]'s.
+pub fn random_fp8_decoder(
+    config: DecoderConfig,
+    device: &Device,
+    dtype: DType,
+) -> Result<Decoder, DecoderError> {
+    Decoder::build(
+        config,
+        &Random {
+            device,
+            dtype,
+            fp8: true,
+        },
+    )
 }
 
 /// A planned step's positions and slots (one per token, batch order), read back to the host.
