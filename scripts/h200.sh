@@ -6,7 +6,8 @@
 # that folder and `.gl/` (the Vulkan loader as `.deb` packages, unpacked there by `vulkan_env`) to
 # the same paths of a checkout on the GPU machine and run `scripts/h200.sh run` there.
 # `scripts/h200.sh sweep` runs the tuning-knob sweep instead. `pack-attention` / `run-attention`
-# do the same for the pool_attention bench and its anchor.
+# do the same for the pool_attention bench and its anchor, `pack-decode` / `run-decode` for the
+# decode bench (f16, fp8 caches, fp8 weights), the decoder's tests and the CUDA-graph anchor.
 # The anchors are optional: set ROPE_POOL_ANCHORS to a folder holding the PyTorch anchor scripts
 # (`h200_anchor_bench.py`, `pool_attention_anchor.py`) and `pack` copies them into the pack.
 set -euo pipefail
@@ -58,6 +59,41 @@ case "${1:-run}" in
     xz -T2 -6 -f "$pack/attention" "$pack/attention-vulkan" "$pack/suite"
     copy_anchor pool_attention_anchor.py
     ls -la "$pack"
+    ;;
+  pack-decode)
+    # The decode bench (default build: SPIR-V on Vulkan, `tuning` for the knobs) and the test
+    # suite (default build), for `run-decode`; the CUDA-graph anchor when ROPE_POOL_ANCHORS has it.
+    mkdir -p "$pack"
+    strip -o "$pack/decode" "$(executable --bench decode --features tuning)"
+    strip -o "$pack/suite" "$(executable --test suite)"
+    xz -T2 -6 -f "$pack/decode" "$pack/suite"
+    copy_anchor graph_decode_anchor.py
+    ls -la "$pack"
+    ;;
+  run-decode)
+    # On the GPU: the decoder's kernel and checkpoint tests (TESTS, a filter of the suite; unset:
+    # projections, fp8 and the checkpoints), the decode bench with fp8 caches and fp8 weights
+    # beside f16 (extra arguments go to it), then the CUDA-graph anchor, in one call.
+    vulkan_env
+    for b in decode suite; do
+      [ -f "$pack/$b.xz" ] || continue
+      xz -d -c "$pack/$b.xz" > "/tmp/$b"
+      chmod +x "/tmp/$b"
+    done
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+    out=${OUT:-/tmp}
+    shift || true
+    if [ -x /tmp/suite ] && [ -z "${SKIP_TESTS:-}" ]; then
+      for t in ${TESTS:-projections fp8 checkpoints}; do
+        /tmp/suite "$t" 2>&1 | grep -v XDG_RUNTIME | tail -8 | tee -a "$out/suite.txt"
+      done
+    fi
+    /tmp/decode --device vulkan --fused-only --fp8-cache 0.05,0.05 --fp8-weights \
+      --json "$out/decode.json" "$@" 2>"$out/decode.log" | tee "$out/decode.md"
+    if [ -f "$pack/graph_decode_anchor.py" ] && [ -z "${SKIP_ANCHOR:-}" ]; then
+      PYTHONUNBUFFERED=1 python3 "$pack/graph_decode_anchor.py" > "$out/anchor.txt" 2>&1 || true
+      tail -20 "$out/anchor.txt"
+    fi
     ;;
   run-attention)
     # Both builds of the pool_attention bench, then PyTorch's gather + SDPA anchor, in one call.
