@@ -342,10 +342,17 @@ impl Checkpoint {
                 ),
             });
         };
+        let quantization = self.quantization()?;
         let scale_name = [format!("{name}_scale_inv"), format!("{name}_scale")]
             .into_iter()
             .find(|n| self.contains(n))
-            .ok_or_else(|| CheckpointError::MissingTensor(format!("{name}_scale_inv")))?;
+            .ok_or_else(|| {
+                let suffix = match quantization {
+                    Some(Quantization::CompressedFloat8 { .. }) => "_scale",
+                    _ => "_scale_inv",
+                };
+                CheckpointError::MissingTensor(format!("{name}{suffix}"))
+            })?;
         let (path, bytes) = self.shard_of(&scale_name)?;
         let tensors = SafeTensors::deserialize(bytes).map_err(|e| CheckpointError::Format {
             path: path.clone(),
@@ -362,9 +369,24 @@ impl Checkpoint {
             &[a, b] => [a, b],
             other => [other.iter().product(), 0],
         };
-        let block = match self.quantization()? {
-            Some(Quantization::Fp8 { block: Some(block) }) => block,
-            _ => [rows.div_ceil(grid[0].max(1)), cols.div_ceil(grid[1].max(1))],
+        let configured = match quantization {
+            Some(Quantization::Fp8 { block } | Quantization::CompressedFloat8 { block }) => block,
+            None => None,
+        };
+        let block = match configured {
+            Some(block) => block,
+            // One scale (per tensor), one per row (per channel), or a grid that divides the
+            // weight evenly: where blocks are not named, a partial last block would be a guess.
+            None => {
+                let [a, b] = [grid[0].max(1), grid[1].max(1)];
+                if !rows.is_multiple_of(a) || !cols.is_multiple_of(b) {
+                    return Err(CheckpointError::Config(format!(
+                        "`{scale_name}` is a grid of {:?} scales, which does not divide the weight [{rows}, {cols}] evenly, and the quantization_config names no block size",
+                        view.shape()
+                    )));
+                }
+                [(rows / a).max(1), (cols / b).max(1)]
+            }
         };
         if grid != [rows.div_ceil(block[0]), cols.div_ceil(block[1])] {
             return Err(CheckpointError::Shape {
@@ -373,6 +395,9 @@ impl Checkpoint {
                 expected: vec![rows.div_ceil(block[0]), cols.div_ceil(block[1])],
             });
         }
+        // A block past the weight is the weight (the same scales; kernels index blocks of at
+        // most one row).
+        let block = [block[0].min(rows.max(1)), block[1].min(cols.max(1))];
         let rows = (0..rows)
             .flat_map(|r| {
                 let start = (r / block[0]) * grid[1];
@@ -418,8 +443,8 @@ fn float_values(name: &str, dtype: Dtype, data: &[u8]) -> Result<Vec<f32>, Check
 }
 
 /// Quantized weights a checkpoint declares (`config.json`'s `quantization_config`): fp8 e4m3
-/// weights, each with a scale (dequantized on load: `value = e4m3 × scale` in f32, the
-/// activations left unquantized, as transformers runs such a checkpoint without a GPU).
+/// weights, each with its scales (`value = e4m3 × scale` in f32, as transformers dequantizes
+/// them; the activations are not quantized).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Quantization {
     /// HuggingFace's fine-grained FP8 (`quant_method: "fp8"`, `fmt: "e4m3"`): each weight's
@@ -428,9 +453,13 @@ pub enum Quantization {
         /// `weight_block_size`, `[rows, columns]`.
         block: Option<[usize; 2]>,
     },
-    /// compressed-tensors' float8 (`quant_method: "compressed-tensors"`, 8-bit `float` weights):
-    /// `weight_scale` per tensor, per output channel or per block.
-    CompressedFloat8,
+    /// compressed-tensors' float8 (`quant_method: "compressed-tensors"`, symmetric 8-bit `float`
+    /// weights): `weight_scale` per tensor, per output channel or per block.
+    CompressedFloat8 {
+        /// The groups' `block_structure`, `[rows, columns]`, where they quantize by block
+        /// (`None`: by tensor or channel).
+        block: Option<[usize; 2]>,
+    },
 }
 
 impl Quantization {
@@ -453,16 +482,9 @@ impl Quantization {
                 if !matches!(q["scale_fmt"].as_str(), None | Some("float")) {
                     return bad(format!("scale_fmt {} (float is read)", q["scale_fmt"]));
                 }
-                let size = &q["weight_block_size"];
-                let block = match size
-                    .as_array()
-                    .map(|a| a.iter().map(serde_json::Value::as_u64).collect::<Vec<_>>())
-                {
-                    None if size.is_null() => None,
-                    Some(v) if matches!(v[..], [Some(a), Some(b)] if a > 0 && b > 0) => {
-                        Some([v[0].unwrap_or(1) as usize, v[1].unwrap_or(1) as usize])
-                    }
-                    _ => {
+                let block = match block_size(&q["weight_block_size"]) {
+                    Ok(block) => block,
+                    Err(size) => {
                         return bad(format!(
                             "weight_block_size {size} (two positive sizes or null)"
                         ));
@@ -475,6 +497,7 @@ impl Quantization {
                 let Some(groups) = groups else {
                     return bad("compressed-tensors without config_groups".into());
                 };
+                let mut blocks = Vec::new();
                 for (name, group) in groups {
                     let w = &group["weights"];
                     let float8 =
@@ -487,13 +510,53 @@ impl Quantization {
                             w["type"].as_str().unwrap_or("untyped")
                         ));
                     }
+                    if w["symmetric"] == serde_json::Value::Bool(false) {
+                        return bad(format!(
+                            "group `{name}` has asymmetric weights (a zero point; symmetric ones are read)"
+                        ));
+                    }
+                    blocks.push(match strategy {
+                        "block" => match block_size(&w["block_structure"]) {
+                            Ok(Some(block)) => Some(block),
+                            _ => {
+                                return bad(format!(
+                                    "group `{name}` has block_structure {} (two positive sizes)",
+                                    w["block_structure"]
+                                ));
+                            }
+                        },
+                        _ => None,
+                    });
                 }
-                Ok(Some(Quantization::CompressedFloat8))
+                blocks.dedup();
+                match blocks[..] {
+                    [block] => Ok(Some(Quantization::CompressedFloat8 { block })),
+                    _ => bad(
+                        "groups quantize by different blocks or strategies (one is read)".into(),
+                    ),
+                }
             }
             other => bad(format!(
                 "quant_method {} (fp8 and compressed-tensors float8 are read)",
                 other.map_or("missing".to_string(), |m| format!("`{m}`"))
             )),
         }
+    }
+}
+
+/// A block size `[rows, columns]` of a config (`Ok(None)` for null); `Err` with the value where
+/// it is not two positive sizes.
+fn block_size(size: &serde_json::Value) -> Result<Option<[usize; 2]>, &serde_json::Value> {
+    if size.is_null() {
+        return Ok(None);
+    }
+    let sizes: Option<Vec<usize>> = size.as_array().and_then(|a| {
+        a.iter()
+            .map(|v| v.as_u64().and_then(|n| usize::try_from(n).ok()))
+            .collect()
+    });
+    match sizes.as_deref() {
+        Some(&[a, b]) if a > 0 && b > 0 => Ok(Some([a, b])),
+        _ => Err(size),
     }
 }

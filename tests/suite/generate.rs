@@ -398,6 +398,69 @@ fn fp8_checkpoints_in_either_layout_load_and_bad_ones_are_refused() {
     let mut int8 = compressed.clone();
     int8["config_groups"]["group_0"]["weights"]["type"] = "int".into();
     assert!(error(int8).unwrap().contains("8-bit int weights"));
+    // compressed-tensors' own block size is read: blocks of 64 need a 2 x 2 grid for q_proj.
+    let mut blocks64 = compressed.clone();
+    blocks64["config_groups"]["group_0"]["weights"]["block_structure"] =
+        serde_json::json!([64, 64]);
+    assert_eq!(
+        error(blocks64).as_deref(),
+        Some(
+            "tensor `model.layers.0.self_attn.q_proj.weight_scale` has shape [3, 3], the config implies [2, 2]"
+        )
+    );
+    let mut zero = compressed.clone();
+    zero["config_groups"]["group_0"]["weights"]["block_structure"] = serde_json::json!([0, 32]);
+    assert_eq!(
+        error(zero).as_deref(),
+        Some(
+            "config.json: quantization_config: group `group_0` has block_structure [0,32] (two positive sizes)"
+        )
+    );
+    let mut asymmetric = compressed.clone();
+    asymmetric["config_groups"]["group_0"]["weights"]["symmetric"] = false.into();
+    assert_eq!(
+        error(asymmetric).as_deref(),
+        Some(
+            "config.json: quantization_config: group `group_0` has asymmetric weights (a zero point; symmetric ones are read)"
+        )
+    );
+    let mut mixed = compressed.clone();
+    mixed["config_groups"]["group_1"] = mixed["config_groups"]["group_0"].clone();
+    mixed["config_groups"]["group_1"]["weights"]["strategy"] = "channel".into();
+    assert_eq!(
+        error(mixed).as_deref(),
+        Some(
+            "config.json: quantization_config: groups quantize by different blocks or strategies (one is read)"
+        )
+    );
+    // By channel (no block size named): a grid of 5 x 3 scales does not divide q_proj's 96 rows.
+    let mut channel = compressed.clone();
+    channel["config_groups"]["group_0"]["weights"]["strategy"] = "channel".into();
+    let ones = vec![0u8; 15 * 4];
+    let uneven =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![5, 3], &ones).unwrap();
+    let mut views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .names()
+        .into_iter()
+        .filter(|n| *n != "model.layers.0.self_attn.q_proj.weight_scale_inv")
+        .map(|n| {
+            (
+                n.replace("weight_scale_inv", "weight_scale"),
+                tensors.tensor(n).unwrap(),
+            )
+        })
+        .collect();
+    views.push((
+        "model.layers.0.self_attn.q_proj.weight_scale".into(),
+        uneven,
+    ));
+    safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
+    assert_eq!(
+        error(channel).as_deref(),
+        Some(
+            "config.json: `model.layers.0.self_attn.q_proj.weight_scale` is a grid of [5, 3] scales, which does not divide the weight [96, 96] evenly, and the quantization_config names no block size"
+        )
+    );
     // The fine-grained layout's config over the renamed scales: no `weight_scale_inv`... but
     // `weight_scale` is read too, so leave the scales out to miss them.
     fp8["fmt"] = "e4m3".into();

@@ -21,7 +21,7 @@ use cubecl::prelude::*;
 /// size, planes)` units; plane `UNIT_POS_Y` of cube `CUBE_POS` computes the `cols` adjacent
 /// columns from `(CUBE_POS * planes + UNIT_POS_Y) * cols`; each unit keeps `unroll * cols`
 /// weight loads in flight and decodes each word once for all rows.
-#[cube(launch_unchecked, address_type = "dynamic")]
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     x: &Tensor<Vector<F, N>>,
@@ -36,7 +36,10 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     #[define(F)] _dtype: ElemType,
 ) {
     let n = codes.shape(0);
-    let words = comptime!(w_vectors * W::value());
+    let wv = W::value();
+    let words = comptime!(w_vectors * wv);
+    // Whether a vector of words lies in one block (one scale a vector and column).
+    let uniform = comptime!(block_words.is_multiple_of(wv));
     let blocks = scales.shape(1);
     let col0 = (CUBE_POS * CUBE_DIM_Y as usize + UNIT_POS_Y as usize) * cols;
     // A whole plane leaves together (its columns are the plane's): the plane sums below stay
@@ -71,23 +74,35 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
         for u in 0..unroll {
             let i = base + u * lanes;
             if i < w_vectors {
-                #[unroll]
-                for e in 0..W::value() {
-                    let j = i * W::value() + e;
-                    let mut wv = Array::<Vector<f32, N>>::new(cols);
+                // A column past `n` (its codes are zeros) reads the last row's scales.
+                let mut vector_scales = Array::<f32>::new(cols);
+                if comptime!(uniform) {
                     #[unroll]
                     for c in 0..cols {
-                        // A column past `n` (its codes are zeros) reads the last row's scale.
                         let row = usize::min(col0 + c, n - 1);
-                        let scale = scales[row * blocks + j / block_words];
-                        wv[c] = unpack_e4m3::<N>(ws[u * cols + c].extract(e), scale);
+                        vector_scales[c] = scales[row * blocks + (i * wv) / block_words];
+                    }
+                }
+                #[unroll]
+                for e in 0..wv {
+                    let j = i * wv + e;
+                    let mut decoded = Array::<Vector<f32, N>>::new(cols);
+                    #[unroll]
+                    for c in 0..cols {
+                        let scale = if comptime!(uniform) {
+                            vector_scales[c]
+                        } else {
+                            let row = usize::min(col0 + c, n - 1);
+                            scales[row * blocks + j / block_words]
+                        };
+                        decoded[c] = unpack_e4m3::<N>(ws[u * cols + c].extract(e), scale);
                     }
                     #[unroll]
                     for r in 0..rows {
                         let xv = Vector::<f32, N>::cast_from(x[r * words + j]);
                         #[unroll]
                         for c in 0..cols {
-                            acc[r * cols + c] += xv * wv[c];
+                            acc[r * cols + c] += xv * decoded[c];
                         }
                     }
                 }
@@ -109,7 +124,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
 
 /// `out [n, k]` (vectors of `N` = 4 floats, one per word) = the fp8 weight (`codes`, `scales`) decoded and
 /// scaled as above, rounded once to `F`. One unit per word.
-#[cube(launch_unchecked, address_type = "dynamic")]
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 pub(crate) fn dequantize_fp8_kernel<F: Float, N: Size>(
     codes: &Tensor<u32>,
     scales: &Tensor<f32>,
@@ -125,4 +140,90 @@ pub(crate) fn dequantize_fp8_kernel<F: Float, N: Size>(
     let (row, j) = (word / words, word % words);
     let scale = scales[row * scales.shape(1) + j / block_words];
     out[word] = Vector::<F, N>::cast_from(unpack_e4m3::<N>(codes[word], scale));
+}
+
+#[cfg(test)]
+mod tests {
+    //! No device here need have plane operations: the kernels are expanded and compiled to Metal
+    //! Shading Language by CubeCL's MSL compiler (as `tests/msl.rs` does for the RoPE kernel),
+    //! for every launch shape the decoder takes, so an expansion or type error shows without a
+    //! GPU. Their arithmetic is checked against float64 by the root crate's
+    //! `fp8_projections_match_float64` where they run.
+
+    use super::{dequantize_fp8_kernel, matvec_fp8_kernel};
+    use cubecl::Compiler as _;
+    use cubecl::ir::{AddressType, ElemType, FloatKind};
+    use cubecl::prelude::*;
+    use cubecl::wgpu::WgpuDevice;
+    use cubecl_cpp::MslCompiler;
+    use cubecl_cpp::shared::CompilationOptions;
+    use std::sync::Arc;
+
+    #[test]
+    fn fp8_kernels_expand_and_compile_to_msl() {
+        // The arguments are built on a wgpu client (its properties); any adapter will do.
+        let Ok(client) =
+            std::panic::catch_unwind(|| cubecl::Device::Wgpu(WgpuDevice::default()).client())
+        else {
+            panic!("fp8 kernel MSL check: no wgpu adapter (install mesa-vulkan-drivers)");
+        };
+        let tensor = |dims: [usize; 2]| {
+            let handle = client.empty(dims[0] * dims[1] * 4);
+            let strides = [dims[1], 1];
+            unsafe { TensorArg::from_raw_parts(handle, strides.into(), dims.into()) }
+        };
+        for float in [FloatKind::F32, FloatKind::F16] {
+            for (rows, cols, unroll) in [(1usize, 1usize, 4usize), (3, 2, 2), (16, 1, 4)] {
+                for (w_vector, block_words) in [(4usize, 32usize), (2, 8), (1, 1), (4, 65), (4, 2)]
+                {
+                    let (n, k) = (40usize, 4 * 4 * 64);
+                    let kernel = matvec_fp8_kernel::create_dummy_kernel(
+                        Arc::new(client.properties().clone()),
+                        Arc::new(client.target_properties().clone()),
+                        CubeCount::Static(1, 1, 1),
+                        CubeDim::new_2d(32, 8),
+                        AddressType::U32,
+                        4,
+                        w_vector,
+                        tensor([rows, k]),
+                        tensor([n, k / 4]),
+                        tensor([n, (k / 4).div_ceil(block_words)]),
+                        tensor([rows, n]),
+                        rows,
+                        cols,
+                        unroll,
+                        k / 4 / w_vector,
+                        block_words,
+                        ElemType::Float(float),
+                    );
+                    let source = MslCompiler::default()
+                        .compile(kernel.define(), &CompilationOptions::default())
+                        .expect("matvec_fp8_kernel compiles to MSL")
+                        .to_string();
+                    assert!(
+                        source.contains("[[kernel]] void matvec_fp8_kernel"),
+                        "{float:?} rows {rows} vector {w_vector} blocks of {block_words} words: no entry point"
+                    );
+                }
+            }
+            let kernel = dequantize_fp8_kernel::create_dummy_kernel(
+                Arc::new(client.properties().clone()),
+                Arc::new(client.target_properties().clone()),
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_1d(256),
+                AddressType::U32,
+                4,
+                tensor([40, 64]),
+                tensor([40, 2]),
+                tensor([40, 256]),
+                32,
+                ElemType::Float(float),
+            );
+            let source = MslCompiler::default()
+                .compile(kernel.define(), &CompilationOptions::default())
+                .expect("dequantize_fp8_kernel compiles to MSL")
+                .to_string();
+            assert!(source.contains("[[kernel]] void dequantize_fp8_kernel"));
+        }
+    }
 }

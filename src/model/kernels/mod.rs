@@ -153,12 +153,13 @@ impl Fp8Weight {
     ///
     /// # Panics
     /// When the dtypes, devices or shapes are not those, or `block_k` is not a positive
-    /// multiple of 4.
+    /// multiple of 4 of at most `in` (or 4).
     pub fn new(codes: Tensor<2, Int>, scales: Tensor<2>, block_k: usize) -> Self {
         let ([out, words], [scale_rows, blocks]) = (codes.dims(), scales.dims());
         assert!(
-            block_k > 0 && block_k.is_multiple_of(4),
-            "Fp8Weight: blocks of {block_k} elements (a positive multiple of 4 is read)"
+            block_k > 0 && block_k.is_multiple_of(4) && block_k <= (4 * words).max(4),
+            "Fp8Weight: blocks of {block_k} elements for rows of {} (a positive multiple of 4, at most the row, is read)",
+            4 * words
         );
         assert!(
             codes.dtype() == DType::U32 && scales.dtype() == DType::F32,
@@ -262,7 +263,7 @@ pub fn project_fp8(x: Tensor<2>, w: &Fp8Weight) -> Tensor<2> {
         let routine = MatmulRoutine::for_problem(m, n, k) as u32;
         let out = <burn::backend::Dispatch as backend::DecoderKernels>::fp8_product(
             inputs,
-            (w.block_k / 4) as u32,
+            u32::try_from(w.block_k / 4).expect("a block within a row held in memory"),
             routine,
         );
         return Tensor::from_dispatch(out);
