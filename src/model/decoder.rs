@@ -43,6 +43,9 @@ pub enum DecoderError {
     /// A pool made for another model (its layers or geometry differ from this decoder's).
     #[error("the pool does not fit this decoder: {0}")]
     Cache(String),
+    /// A split over devices that cannot be made ([`ShardedDecoder::new`](crate::model::ShardedDecoder::new)).
+    #[error("tensor parallelism: {0}")]
+    Parallel(String),
 }
 
 impl From<PoolAttentionError> for DecoderError {
@@ -60,6 +63,13 @@ pub struct StepToken {
     pub token: u32,
     /// Position in its sequence (its rows in the pool are `0..=position`).
     pub position: usize,
+}
+
+/// A step's residual stream between layers: `x`, and the last layer's MLP output not yet added
+/// to it (the next layer's input norm adds it).
+pub(crate) struct StepState {
+    pub(crate) x: Tensor<2>,
+    pub(crate) mlp_out: Option<Tensor<2>>,
 }
 
 /// A decoder's weights on one device.
@@ -232,6 +242,63 @@ impl Decoder {
         })
     }
 
+    /// Shard `rank` of `ranks` (Megatron-style) on `device`, weights as floats of the decoder's
+    /// dtype (an fp8 projection dequantized): q/k/v by heads (kv heads `rank · Hkv/ranks ..`
+    /// and their q groups) and gate/up by output columns, o and down by input columns (their
+    /// biases on rank 0), the LM head by vocabulary rows (`ceil(vocab / ranks)` a rank); norms
+    /// and embeddings whole. The caller checked that `ranks` divides the kv heads and the MLP
+    /// width and is at most the vocabulary.
+    pub(crate) fn shard(&self, rank: usize, ranks: usize, device: &Device) -> Decoder {
+        let rope = &self.config.rope;
+        let (hq, hkv, d) = (rope.num_qo_heads, rope.num_kv_heads, rope.head_dim);
+        let m = self.config.intermediate_size;
+        let (qn, kvn, mn) = (hq / ranks, hkv / ranks, m / ranks);
+        let (q_out, kv_out) = (hq * d, hkv * d);
+        let q = rank * qn * d..(rank + 1) * qn * d;
+        let k = q_out + rank * kvn * d..q_out + (rank + 1) * kvn * d;
+        let v = q_out + kv_out + rank * kvn * d..q_out + kv_out + (rank + 1) * kvn * d;
+        let mlp = rank * mn..(rank + 1) * mn;
+        let vocab = self.config.vocab_size;
+        let per = vocab.div_ceil(ranks);
+        let vocab_rows = (rank * per).min(vocab)..((rank + 1) * per).min(vocab);
+        let dtype = self.dtype;
+        let whole = |t: &Tensor<1>| t.clone().to_device(device);
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| Layer {
+                input_norm: whole(&layer.input_norm),
+                qkv: layer
+                    .qkv
+                    .rows(&[q.clone(), k.clone(), v.clone()], device, dtype),
+                o: layer.o.columns(q.clone(), rank == 0, device, dtype),
+                q_norm: layer.q_norm.as_ref().map(whole),
+                k_norm: layer.k_norm.as_ref().map(whole),
+                post_norm: whole(&layer.post_norm),
+                gate_up: layer.gate_up.rows(
+                    &[mlp.clone(), m + mlp.start..m + mlp.end],
+                    device,
+                    dtype,
+                ),
+                down: layer.down.columns(mlp.clone(), rank == 0, device, dtype),
+            })
+            .collect();
+        let mut config = self.config.clone();
+        config.rope.num_qo_heads = qn;
+        config.rope.num_kv_heads = kvn;
+        config.intermediate_size = mn;
+        Decoder {
+            config,
+            embed: self.embed.clone().to_device(device),
+            layers,
+            norm: whole(&self.norm),
+            lm_head: self.lm_head.rows(&[vocab_rows], device, dtype),
+            device: device.clone(),
+            dtype,
+            fp8_cache: self.fp8_cache,
+        }
+    }
+
     /// Caches made by [`Self::new_cache`] keep keys and values as fp8 e4m3 with these `(k_scale,
     /// v_scale)` ([`PoolTensor::Fp8`](crate::pool::PoolTensor::Fp8): half the bytes of f16, and
     /// half the bytes attention reads each step), or in the weights' dtype (`None`, the default).
@@ -297,22 +364,7 @@ impl Decoder {
         tokens: &[StepToken],
         cache: &mut KvPool,
     ) -> Result<Tensor<2>, DecoderError> {
-        let vocab_size = self.config.vocab_size;
-        if let Some(t) = tokens.iter().find(|t| t.token as usize >= vocab_size) {
-            return Err(DecoderError::Token {
-                token: t.token,
-                vocab_size,
-            });
-        }
-        if cache.layers() != self.layers.len() || cache.config() != &self.config.rope {
-            return Err(DecoderError::Cache(format!(
-                "{} layers of {:?}, the decoder has {} layers of {:?}",
-                cache.layers(),
-                cache.config(),
-                self.layers.len(),
-                self.config.rope
-            )));
-        }
+        self.check_step(tokens, cache)?;
         let planned: Vec<SeqToken> = tokens
             .iter()
             .map(|t| SeqToken {
@@ -329,6 +381,50 @@ impl Decoder {
         result
     }
 
+    /// The checks of a step before anything is planned: token ids inside the vocabulary, a
+    /// cache made for this decoder.
+    pub(crate) fn check_step(
+        &self,
+        tokens: &[StepToken],
+        cache: &KvPool,
+    ) -> Result<(), DecoderError> {
+        let vocab_size = self.config.vocab_size;
+        if let Some(t) = tokens.iter().find(|t| t.token as usize >= vocab_size) {
+            return Err(DecoderError::Token {
+                token: t.token,
+                vocab_size,
+            });
+        }
+        if cache.layers() != self.layers.len() || cache.config() != &self.config.rope {
+            return Err(DecoderError::Cache(format!(
+                "{} layers of {:?}, the decoder has {} layers of {:?}",
+                cache.layers(),
+                cache.config(),
+                self.layers.len(),
+                self.config.rope
+            )));
+        }
+        Ok(())
+    }
+
+    /// The bytes of the weights of one of `ranks` shards ([`Self::shard`]), as floats of the
+    /// decoder's dtype.
+    pub(crate) fn shard_bytes(&self, ranks: usize) -> u64 {
+        let c = &self.config;
+        let (h, m, d) = (
+            c.hidden_size as u64,
+            c.intermediate_size as u64,
+            c.rope.head_dim as u64,
+        );
+        let (hq, hkv) = (c.rope.num_qo_heads as u64, c.rope.num_kv_heads as u64);
+        let (n, vocab) = (ranks.max(1) as u64, c.vocab_size as u64);
+        let layer = ((hq + 2 * hkv) * d * h + h * hq * d + 3 * m * h) / n + 2 * h;
+        let elements = (c.num_layers as u64)
+            .saturating_mul(layer)
+            .saturating_add(vocab * h + vocab.div_ceil(n) * h + h);
+        elements.saturating_mul(self.dtype.size() as u64)
+    }
+
     /// The layers of a planned step.
     fn run_step(
         &self,
@@ -337,65 +433,108 @@ impl Decoder {
         step: &StepPlan,
         cache: &mut KvPool,
     ) -> Result<Tensor<2>, DecoderError> {
-        let attention = PoolAttentionConfig::new(
-            self.config.rope.num_qo_heads,
-            self.config.rope.num_kv_heads,
-            self.config.rope.head_dim,
-        );
-        let device = &self.device;
-        let last: Vec<i64> = step.last_tokens().iter().map(|&i| i as i64).collect();
-        let last = ints(last, [step.last_tokens().len()], device);
-        let t = tokens.len();
+        let mut state = self.embed_step(tokens);
+        for l in 0..self.layers.len() {
+            let o = self.attention_half(ops, l, &mut state, step, cache)?;
+            let mlp = self.mlp_half(ops, l, &mut state, o);
+            state.mlp_out = Some(mlp);
+        }
+        Ok(self.logits(ops, state, step))
+    }
+
+    /// The residual stream of a step's tokens: their embeddings.
+    pub(crate) fn embed_step(&self, tokens: &[StepToken]) -> StepState {
+        let ids: Vec<i64> = tokens.iter().map(|t| t.token as i64).collect();
+        let ids = ints(ids, [tokens.len()], &self.device);
+        StepState {
+            x: self.embed.clone().select(0, ids),
+            mlp_out: None,
+        }
+    }
+
+    /// Layer `l` up to its attention output projection: the previous MLP output added to the
+    /// residual stream, the input norm, q/k/v, the op's RoPE and pool write, attention, and `o`
+    /// (of this decoder's heads: a shard's partial sum).
+    pub(crate) fn attention_half(
+        &self,
+        ops: &impl LayerOps,
+        l: usize,
+        state: &mut StepState,
+        step: &StepPlan,
+        cache: &mut KvPool,
+    ) -> Result<Tensor<2>, DecoderError> {
+        let layer = &self.layers[l];
+        let eps = self.config.rms_norm_eps;
         let rope = &self.config.rope;
         let (hq, hkv, d) = (rope.num_qo_heads, rope.num_kv_heads, rope.head_dim);
-        let ids = ints(tokens.iter().map(|t| t.token as i64).collect(), [t], device);
+        let t = state.x.dims()[0];
+        let h = match state.mlp_out.take() {
+            Some(y) => {
+                let (sum, h) = ops.add_rms_norm(state.x.clone(), y, &layer.input_norm, eps);
+                state.x = sum;
+                h
+            }
+            None => ops.rms_norm(state.x.clone(), &layer.input_norm, eps),
+        };
+        // One projection; q, k and v are views of its columns (the op reads them in place).
+        let qkv = ops.project(&layer.qkv, h);
+        let (q_end, k_end) = (hq * d, (hq + hkv) * d);
+        let q = qkv.clone().slice([0..t, 0..q_end]).reshape([t, hq, d]);
+        let k = qkv.clone().slice([0..t, q_end..k_end]).reshape([t, hkv, d]);
+        let v = qkv
+            .slice([0..t, k_end..k_end + hkv * d])
+            .reshape([t, hkv, d]);
+        // Qwen3's per-head q/k norm runs inside the op (its epsilon is the config's
+        // `rms_norm_eps`, read into the rope config).
+        let qk_norm = match (&layer.q_norm, &layer.k_norm) {
+            (Some(qn), Some(kn)) => Some((qn.clone(), kn.clone())),
+            _ => None,
+        };
+        let rope = |inputs, config: &_| ops.rope(inputs, config);
+        let (q_rot, _) = cache.write_using(l, step, q, k, v, qk_norm, rope)?;
+        let attention = PoolAttentionConfig::new(hq, hkv, d);
+        let attended = match self.config.window(l) {
+            None => cache.attend(l, step, q_rot, &attention)?,
+            Some(w) => {
+                let windowed = attention.with_sliding_window(Some(w));
+                cache.attend(l, step, q_rot, &windowed)?
+            }
+        };
+        Ok(ops.project(&layer.o, attended.reshape([t, hq * d])))
+    }
+
+    /// Layer `l` after attention: `o` (summed over shards) added to the residual stream, the
+    /// post-attention norm and the MLP; returns its output (of this decoder's share of the MLP:
+    /// a shard's partial sum), added to the stream by the next layer.
+    pub(crate) fn mlp_half(
+        &self,
+        ops: &impl LayerOps,
+        l: usize,
+        state: &mut StepState,
+        o: Tensor<2>,
+    ) -> Tensor<2> {
+        let layer = &self.layers[l];
         let eps = self.config.rms_norm_eps;
-        let mut x = self.embed.clone().select(0, ids);
-        // A layer's MLP output, added to the residual stream by the next layer's input norm.
-        let mut mlp_out: Option<Tensor<2>> = None;
-        for (l, layer) in self.layers.iter().enumerate() {
-            let h = match mlp_out.take() {
-                Some(y) => {
-                    let (sum, h) = ops.add_rms_norm(x, y, &layer.input_norm, eps);
-                    x = sum;
-                    h
-                }
-                None => ops.rms_norm(x.clone(), &layer.input_norm, eps),
-            };
-            // One projection; q, k and v are views of its columns (the op reads them in place).
-            let qkv = ops.project(&layer.qkv, h);
-            let (q_end, k_end) = (hq * d, (hq + hkv) * d);
-            let q = qkv.clone().slice([0..t, 0..q_end]).reshape([t, hq, d]);
-            let k = qkv.clone().slice([0..t, q_end..k_end]).reshape([t, hkv, d]);
-            let v = qkv
-                .slice([0..t, k_end..k_end + hkv * d])
-                .reshape([t, hkv, d]);
-            // Qwen3's per-head q/k norm runs inside the op (its epsilon is the config's
-            // `rms_norm_eps`, read into the rope config).
-            let qk_norm = match (&layer.q_norm, &layer.k_norm) {
-                (Some(qn), Some(kn)) => Some((qn.clone(), kn.clone())),
-                _ => None,
-            };
-            let rope = |inputs, config: &_| ops.rope(inputs, config);
-            let (q_rot, _) = cache.write_using(l, step, q, k, v, qk_norm, rope)?;
-            let attended = match self.config.window(l) {
-                None => cache.attend(l, step, q_rot, &attention)?,
-                Some(w) => {
-                    let windowed = attention.clone().with_sliding_window(Some(w));
-                    cache.attend(l, step, q_rot, &windowed)?
-                }
-            };
-            let attended = attended.reshape([t, hq * d]);
-            let o = ops.project(&layer.o, attended);
-            let (sum, h) = ops.add_rms_norm(x, o, &layer.post_norm, eps);
-            x = sum;
-            let mlp = ops.silu_mul(ops.project(&layer.gate_up, h));
-            mlp_out = Some(ops.project(&layer.down, mlp));
-        }
-        if let Some(y) = mlp_out {
+        let (sum, h) = ops.add_rms_norm(state.x.clone(), o, &layer.post_norm, eps);
+        state.x = sum;
+        let mlp = ops.silu_mul(ops.project(&layer.gate_up, h));
+        ops.project(&layer.down, mlp)
+    }
+
+    /// The logits of each sequence's last token (of this decoder's LM head: a shard's columns).
+    pub(crate) fn logits(
+        &self,
+        ops: &impl LayerOps,
+        state: StepState,
+        step: &StepPlan,
+    ) -> Tensor<2> {
+        let mut x = state.x;
+        if let Some(y) = state.mlp_out {
             x = x + y;
         }
-        let last = ops.rms_norm(x.select(0, last), &self.norm, eps);
-        Ok(ops.project(&self.lm_head, last))
+        let last: Vec<i64> = step.last_tokens().iter().map(|&i| i as i64).collect();
+        let last = ints(last, [step.last_tokens().len()], &self.device);
+        let last = ops.rms_norm(x.select(0, last), &self.norm, self.config.rms_norm_eps);
+        ops.project(&self.lm_head, last)
     }
 }

@@ -11,6 +11,7 @@ mod generate;
 pub(crate) mod kernels;
 #[cfg(feature = "testing")]
 pub(crate) mod oracle;
+mod parallel;
 pub(crate) mod sampling;
 mod weights;
 
@@ -24,6 +25,7 @@ pub use engine::{
 pub use generate::{
     GenerateError, GenerateOptions, Generated, Request, generate, requests_from_json,
 };
+pub use parallel::{BurnAllReduce, Collective, InProcess, ShardedCache, ShardedDecoder};
 pub use sampling::{SamplingError, SamplingParams, SeqRng, probabilities, sample};
 #[cfg(feature = "testing")]
 pub(crate) use weights::Random;

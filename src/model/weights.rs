@@ -6,6 +6,7 @@ use crate::model::{Checkpoint, DecoderError};
 #[cfg(feature = "testing")]
 use burn::tensor::Distribution;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use std::ops::Range;
 
 /// A projection's weight, stored `[out, in]` (HuggingFace's layout).
 // A handful a layer: the variants' sizes do not matter.
@@ -44,6 +45,60 @@ impl Linear {
             Weight::Fp8(w) => w.dequantize(x.dtype()),
         };
         self.bias(x.matmul(w_t.transpose()))
+    }
+
+    /// The weight as floats of `dtype` (an fp8 weight dequantized).
+    fn float_weight(&self, dtype: DType) -> Tensor<2> {
+        match &self.w {
+            Weight::Float(w_t) => w_t.clone().cast(dtype),
+            Weight::Fp8(w) => w.dequantize(dtype),
+        }
+    }
+
+    /// The output features `ranges` (rows of the weight and the bias), stacked in order, as
+    /// floats of `dtype` on `device`: a column-parallel shard.
+    pub(crate) fn rows(&self, ranges: &[Range<usize>], device: &Device, dtype: DType) -> Linear {
+        let w = self.float_weight(dtype);
+        let cols = w.dims()[1];
+        let w = Tensor::cat(
+            ranges
+                .iter()
+                .map(|r| w.clone().slice([r.clone(), 0..cols]))
+                .collect(),
+            0,
+        );
+        let b = self.b.as_ref().map(|b| {
+            Tensor::cat(
+                ranges
+                    .iter()
+                    .map(|r| b.clone().slice([r.clone()]))
+                    .collect(),
+                0,
+            )
+            .to_device(device)
+        });
+        Linear {
+            w: Weight::Float(w.to_device(device)),
+            b,
+        }
+    }
+
+    /// The input features `range` (columns of the weight) as floats of `dtype` on `device`,
+    /// the bias kept where `bias` says (one shard of a row-parallel product adds it): a
+    /// row-parallel shard.
+    pub(crate) fn columns(
+        &self,
+        range: Range<usize>,
+        bias: bool,
+        device: &Device,
+        dtype: DType,
+    ) -> Linear {
+        let w = self.float_weight(dtype);
+        let rows = w.dims()[0];
+        Linear {
+            w: Weight::Float(w.slice([0..rows, range]).to_device(device)),
+            b: self.b.clone().filter(|_| bias).map(|b| b.to_device(device)),
+        }
     }
 
     fn bias(&self, y: Tensor<2>) -> Tensor<2> {

@@ -17,6 +17,7 @@ mod hf_configs;
 mod http;
 mod kv_pool;
 mod model_fuzz;
+mod parallel;
 mod pool_attention;
 mod pools;
 mod properties;
