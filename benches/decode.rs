@@ -4,7 +4,8 @@
 //! (each step reads its ids back), after a warm-up run of the same shapes.
 //!
 //! `cargo bench --bench decode -- [--device wgpu] [--dtype f16] [--batches 1,8,64] [--prompt 512]
-//!  [--steps 64] [--layers 32] [--fp8-cache K,V] [--fp8-weights] [--profile] [--json OUT]`
+//!  [--steps 64] [--layers 32] [--fp8-cache K,V] [--fp8-weights] [--profile] [--json OUT]
+//!  [--tp N] [--model 8b|70b]`
 
 #[path = "rope_pool/instruments.rs"]
 #[allow(dead_code)] // the decode bench uses the device timing loop only
@@ -12,11 +13,12 @@ mod instruments;
 
 use burn::tensor::DType;
 use burn_rope_pool::model::{
-    Decoder, DecoderConfig, GenerateOptions, Request, Stats, StepToken, generate,
+    BurnAllReduce, Collective, Decoder, DecoderConfig, GenerateOptions, InProcess, Model, Request,
+    Stats, StepToken, generate,
 };
 use burn_rope_pool::testing::{
-    Rng, argmax_rows, device_by_name, generate_unfused, llama3_8b, random_decoder,
-    random_fp8_decoder,
+    Rng, argmax_rows, device_by_name, generate_unfused, llama3_8b, llama3_70b, random_decoder,
+    random_fp8_decoder, random_sharded_decoder,
 };
 use clap::Parser;
 use instruments::time_per_call;
@@ -34,9 +36,9 @@ struct Args {
     prompt: usize,
     #[arg(long, default_value_t = 64)]
     steps: usize,
-    /// Decoder layers (32 for the real shape; fewer for a quick run on a CPU).
-    #[arg(long, default_value_t = 32)]
-    layers: usize,
+    /// Decoder layers (default: the shape's, 32 or 80; fewer for a quick run on a CPU).
+    #[arg(long)]
+    layers: Option<usize>,
     /// Vocabulary size (128256 for the real shape; smaller for a quick run on a CPU).
     #[arg(long, default_value_t = 128_256)]
     vocab: usize,
@@ -68,6 +70,15 @@ struct Args {
     /// of 128, as an fp8 checkpoint loads on CubeCL devices; path `fused fp8-weights`).
     #[arg(long)]
     fp8_weights: bool,
+    /// Tensor parallelism: also run the fused path split over this many GPUs (`DEVICE:0` …,
+    /// shards drawn at random on each; path `fused tpN`), through Burn's all-reduce on `cuda`,
+    /// summed in process elsewhere.
+    #[arg(long, default_value_t = 1)]
+    tp: usize,
+    /// The model's shape: `8b` (Llama-3-8B) or `70b` (Llama-3-70B; `--tp` only: it does not
+    /// fit one GPU).
+    #[arg(long, default_value = "8b")]
+    model: String,
     /// Write the rows as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -87,6 +98,18 @@ fn requests(batch: usize, prompt: usize, steps: usize, vocab: usize) -> Vec<Requ
             max_new_tokens: steps + 1,
         })
         .collect()
+}
+
+/// The fused path of any model (a sharded one included): warm-up, then the timed run.
+fn run_model<M: Model>(model: &M, batch: usize, args: &Args) -> Stats {
+    let vocab = model.config().vocab_size;
+    let options = GenerateOptions::default();
+    let generate = |steps| {
+        let requests = requests(batch, args.prompt, steps, vocab);
+        generate(model, &requests, &options, |_| {})
+    };
+    generate(2).expect("warm-up");
+    generate(args.steps).expect("run").1
 }
 
 fn run(model: &Decoder, fused: bool, batch: usize, args: &Args) -> Stats {
@@ -112,14 +135,22 @@ fn main() {
         "bf16" => DType::BF16,
         _ => DType::F16,
     };
-    let config = DecoderConfig {
-        num_layers: args.layers,
-        vocab_size: args.vocab,
-        ..llama3_8b()
+    let shape = match args.model.as_str() {
+        "70b" => llama3_70b(),
+        _ => llama3_8b(),
     };
+    let config = DecoderConfig {
+        num_layers: args.layers.unwrap_or(shape.num_layers),
+        vocab_size: args.vocab,
+        ..shape
+    };
+    if args.tp > 1 {
+        tensor_parallel(config, dtype, &args);
+        return;
+    }
     println!(
         "Llama-3-8B shape, {} layers, {dtype:?} on {device:?}; prompts of {} tokens, {} decode steps\n",
-        args.layers, args.prompt, args.steps
+        config.num_layers, args.prompt, args.steps
     );
     if args.matmul_probe {
         matmul_probe(&device, dtype, &args.probe_rows, args.probe_project_only);
@@ -155,7 +186,7 @@ fn main() {
             );
             rows.push(format!(
                 "{{\"path\":\"{path}\",\"batch\":{batch},\"dtype\":\"{dtype:?}\",\"layers\":{},\"prompt\":{},\"steps\":{},\"prefill_tok_s\":{:.1},\"decode_tok_s\":{:.2},\"decode_ms_per_step\":{ms:.3}}}",
-                args.layers, args.prompt, args.steps, stats.prefill_rate(), stats.decode_rate()
+                config.num_layers, args.prompt, args.steps, stats.prefill_rate(), stats.decode_rate()
             ));
         }
     }
@@ -381,5 +412,39 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
             t * 1e6 / STEPS as f64,
             t * 1e6 / n.max(1) as f64
         );
+    }
+}
+
+/// `--tp N`: the fused path split over `DEVICE:0` … `DEVICE:N-1`, shards drawn at random on
+/// each GPU.
+fn tensor_parallel(config: DecoderConfig, dtype: DType, args: &Args) {
+    let devices: Vec<_> = (0..args.tp)
+        .map(|i| device_by_name(&format!("{}:{i}", args.device)).expect("device"))
+        .collect();
+    let collective: Box<dyn Collective> = match args.device.as_str() {
+        "cuda" => Box::new(BurnAllReduce::new(devices.clone()).expect("Burn's all-reduce")),
+        _ => Box::new(InProcess),
+    };
+    let layers = config.num_layers;
+    let model = random_sharded_decoder(config, &devices, dtype, collective).expect("shards");
+    println!("| path | batch | prefill tok/s | decode tok/s | decode ms/step |");
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    let mut rows = Vec::new();
+    let path = format!("fused tp{}", args.tp);
+    for &batch in &args.batches {
+        let stats = run_model(&model, batch, args);
+        let ms = 1e3 * stats.decode_time.as_secs_f64() / args.steps.max(1) as f64;
+        println!(
+            "| {path} | {batch} | {:.0} | {:.1} | {ms:.2} |",
+            stats.prefill_rate(),
+            stats.decode_rate()
+        );
+        rows.push(format!(
+            "{{\"path\":\"{path}\",\"model\":\"{}\",\"batch\":{batch},\"dtype\":\"{dtype:?}\",\"layers\":{},\"prompt\":{},\"steps\":{},\"prefill_tok_s\":{:.1},\"decode_tok_s\":{:.2},\"decode_ms_per_step\":{ms:.3}}}",
+            args.model, layers, args.prompt, args.steps, stats.prefill_rate(), stats.decode_rate()
+        ));
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, format!("[\n{}\n]\n", rows.join(",\n"))).expect("write json");
     }
 }

@@ -124,6 +124,16 @@ fn sliding_window(
 }
 
 impl DecoderConfig {
+    /// The config of one of `ranks` tensor-parallel shards: the q and kv heads and the MLP
+    /// width divided by `ranks` (the caller checked that they divide).
+    pub(crate) fn shard(&self, ranks: usize) -> DecoderConfig {
+        let mut config = self.clone();
+        config.rope.num_qo_heads /= ranks;
+        config.rope.num_kv_heads /= ranks;
+        config.intermediate_size /= ranks;
+        config
+    }
+
     /// The window of layer `layer`, if it has one.
     pub fn window(&self, layer: usize) -> Option<usize> {
         let window = self.sliding_window.as_ref()?;

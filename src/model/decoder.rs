@@ -220,13 +220,18 @@ impl Decoder {
             });
         }
         let embed = weights.embed(config.vocab_size, h)?;
+        let head_rows = weights.lm_head_rows(config.vocab_size);
         let lm_head = if config.tie_word_embeddings {
+            let w = match head_rows == (0..config.vocab_size) {
+                true => embed.clone(),
+                false => embed.clone().slice([head_rows, 0..h]),
+            };
             Linear {
-                w: Weight::Float(embed.clone()),
+                w: Weight::Float(w),
                 b: None,
             }
         } else {
-            weights.linear(&[("lm_head", config.vocab_size)], h, false)?
+            weights.linear(&[("lm_head", head_rows.len())], h, false)?
         };
         // The op's q/k norm uses the model's RMSNorm epsilon.
         config.rope.qk_norm_eps = config.rms_norm_eps;
@@ -283,12 +288,8 @@ impl Decoder {
                 down: layer.down.columns(mlp.clone(), rank == 0, device, dtype),
             })
             .collect();
-        let mut config = self.config.clone();
-        config.rope.num_qo_heads = qn;
-        config.rope.num_kv_heads = kvn;
-        config.intermediate_size = mn;
         Decoder {
-            config,
+            config: self.config.shard(ranks),
             embed: self.embed.clone().to_device(device),
             layers,
             norm: whole(&self.norm),
@@ -410,7 +411,11 @@ impl Decoder {
     /// The bytes of the weights of one of `ranks` shards ([`Self::shard`]), as floats of the
     /// decoder's dtype.
     pub(crate) fn shard_bytes(&self, ranks: usize) -> u64 {
-        let c = &self.config;
+        Self::shard_bytes_of(&self.config, self.dtype, ranks)
+    }
+
+    /// [`Self::shard_bytes`] of a decoder of `config` in `dtype`.
+    pub(crate) fn shard_bytes_of(c: &DecoderConfig, dtype: DType, ranks: usize) -> u64 {
         let (h, m, d) = (
             c.hidden_size as u64,
             c.intermediate_size as u64,
@@ -422,7 +427,7 @@ impl Decoder {
         let elements = (c.num_layers as u64)
             .saturating_mul(layer)
             .saturating_add(vocab * h + vocab.div_ceil(n) * h + h);
-        elements.saturating_mul(self.dtype.size() as u64)
+        elements.saturating_mul(dtype.size() as u64)
     }
 
     /// The layers of a planned step.

@@ -11,7 +11,8 @@
 
 use crate::model::sampling::{SamplingParams, SeqRng, sample};
 use crate::model::{Decoder, DecoderError, GenerateError, StepToken};
-use crate::pool::KvPool;
+use crate::model::{DecoderConfig, ShardedCache, ShardedDecoder};
+use crate::pool::{KvPool, KvPoolError, SeqId};
 use crate::text::{DecodeStream, Tokenizer};
 use burn::tensor::{DType, Tensor};
 use std::collections::VecDeque;
@@ -167,8 +168,96 @@ impl Stats {
     }
 }
 
-/// How a step runs the decoder: [`Decoder::step`], or an oracle of it.
-pub(crate) type StepFn = fn(&Decoder, &[StepToken], &mut KvPool) -> Result<Tensor<2>, DecoderError>;
+/// What an [`Engine`] (and [`generate`](crate::model::generate)) runs: a decoder on one device
+/// ([`Decoder`]) or split over several ([`ShardedDecoder`](crate::model::ShardedDecoder)).
+pub trait Model {
+    /// Its keys and values.
+    type Cache: Cache;
+    /// The architecture (the engine checks requests against its vocabulary and context).
+    fn config(&self) -> &DecoderConfig;
+    /// An empty cache of `pool_rows` rows, refused before anything is allocated past i32 slots,
+    /// the device's memory or `limit` bytes.
+    fn new_cache_within(
+        &self,
+        pool_rows: usize,
+        limit: Option<u64>,
+    ) -> Result<Self::Cache, KvPoolError>;
+    /// One ragged step ([`Decoder::step`]): the logits `[S, vocab]` of each sequence's last
+    /// token.
+    fn step(
+        &self,
+        tokens: &[StepToken],
+        cache: &mut Self::Cache,
+    ) -> Result<Tensor<2>, DecoderError>;
+}
+
+/// A [`Model`]'s cache as the engine uses it.
+pub trait Cache {
+    /// Rows free.
+    fn available(&self) -> usize;
+    /// Frees sequence `seq`'s rows; the rows freed.
+    fn release(&mut self, seq: SeqId) -> Result<usize, KvPoolError>;
+}
+
+impl Model for Decoder {
+    type Cache = KvPool;
+    fn config(&self) -> &DecoderConfig {
+        &self.config
+    }
+    fn new_cache_within(
+        &self,
+        pool_rows: usize,
+        limit: Option<u64>,
+    ) -> Result<KvPool, KvPoolError> {
+        Decoder::new_cache_within(self, pool_rows, limit)
+    }
+    fn step(&self, tokens: &[StepToken], cache: &mut KvPool) -> Result<Tensor<2>, DecoderError> {
+        Decoder::step(self, tokens, cache)
+    }
+}
+
+impl Cache for KvPool {
+    fn available(&self) -> usize {
+        KvPool::available(self)
+    }
+    fn release(&mut self, seq: SeqId) -> Result<usize, KvPoolError> {
+        KvPool::release(self, seq)
+    }
+}
+
+impl Model for ShardedDecoder {
+    type Cache = ShardedCache;
+    fn config(&self) -> &DecoderConfig {
+        ShardedDecoder::config(self)
+    }
+    fn new_cache_within(
+        &self,
+        pool_rows: usize,
+        limit: Option<u64>,
+    ) -> Result<ShardedCache, KvPoolError> {
+        ShardedDecoder::new_cache_within(self, pool_rows, limit)
+    }
+    fn step(
+        &self,
+        tokens: &[StepToken],
+        cache: &mut ShardedCache,
+    ) -> Result<Tensor<2>, DecoderError> {
+        ShardedDecoder::step(self, tokens, cache)
+    }
+}
+
+impl Cache for ShardedCache {
+    fn available(&self) -> usize {
+        ShardedCache::available(self)
+    }
+    fn release(&mut self, seq: SeqId) -> Result<usize, KvPoolError> {
+        ShardedCache::release(self, seq)
+    }
+}
+
+/// How a step runs the model: [`Model::step`], or an oracle of it.
+pub(crate) type StepFn<M> =
+    fn(&M, &[StepToken], &mut <M as Model>::Cache) -> Result<Tensor<2>, DecoderError>;
 
 /// A request while it waits or runs.
 struct Sequence<'t> {
@@ -186,12 +275,12 @@ struct Sequence<'t> {
 
 /// Continuous batching over a decoder: [`Engine::submit`] requests, [`Engine::step`] until
 /// [`Engine::is_idle`], [`Engine::cancel`] any time.
-pub struct Engine<'a> {
-    decoder: &'a Decoder,
+pub struct Engine<'a, M: Model = Decoder> {
+    decoder: &'a M,
     tokenizer: Option<&'a Tokenizer>,
-    pool: KvPool,
+    pool: M::Cache,
     options: EngineOptions,
-    step_fn: StepFn,
+    step_fn: StepFn<M>,
     waiting: VecDeque<Sequence<'a>>,
     running: Vec<Sequence<'a>>,
     /// Pool rows not promised to a running request.
@@ -208,24 +297,24 @@ fn rows_needed(request: &GenerationRequest) -> usize {
         .saturating_add(request.max_new_tokens.saturating_sub(1))
 }
 
-impl<'a> Engine<'a> {
+impl<'a, M: Model> Engine<'a, M> {
     /// An engine over `decoder` with pools of `options.pool_rows` rows (refused before anything
     /// is allocated past i32 slots, the device's memory or `max_pool_bytes`; a `prefill_chunk` of
     /// 0 is refused too). Without a tokenizer it streams ids only and refuses stop strings.
     pub fn new(
-        decoder: &'a Decoder,
+        decoder: &'a M,
         tokenizer: Option<&'a Tokenizer>,
         options: EngineOptions,
     ) -> Result<Self, GenerateError> {
-        Self::with_step(decoder, tokenizer, options, Decoder::step)
+        Self::with_step(decoder, tokenizer, options, M::step)
     }
 
     /// [`Self::new`] whose steps run through `step_fn`.
     pub(crate) fn with_step(
-        decoder: &'a Decoder,
+        decoder: &'a M,
         tokenizer: Option<&'a Tokenizer>,
         options: EngineOptions,
-        step_fn: StepFn,
+        step_fn: StepFn<M>,
     ) -> Result<Self, GenerateError> {
         if options.prefill_chunk == Some(0) {
             return Err(GenerateError::PrefillChunk);
@@ -277,7 +366,7 @@ impl<'a> Engine<'a> {
 
     /// The model's context: `max_position_embeddings`, if its config has one.
     pub fn context(&self) -> Option<usize> {
-        self.decoder.config.max_position_embeddings
+        self.decoder.config().max_position_embeddings
     }
 
     /// Queues a request; refused, with nothing queued, when it has an empty prompt (once any
@@ -292,7 +381,7 @@ impl<'a> Engine<'a> {
         if request.prompt.is_empty() {
             return Err(GenerateError::EmptyPrompt(id as usize));
         }
-        let vocab_size = self.decoder.config.vocab_size;
+        let vocab_size = self.decoder.config().vocab_size;
         if let Some(&token) = request.prompt.iter().find(|&&t| t as usize >= vocab_size) {
             return Err(DecoderError::Token { token, vocab_size }.into());
         }

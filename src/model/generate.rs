@@ -3,10 +3,10 @@
 //! come first served), results in request order. A request that could never fit the pool is an
 //! error; one that does not fit yet waits.
 
-use crate::model::engine::StepFn;
+use crate::model::engine::{Model, StepFn};
 use crate::model::sampling::SamplingError;
 use crate::model::{
-    Decoder, DecoderError, Engine, EngineOptions, Event, GenerationRequest, SamplingParams, Stats,
+    DecoderError, Engine, EngineOptions, Event, GenerationRequest, SamplingParams, Stats,
     StopConditions,
 };
 use crate::pool::KvPoolError;
@@ -115,19 +115,19 @@ pub struct GenerateOptions {
 
 /// Runs every request greedily through one continuous batch; results in request order.
 /// `on_step` sees the running totals after every step (for a progress line).
-pub fn generate(
-    model: &Decoder,
+pub fn generate<M: Model>(
+    model: &M,
     requests: &[Request],
     options: &GenerateOptions,
     on_step: impl FnMut(&Stats),
 ) -> Result<(Vec<Generated>, Stats), GenerateError> {
-    generate_with(Decoder::step, model, requests, options, on_step)
+    generate_with(M::step, model, requests, options, on_step)
 }
 
 /// [`generate`] with the decoder's steps run through `step`.
-pub(crate) fn generate_with(
-    step: StepFn,
-    model: &Decoder,
+pub(crate) fn generate_with<M: Model>(
+    step: StepFn<M>,
+    model: &M,
     requests: &[Request],
     options: &GenerateOptions,
     mut on_step: impl FnMut(&Stats),

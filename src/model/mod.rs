@@ -11,7 +11,7 @@ mod generate;
 pub(crate) mod kernels;
 #[cfg(feature = "testing")]
 pub(crate) mod oracle;
-mod parallel;
+pub(crate) mod parallel;
 pub(crate) mod sampling;
 mod weights;
 
@@ -20,7 +20,8 @@ pub use checkpoint::{Checkpoint, CheckpointError, Quantization};
 pub use config::{DecoderConfig, SlidingWindow, WindowLayers};
 pub use decoder::{Decoder, DecoderError, StepToken};
 pub use engine::{
-    Engine, EngineOptions, Event, FinishReason, GenerationRequest, RequestId, Stats, StopConditions,
+    Cache, Engine, EngineOptions, Event, FinishReason, GenerationRequest, Model, RequestId, Stats,
+    StopConditions,
 };
 pub use generate::{
     GenerateError, GenerateOptions, Generated, Request, generate, requests_from_json,

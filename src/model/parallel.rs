@@ -7,7 +7,7 @@
 //! own [`KvPool`] holds its heads' keys and values, and one driver thread runs every rank.
 
 use crate::model::decoder::{Kernels, StepState};
-use crate::model::{Decoder, DecoderError, StepToken};
+use crate::model::{Decoder, DecoderConfig, DecoderError, StepToken};
 use crate::pool::{KvPool, KvPoolError, SeqId, SeqToken, StepPlan};
 use burn::tensor::{DType, Device, Tensor};
 
@@ -88,6 +88,43 @@ impl Collective for BurnAllReduce {
     }
 }
 
+/// The refusals of a split of a decoder of `config` over `devices`, shards of `bytes` each
+/// (see [`ShardedDecoder::new`]).
+pub(crate) fn check(
+    config: &DecoderConfig,
+    devices: &[Device],
+    bytes: u64,
+) -> Result<(), DecoderError> {
+    let ranks = devices.len();
+    let refuse = |why: String| Err(DecoderError::Parallel(why));
+    if ranks == 0 {
+        return refuse("no devices".into());
+    }
+    let (hkv, m) = (config.rope.num_kv_heads, config.intermediate_size);
+    if !hkv.is_multiple_of(ranks) || !m.is_multiple_of(ranks) || ranks > config.vocab_size {
+        return refuse(format!(
+            "{ranks} ranks do not divide {hkv} kv heads and an MLP of {m} (or outnumber a vocabulary of {})",
+            config.vocab_size
+        ));
+    }
+    if devices.iter().any(|d| runtime(d) != runtime(&devices[0])) {
+        return refuse(format!("devices of different kinds: {devices:?}"));
+    }
+    for device in devices {
+        // Several ranks on one device hold a shard each.
+        let shards = devices.iter().filter(|d| *d == device).count() as u64;
+        let need = bytes.saturating_mul(shards);
+        if let Some((limit, source)) = crate::pool::memory_limit(device, u64::MAX)
+            && need > limit
+        {
+            return refuse(format!(
+                "shards of {need} bytes on {device:?}, more than {limit} bytes {source}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A device's runtime: its dispatch device's debug name up to the second parenthesis
 /// (`Cube(Cuda`, `Cube(Wgpu`, `Flex(FlexDevice)`).
 fn runtime(device: &Device) -> String {
@@ -120,9 +157,9 @@ impl ShardedCache {
         freed
     }
 
-    /// Rank `rank`'s pool.
-    pub fn rank(&self, rank: usize) -> &KvPool {
-        &self.pools[rank]
+    /// Rank `rank`'s pool (`None` past the ranks).
+    pub fn rank(&self, rank: usize) -> Option<&KvPool> {
+        self.pools.get(rank)
     }
 }
 
@@ -130,6 +167,7 @@ impl ShardedCache {
 /// the same tokens and gives the same logits as [`Decoder::step`] (the sums over ranks in
 /// another order: within rounding).
 pub struct ShardedDecoder {
+    config: DecoderConfig,
     ranks: Vec<Decoder>,
     collective: Box<dyn Collective>,
 }
@@ -144,36 +182,10 @@ impl ShardedDecoder {
         devices: &[Device],
         collective: Box<dyn Collective>,
     ) -> Result<Self, DecoderError> {
+        check(&decoder.config, devices, decoder.shard_bytes(devices.len()))?;
         let ranks = devices.len();
-        let config = &decoder.config;
-        let refuse = |why: String| Err(DecoderError::Parallel(why));
-        if ranks == 0 {
-            return refuse("no devices".into());
-        }
-        let (hkv, m) = (config.rope.num_kv_heads, config.intermediate_size);
-        if !hkv.is_multiple_of(ranks) || !m.is_multiple_of(ranks) || ranks > config.vocab_size {
-            return refuse(format!(
-                "{ranks} ranks do not divide {hkv} kv heads and an MLP of {m} (or outnumber a vocabulary of {})",
-                config.vocab_size
-            ));
-        }
-        if devices.iter().any(|d| runtime(d) != runtime(&devices[0])) {
-            return refuse(format!("devices of different kinds: {devices:?}"));
-        }
-        let bytes = decoder.shard_bytes(ranks);
-        for device in devices {
-            // Several ranks on one device hold a shard each.
-            let shards = devices.iter().filter(|d| *d == device).count() as u64;
-            let need = bytes.saturating_mul(shards);
-            if let Some((limit, source)) = crate::pool::memory_limit(device, u64::MAX)
-                && need > limit
-            {
-                return refuse(format!(
-                    "shards of {need} bytes on {device:?}, more than {limit} bytes {source}"
-                ));
-            }
-        }
         Ok(Self {
+            config: decoder.config.clone(),
             ranks: (0..ranks)
                 .map(|r| decoder.shard(r, ranks, &devices[r]))
                 .collect(),
@@ -181,17 +193,45 @@ impl ShardedDecoder {
         })
     }
 
+    /// The decoder of `config` whose shards are `ranks` (as [`Decoder::shard`] makes them),
+    /// combined through `collective`.
+    pub(crate) fn from_ranks(
+        config: DecoderConfig,
+        ranks: Vec<Decoder>,
+        collective: Box<dyn Collective>,
+    ) -> Self {
+        Self {
+            config,
+            ranks,
+            collective,
+        }
+    }
+
     /// The ranks' shards, in order.
     pub fn ranks(&self) -> &[Decoder] {
         &self.ranks
     }
 
+    /// The whole model's architecture.
+    pub fn config(&self) -> &DecoderConfig {
+        &self.config
+    }
+
     /// Empty pools of `pool_rows` rows, one a rank (each refused as [`Decoder::new_cache`]).
     pub fn new_cache(&self, pool_rows: usize) -> Result<ShardedCache, KvPoolError> {
+        self.new_cache_within(pool_rows, None)
+    }
+
+    /// [`Self::new_cache`], each rank's pools also refused past `limit` bytes if given.
+    pub(crate) fn new_cache_within(
+        &self,
+        pool_rows: usize,
+        limit: Option<u64>,
+    ) -> Result<ShardedCache, KvPoolError> {
         let pools = self
             .ranks
             .iter()
-            .map(|rank| rank.new_cache(pool_rows))
+            .map(|rank| rank.new_cache_within(pool_rows, limit))
             .collect::<Result<_, _>>()?;
         Ok(ShardedCache { pools })
     }

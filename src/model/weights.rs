@@ -136,6 +136,10 @@ pub(crate) trait Weights {
     -> Result<Linear, DecoderError>;
     /// The embedding matrix `[vocab, hidden]`.
     fn embed(&self, vocab: usize, hidden: usize) -> Result<Tensor<2>, DecoderError>;
+    /// The vocabulary rows the LM head holds (all of them but in a shard built directly).
+    fn lm_head_rows(&self, vocab: usize) -> Range<usize> {
+        0..vocab
+    }
 }
 
 pub(crate) struct FromCheckpoint<'a> {
@@ -239,6 +243,8 @@ pub(crate) struct Random<'a> {
     /// Projections as fp8 codes in blocks of 128 (on CubeCL devices, inner sizes of whole
     /// blocks), as an fp8 checkpoint loads.
     pub(crate) fp8: bool,
+    /// The LM head's vocabulary rows (a shard's; `None`: all).
+    pub(crate) lm_head_rows: Option<Range<usize>>,
 }
 
 #[cfg(feature = "testing")]
@@ -277,6 +283,9 @@ impl Weights for Random<'_> {
             w: Weight::Float(Tensor::random([o, i], normal, (self.device, self.dtype))),
             b,
         })
+    }
+    fn lm_head_rows(&self, vocab: usize) -> Range<usize> {
+        self.lm_head_rows.clone().unwrap_or(0..vocab)
     }
     fn embed(&self, vocab: usize, hidden: usize) -> Result<Tensor<2>, DecoderError> {
         let normal = Distribution::Normal(0.0, 0.02);

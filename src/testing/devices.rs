@@ -56,10 +56,33 @@ fn is_wgpu(device: &Device) -> bool {
 /// The device names this build can open: `flex`, `wgpu`, `vulkan`, `metal`, `cuda`, `default`.
 /// `default` is burn's default device, or Flex when that one has no usable adapter or
 /// [`wgpu_refusal`] applies (the caller sees which in the device's `Debug` form); `wgpu` and
-/// `vulkan` are refused with [`wgpu_refusal`]'s reason where it applies.
+/// `vulkan` are refused with [`wgpu_refusal`]'s reason where it applies. `cuda:N`, `wgpu:N` and
+/// `vulkan:N` name the N-th GPU of a runtime (tensor-parallel runs; `flex:N` is Flex).
 pub fn device_by_name(name: &str) -> Result<Device, String> {
     #[cfg(feature = "wgpu")]
     use burn::tensor::DeviceKind;
+    // `NAME:INDEX`: the INDEX-th GPU of a runtime (CUDA's device, wgpu's or Vulkan's discrete GPU).
+    if let Some((runtime, index)) = name.split_once(':') {
+        let index: usize = index
+            .parse()
+            .map_err(|_| format!("device `{name}`: `{index}` is not a GPU index"))?;
+        return match runtime {
+            // Flex is one CPU device: every index names it (shards side by side in memory).
+            #[cfg(feature = "flex")]
+            "flex" => Ok(Device::flex()),
+            #[cfg(feature = "cuda")]
+            "cuda" => Ok(Device::cuda(index)),
+            #[cfg(feature = "wgpu")]
+            "wgpu" if wgpu_refusal().is_none() => Ok(Device::wgpu(DeviceKind::DiscreteGpu(index))),
+            #[cfg(feature = "vulkan")]
+            "vulkan" if wgpu_refusal().is_none() => {
+                Ok(Device::vulkan(DeviceKind::DiscreteGpu(index)))
+            }
+            _ => Err(format!(
+                "device `{name}`: no GPU {index} of `{runtime}` in this build (cuda, wgpu or vulkan, with its cargo feature, on a hardware GPU)"
+            )),
+        };
+    }
     match name {
         "default" => {
             let device = Device::default();

@@ -55,6 +55,19 @@ pub fn llama3_8b() -> DecoderConfig {
     }
 }
 
+/// A Llama-3-70B-shaped config (80 layers, hidden 8192, 64/8 heads of 128, MLP 28672, vocab
+/// 128256, θ = 500000): the tensor-parallel benchmark's large model.
+pub fn llama3_70b() -> DecoderConfig {
+    let mut config = llama3_8b();
+    config.hidden_size = 8192;
+    config.intermediate_size = 28_672;
+    config.num_layers = 80;
+    config.rope = RopePoolConfig::new(128, 64, 8)
+        .with_rope_base(500_000.0)
+        .with_k_rot(false);
+    config
+}
+
 /// A decoder of `config` with random weights (normal, σ = 0.02; norms 1), for benchmarks.
 pub fn random_decoder(
     config: DecoderConfig,
@@ -67,6 +80,7 @@ pub fn random_decoder(
             device,
             dtype,
             fp8: false,
+            lm_head_rows: None,
         },
     )
 }
@@ -85,8 +99,44 @@ pub fn random_fp8_decoder(
             device,
             dtype,
             fp8: true,
+            lm_head_rows: None,
         },
     )
+}
+
+/// [`random_decoder`] split over `devices` ([`crate::model::ShardedDecoder`]), each rank's shard
+/// drawn at random on its device directly (no whole model is built: a model past one device's
+/// memory shards too); refused as [`crate::model::ShardedDecoder::new`] refuses.
+pub fn random_sharded_decoder(
+    config: DecoderConfig,
+    devices: &[Device],
+    dtype: DType,
+    collective: Box<dyn crate::model::Collective>,
+) -> Result<crate::model::ShardedDecoder, DecoderError> {
+    let ranks = devices.len();
+    crate::model::parallel::check(
+        &config,
+        devices,
+        Decoder::shard_bytes_of(&config, dtype, ranks),
+    )?;
+    let per = config.vocab_size.div_ceil(ranks);
+    let shards = devices
+        .iter()
+        .enumerate()
+        .map(|(r, device)| {
+            let vocab = config.vocab_size;
+            let weights = Random {
+                device,
+                dtype,
+                fp8: false,
+                lm_head_rows: Some((r * per).min(vocab)..((r + 1) * per).min(vocab)),
+            };
+            Decoder::build(config.shard(ranks), &weights)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(crate::model::ShardedDecoder::from_ranks(
+        config, shards, collective,
+    ))
 }
 
 /// A planned step's positions and slots (one per token, batch order), read back to the host.

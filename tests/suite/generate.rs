@@ -24,7 +24,7 @@ fn model_dir(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
-fn expected(name: &str) -> (Vec<Request>, Vec<Generated>) {
+pub(crate) fn expected(name: &str) -> (Vec<Request>, Vec<Generated>) {
     let text = std::fs::read_to_string(model_dir(name).join("expected.json")).unwrap();
     let json: Value = serde_json::from_str(&text).unwrap();
     let mut requests = Vec::new();
@@ -93,7 +93,7 @@ fn run_through(
 }
 
 /// Ids equal; logits within `tol` norm-relative at every step.
-fn assert_same(got: &[Generated], want: &[Generated], tol: f64, what: &str) {
+pub(crate) fn assert_same(got: &[Generated], want: &[Generated], tol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert_eq!(g.generated, w.generated, "{what}: request {i} ids");

@@ -80,6 +80,28 @@ fn same_steps(whole: &Decoder, sharded: &ShardedDecoder, steps: usize, tol: f64,
     }
 }
 
+/// `generate` drives every rank of a sharded checkpoint: transformers' ids and logits.
+#[test]
+fn sharded_checkpoints_generate_what_transformers_generates() {
+    use burn_rope_pool::model::{GenerateOptions, generate};
+    for (device_name, device) in devices() {
+        let whole = load("llama31_tiny", &device);
+        let sharded = ShardedDecoder::new(
+            &whole,
+            &[device.clone(), device.clone()],
+            Box::new(InProcess),
+        )
+        .unwrap();
+        let (requests, want) = crate::generate::expected("llama31_tiny");
+        let options = GenerateOptions {
+            keep_logits: true,
+            ..Default::default()
+        };
+        let (got, _) = generate(&sharded, &requests, &options, |_| {}).unwrap();
+        crate::generate::assert_same(&got, &want, 1e-4, &format!("2 ranks on {device_name}"));
+    }
+}
+
 #[test]
 fn sharded_checkpoints_step_as_the_whole_decoder() {
     // Llama (untied head), Qwen2 (q/k/v biases, tied), Qwen3 (q/k norms), an fp8 checkpoint
@@ -101,6 +123,25 @@ fn sharded_checkpoints_step_as_the_whole_decoder() {
             }
         }
     }
+}
+
+/// A decoder loaded into host memory (Flex) splits onto the GPU: the way a model larger than one
+/// GPU is loaded.
+#[test]
+fn a_decoder_on_the_host_shards_onto_the_gpu() {
+    let Some((gpu_name, gpu)) = devices().into_iter().nth(1) else {
+        return; // no GPU here: `devices()` has already failed or counted the skip
+    };
+    let host = load("llama31_tiny", &Device::flex());
+    let whole = load("llama31_tiny", &gpu);
+    let sharded = ShardedDecoder::new(&host, &[gpu.clone(), gpu], Box::new(InProcess)).unwrap();
+    same_steps(
+        &whole,
+        &sharded,
+        4,
+        1e-5,
+        &format!("flex → 2 ranks on {gpu_name}"),
+    );
 }
 
 /// A small Llama-shaped config of 8 kv heads (16 q heads), for 1 to 8 ranks.
@@ -130,6 +171,55 @@ fn a_model_of_eight_kv_heads_steps_alike_on_one_to_eight_ranks() {
             assert_eq!(sharded.ranks()[0].config.rope.num_kv_heads, 8 / ranks);
         }
     }
+}
+
+/// Shards drawn at random on their devices directly (the benchmarks' models past one device):
+/// the whole vocabulary's logits, gathered from the ranks' LM head rows, tied or not.
+#[test]
+fn random_shards_built_directly_give_the_whole_vocabulary() {
+    use burn_rope_pool::testing::random_sharded_decoder;
+    let flex = Device::flex();
+    for tied in [false, true] {
+        let mut config = eight_kv_heads();
+        config.tie_word_embeddings = tied;
+        for ranks in [1usize, 2, 4, 8] {
+            let sharded = random_sharded_decoder(
+                config.clone(),
+                &vec![flex.clone(); ranks],
+                DType::F32,
+                Box::new(InProcess),
+            )
+            .unwrap();
+            let mut cache = sharded.new_cache(8).unwrap();
+            let tokens: Vec<StepToken> = (0..3)
+                .map(|position| StepToken {
+                    seq: 0,
+                    position,
+                    token: 202 - position as u32,
+                })
+                .collect();
+            let logits = sharded.step(&tokens, &mut cache).unwrap();
+            assert_eq!(logits.dims(), [1, 203], "{ranks} ranks, tied {tied}");
+            let values: Vec<f32> = logits.into_data().iter::<f32>().collect();
+            assert!(
+                values.iter().all(|v| v.is_finite()),
+                "{ranks} ranks, tied {tied}"
+            );
+            let rows = sharded
+                .ranks()
+                .iter()
+                .map(|r| r.config.vocab_size)
+                .collect::<Vec<_>>();
+            assert!(rows.iter().all(|&v| v == 203), "{rows:?}");
+        }
+    }
+    let refused = random_sharded_decoder(
+        eight_kv_heads(),
+        &vec![flex; 3],
+        DType::F32,
+        Box::new(InProcess),
+    );
+    assert!(refused.is_err());
 }
 
 #[test]
