@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release --example generate -- --model DIR --prompt "Hi" [--chat] [--system S]
 //!  [--temperature T --top-k K --top-p P --min-p M --repetition-penalty R --seed N]
-//!  [--max-new-tokens N] [--stop STR]... [--tokenizer DIR] [--device D] [--dtype f32]`
+//!  [--max-new-tokens N] [--stop STR]... [--tokenizer DIR] [--device D] [--dtype f32] [--tp N]`
 //!
 //! `--requests REQ.json` instead of `--prompt`: `{"sequences": [{"prompt": "text" or [ids]
 //! or "messages": [{"role", "content"}...], "max_new_tokens": n, optional "temperature",
@@ -13,10 +13,10 @@
 //! `{"sequences": [{"prompt_ids", "generated", "text", "finish_reason", "logits"?}, ...]}` in
 //! request order (`logits` with `--logits`: the logits each generated id was drawn from).
 
-use burn::tensor::DType;
+use burn::tensor::{DType, Device};
 use burn_rope_pool::model::{
-    Checkpoint, Decoder, Engine, EngineOptions, Event, FinishReason, GenerationRequest,
-    SamplingParams, StopConditions,
+    BurnAllReduce, Checkpoint, Collective, Decoder, Engine, EngineOptions, Event, FinishReason,
+    GenerationRequest, InProcess, Model, SamplingParams, ShardedDecoder, StopConditions,
 };
 use burn_rope_pool::testing::{device_by_name, dtype_by_name};
 use burn_rope_pool::text::{ChatMessage, Tokenizer};
@@ -89,6 +89,10 @@ struct Args {
     /// Chunked prefill: the most prompt tokens one step runs (default: whole prompts).
     #[arg(long)]
     prefill_chunk: Option<usize>,
+    /// Tensor parallelism: the model split over this many GPUs (`DEVICE:0` …; read into host
+    /// memory first), summed by Burn's all-reduce on `cuda`, in process elsewhere.
+    #[arg(long, default_value_t = 1)]
+    tp: usize,
     /// Write the generations here (JSON).
     #[arg(long)]
     output: Option<PathBuf>,
@@ -248,7 +252,33 @@ fn run(args: Args) -> Result<(), String> {
         }
         (None, None) => return Err("give --prompt or --requests".into()),
     }
+    if args.tp > 1 {
+        let devices = (0..args.tp)
+            .map(|i| device_by_name(&format!("{}:{i}", args.device)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let host =
+            Decoder::load(&checkpoint, &Device::flex(), args.dtype).map_err(|e| e.to_string())?;
+        let collective: Box<dyn Collective> = match args.device.as_str() {
+            "cuda" => Box::new(BurnAllReduce::new(devices.clone()).map_err(|e| e.to_string())?),
+            _ => Box::new(InProcess),
+        };
+        let model = ShardedDecoder::new(&host, &devices, collective).map_err(|e| e.to_string())?;
+        drop(host);
+        return generate_all(&model, &checkpoint, tokenizer, requests, &args);
+    }
     let model = Decoder::load(&checkpoint, &device, args.dtype).map_err(|e| e.to_string())?;
+    generate_all(&model, &checkpoint, tokenizer, requests, &args)
+}
+
+/// The requests through one engine over `model`; the text streamed or printed, the output file
+/// written.
+fn generate_all<M: Model>(
+    model: &M,
+    checkpoint: &Checkpoint,
+    tokenizer: Option<&Tokenizer>,
+    requests: Vec<GenerationRequest>,
+    args: &Args,
+) -> Result<(), String> {
     let rows = |r: &GenerationRequest| r.prompt.len() + r.max_new_tokens.saturating_sub(1);
     let options = EngineOptions {
         pool_rows: args
@@ -262,7 +292,7 @@ fn run(args: Args) -> Result<(), String> {
         pad_token_id: checkpoint.pad_token_id().map_err(|e| e.to_string())?,
         prefill_chunk: args.prefill_chunk,
     };
-    let mut engine = Engine::new(&model, tokenizer, options).map_err(|e| e.to_string())?;
+    let mut engine = Engine::new(model, tokenizer, options).map_err(|e| e.to_string())?;
     let mut outputs: Vec<Output> = Vec::new();
     for (i, request) in requests.into_iter().enumerate() {
         outputs.push(Output {
