@@ -9,7 +9,7 @@
 
 use burn::tensor::DType;
 use burn_rope_pool::model::{DecoderConfig, GenerateOptions, Request, generate};
-use burn_rope_pool::serve::{ServeOptions, ServedModel, Server};
+use burn_rope_pool::serve::{ServeOptions, ServedDecoder, ServedModel, Server};
 use burn_rope_pool::testing::{Rng, device_by_name, llama3_8b, random_decoder};
 use burn_rope_pool::text::Tokenizer;
 use clap::Parser;
@@ -120,7 +120,7 @@ fn main() {
     }
 
     let model = ServedModel {
-        decoder,
+        decoder: ServedDecoder::Whole(decoder),
         tokenizer: Tokenizer::from_dir(&args.tokenizer).expect("tokenizer"),
         eos_token_ids: Vec::new(),
         pad_token_id: None,

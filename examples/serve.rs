@@ -4,12 +4,14 @@
 //!
 //! `cargo run --release --example serve --features server -- --model DIR [--tokenizer DIR]
 //!  [--host 127.0.0.1] [--port 8000] [--device D] [--dtype f32] [--pool-rows N] [--max-batch N]
-//!  [--max-queue N] [--api-key KEY] [--default-max-tokens N] [--served-model-name NAME]`
+//!  [--max-queue N] [--api-key KEY] [--default-max-tokens N] [--served-model-name NAME]
+//!  [--prefill-chunk N] [--tp N]`
 //!
 //! SIGINT or SIGTERM stops it gracefully: no new connections, the requests in flight finish,
 //! exit status 0.
 
-use burn::tensor::DType;
+use burn::tensor::{DType, Device};
+use burn_rope_pool::model::{BurnAllReduce, Collective, InProcess};
 use burn_rope_pool::serve::{ServeOptions, ServedModel};
 use burn_rope_pool::testing::{device_by_name, dtype_by_name};
 use clap::Parser;
@@ -61,13 +63,33 @@ struct Args {
     /// The model's name in the API (default: the model folder's name).
     #[arg(long)]
     served_model_name: Option<String>,
+    /// Tensor parallelism: the model split over this many GPUs (`DEVICE:0` …; read into host
+    /// memory first), summed by Burn's all-reduce on `cuda`, in process elsewhere.
+    #[arg(long, default_value_t = 1)]
+    tp: usize,
 }
 
 fn run(args: Args) -> Result<(), String> {
-    let device = device_by_name(&args.device)?;
+    let device = match args.tp {
+        1 => device_by_name(&args.device)?,
+        _ => Device::flex(), // host memory first, then the shards
+    };
     eprintln!("loading {} onto {device:?}", args.model.display());
     let mut model = ServedModel::load(&args.model, args.tokenizer.as_deref(), &device, args.dtype)
         .map_err(|e| e.to_string())?;
+    if args.tp > 1 {
+        let devices = (0..args.tp)
+            .map(|i| device_by_name(&format!("{}:{i}", args.device)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let collective: Box<dyn Collective> = match args.device.as_str() {
+            "cuda" => Box::new(BurnAllReduce::new(devices.clone()).map_err(|e| e.to_string())?),
+            _ => Box::new(InProcess),
+        };
+        eprintln!("splitting it over {devices:?}");
+        model = model
+            .shard(&devices, collective)
+            .map_err(|e| e.to_string())?;
+    }
     if let Some(name) = args.served_model_name {
         model.name = name;
     }

@@ -29,7 +29,8 @@ mod metrics;
 mod worker;
 
 use crate::model::{
-    Checkpoint, Decoder, EngineOptions, GenerateError, GenerationRequest, RequestId, StopConditions,
+    Checkpoint, Collective, Decoder, DecoderConfig, EngineOptions, GenerateError,
+    GenerationRequest, RequestId, ShardedDecoder, StopConditions,
 };
 use crate::text::Tokenizer;
 use api::{Delta, Endpoint, Head, Prompt};
@@ -59,10 +60,30 @@ use worker::{Command, EngineInfo, Output, WorkerOptions};
 /// The largest request body (a long prompt as token ids is a few MB of JSON).
 const MAX_BODY: usize = 64 << 20;
 
+/// The model a server runs: on one device, or split over several.
+// One a server: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum ServedDecoder {
+    /// A decoder on one device.
+    Whole(Decoder),
+    /// A decoder split over several devices (tensor parallelism).
+    Sharded(ShardedDecoder),
+}
+
+impl ServedDecoder {
+    /// The model's architecture.
+    pub fn config(&self) -> &DecoderConfig {
+        match self {
+            Self::Whole(decoder) => &decoder.config,
+            Self::Sharded(sharded) => sharded.config(),
+        }
+    }
+}
+
 /// What the server runs: a decoder, its tokenizer and the ids that end a generation.
 pub struct ServedModel {
     /// The model.
-    pub decoder: Decoder,
+    pub decoder: ServedDecoder,
     /// Its tokenizer (prompts, chat template, streamed text).
     pub tokenizer: Tokenizer,
     /// Ids that end a generation (`finish_reason` `stop`).
@@ -100,11 +121,30 @@ impl ServedModel {
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| model_dir.display().to_string());
         Ok(Self {
-            decoder,
+            decoder: ServedDecoder::Whole(decoder),
             tokenizer,
             eos_token_ids,
             pad_token_id,
             name,
+        })
+    }
+
+    /// The model split over `devices` ([`ShardedDecoder::new`]; a model loaded into host
+    /// memory, `Device::flex()`, moves to them), its sums through `collective`. A model split
+    /// already is refused.
+    pub fn shard(
+        self,
+        devices: &[Device],
+        collective: Box<dyn Collective>,
+    ) -> Result<Self, ServeError> {
+        let ServedDecoder::Whole(whole) = &self.decoder else {
+            return Err(ServeError::Load("the model is split already".into()));
+        };
+        let sharded = ShardedDecoder::new(whole, devices, collective)
+            .map_err(|e| ServeError::Load(e.to_string()))?;
+        Ok(Self {
+            decoder: ServedDecoder::Sharded(sharded),
+            ..self
         })
     }
 }
@@ -262,15 +302,23 @@ fn start(model: ServedModel, options: ServeOptions, signals: bool) -> Result<Ser
         let (tokenizer, metrics) = (tokenizer.clone(), metrics.clone());
         std::thread::Builder::new()
             .name("engine".into())
-            .spawn(move || {
-                worker::run(
+            .spawn(move || match decoder {
+                ServedDecoder::Whole(decoder) => worker::run(
                     decoder,
                     tokenizer,
                     worker_options,
                     metrics,
                     receiver,
                     ready_tx,
-                )
+                ),
+                ServedDecoder::Sharded(decoder) => worker::run(
+                    decoder,
+                    tokenizer,
+                    worker_options,
+                    metrics,
+                    receiver,
+                    ready_tx,
+                ),
             })?
     };
     let stop_engine = |commands: &mpsc::UnboundedSender<Command>, engine: JoinHandle<()>| {

@@ -5,8 +5,7 @@
 use super::error::ApiError;
 use super::metrics::{Metrics, Occupancy};
 use crate::model::{
-    Decoder, Engine, EngineOptions, Event, FinishReason, GenerateError, GenerationRequest,
-    RequestId,
+    Engine, EngineOptions, Event, FinishReason, GenerateError, GenerationRequest, Model, RequestId,
 };
 use crate::text::Tokenizer;
 use std::collections::HashMap;
@@ -74,8 +73,8 @@ pub(crate) struct WorkerOptions {
 
 /// Runs the engine thread's loop: builds the engine (its result goes to `ready`), then serves
 /// `commands` until [`Command::Shutdown`] (once idle) or until every sender is gone.
-pub(crate) fn run(
-    decoder: Decoder,
+pub(crate) fn run<M: Model>(
+    decoder: M,
     tokenizer: Arc<Tokenizer>,
     options: WorkerOptions,
     metrics: Arc<Metrics>,
@@ -92,7 +91,7 @@ pub(crate) fn run(
     let info = EngineInfo {
         context: engine.context(),
         pool_rows: engine.pool_rows(),
-        vocab_size: decoder.config.vocab_size,
+        vocab_size: decoder.config().vocab_size,
     };
     if ready.send(Ok(info)).is_err() {
         return;
@@ -124,15 +123,15 @@ pub(crate) fn run(
     }
 }
 
-struct Worker<'a> {
-    engine: Engine<'a>,
+struct Worker<'a, M: Model> {
+    engine: Engine<'a, M>,
     routes: HashMap<RequestId, Route>,
     max_queue: usize,
     metrics: Arc<Metrics>,
     shutdown: bool,
 }
 
-impl Worker<'_> {
+impl<M: Model> Worker<'_, M> {
     /// The engine's occupancy into the metrics (before a step's events go out, so that a
     /// client that got its answer sees the rows it held freed).
     fn publish(&self) {

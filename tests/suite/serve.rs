@@ -9,7 +9,7 @@ use crate::http::{
     Reply, get, metric, post, read_chunk, read_head, request, root, send, server, wait_for,
 };
 use burn::tensor::{DType, Device};
-use burn_rope_pool::serve::{ServeOptions, ServedModel, Server};
+use burn_rope_pool::serve::{ServeOptions, ServedDecoder, ServedModel, Server};
 use serde_json::{Value, json};
 use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream};
@@ -170,6 +170,67 @@ fn chats_equal_transformers_whole_and_streamed() {
     server.shutdown().unwrap();
 }
 
+/// The tiny model split over two ranks (in-process sums, on Flex) serves transformers' chats;
+/// a model split already is not split again.
+#[test]
+fn a_sharded_model_serves_the_same_chats() {
+    use burn_rope_pool::model::InProcess;
+    let model = ServedModel::load(
+        &root().join("tests/models/llama31_tiny"),
+        Some(&root().join("tests/text/tokenizers/llama3_style")),
+        &Device::flex(),
+        DType::F32,
+    )
+    .unwrap();
+    let flex = Device::flex();
+    let model = model
+        .shard(&[flex.clone(), flex.clone()], Box::new(InProcess))
+        .unwrap();
+    assert!(matches!(model.decoder, ServedDecoder::Sharded(_)));
+    let server = Server::start(
+        model,
+        ServeOptions {
+            port: 0,
+            ..ServeOptions::default()
+        },
+    )
+    .unwrap();
+    let reference = reference();
+    for (i, chat) in reference["generations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let reply = post(
+            server.addr(),
+            "/v1/chat/completions",
+            &chat_body(&chat["messages"], json!({})),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let answer = reply.json();
+        assert_eq!(
+            answer["choices"][0]["message"]["content"], chat["text"],
+            "chat {i}"
+        );
+    }
+    server.shutdown().unwrap();
+    let twice = ServedModel::load(
+        &root().join("tests/models/llama31_tiny"),
+        Some(&root().join("tests/text/tokenizers/llama3_style")),
+        &flex,
+        DType::F32,
+    )
+    .unwrap()
+    .shard(std::slice::from_ref(&flex), Box::new(InProcess))
+    .unwrap()
+    .shard(&[flex], Box::new(InProcess));
+    assert_eq!(
+        twice.err().map(|e| e.to_string()).as_deref(),
+        Some("cannot load the model: the model is split already")
+    );
+}
+
 #[test]
 fn completions_sample_with_seeds_and_stop() {
     let server = server(ServeOptions::default());
@@ -243,7 +304,10 @@ fn context_limit_stops_with_length() {
         DType::F32,
     )
     .unwrap();
-    model.decoder.config.max_position_embeddings = Some(64);
+    match &mut model.decoder {
+        ServedDecoder::Whole(decoder) => decoder.config.max_position_embeddings = Some(64),
+        ServedDecoder::Sharded(_) => unreachable!("loaded whole"),
+    }
     let options = ServeOptions {
         port: 0,
         ..ServeOptions::default()
