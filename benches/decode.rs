@@ -178,16 +178,7 @@ fn main() {
         model = model.with_fp8_cache(fp8);
         for &batch in &args.batches {
             let stats = run(&model, fused, batch, &args);
-            let ms = 1e3 * stats.decode_time.as_secs_f64() / args.steps.max(1) as f64;
-            println!(
-                "| {path} | {batch} | {:.0} | {:.1} | {ms:.2} |",
-                stats.prefill_rate(),
-                stats.decode_rate()
-            );
-            rows.push(format!(
-                "{{\"path\":\"{path}\",\"batch\":{batch},\"dtype\":\"{dtype:?}\",\"layers\":{},\"prompt\":{},\"steps\":{},\"prefill_tok_s\":{:.1},\"decode_tok_s\":{:.2},\"decode_ms_per_step\":{ms:.3}}}",
-                config.num_layers, args.prompt, args.steps, stats.prefill_rate(), stats.decode_rate()
-            ));
+            rows.push(report(path, batch, dtype, config.num_layers, &stats, &args));
         }
     }
     if args.profile {
@@ -433,18 +424,34 @@ fn tensor_parallel(config: DecoderConfig, dtype: DType, args: &Args) {
     let path = format!("fused tp{}", args.tp);
     for &batch in &args.batches {
         let stats = run_model(&model, batch, args);
-        let ms = 1e3 * stats.decode_time.as_secs_f64() / args.steps.max(1) as f64;
-        println!(
-            "| {path} | {batch} | {:.0} | {:.1} | {ms:.2} |",
-            stats.prefill_rate(),
-            stats.decode_rate()
-        );
-        rows.push(format!(
-            "{{\"path\":\"{path}\",\"model\":\"{}\",\"batch\":{batch},\"dtype\":\"{dtype:?}\",\"layers\":{},\"prompt\":{},\"steps\":{},\"prefill_tok_s\":{:.1},\"decode_tok_s\":{:.2},\"decode_ms_per_step\":{ms:.3}}}",
-            args.model, layers, args.prompt, args.steps, stats.prefill_rate(), stats.decode_rate()
-        ));
+        rows.push(report(&path, batch, dtype, layers, &stats, args));
     }
     if let Some(path) = &args.json {
         std::fs::write(path, format!("[\n{}\n]\n", rows.join(",\n"))).expect("write json");
     }
+}
+
+/// Prints a table row of `stats` and returns it as JSON.
+fn report(
+    path: &str,
+    batch: usize,
+    dtype: DType,
+    layers: usize,
+    stats: &Stats,
+    args: &Args,
+) -> String {
+    let ms = 1e3 * stats.decode_time.as_secs_f64() / args.steps.max(1) as f64;
+    println!(
+        "| {path} | {batch} | {:.0} | {:.1} | {ms:.2} |",
+        stats.prefill_rate(),
+        stats.decode_rate()
+    );
+    format!(
+        "{{\"path\":\"{path}\",\"model\":\"{}\",\"batch\":{batch},\"dtype\":\"{dtype:?}\",\"layers\":{layers},\"prompt\":{},\"steps\":{},\"prefill_tok_s\":{:.1},\"decode_tok_s\":{:.2},\"decode_ms_per_step\":{ms:.3}}}",
+        args.model,
+        args.prompt,
+        args.steps,
+        stats.prefill_rate(),
+        stats.decode_rate()
+    )
 }

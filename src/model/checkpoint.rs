@@ -218,26 +218,13 @@ impl Checkpoint {
         device: &Device,
         dtype: DType,
     ) -> Result<Tensor<D>, CheckpointError> {
-        let (path, bytes) = self.shard_of(name)?;
-        let tensors = SafeTensors::deserialize(bytes).map_err(|e| CheckpointError::Format {
-            path: path.clone(),
-            what: "safetensors file",
-            error: e.to_string(),
+        let values = self.with_view(name, |view| {
+            check_shape(name, &view, &dims)?;
+            match view.dtype() {
+                Dtype::F8_E4M3 => self.dequantized(name, view.data(), view.shape()),
+                _ => float_values(name, view.dtype(), view.data()),
+            }
         })?;
-        let view = tensors
-            .tensor(name)
-            .map_err(|_| CheckpointError::MissingTensor(name.into()))?;
-        if view.shape() != dims {
-            return Err(CheckpointError::Shape {
-                name: name.into(),
-                got: view.shape().to_vec(),
-                expected: dims.to_vec(),
-            });
-        }
-        let values = match view.dtype() {
-            Dtype::F8_E4M3 => self.dequantized(name, view.data(), view.shape())?,
-            _ => float_values(name, view.dtype(), view.data())?,
-        };
         Ok(Tensor::from_data(
             TensorData::new(values, dims),
             (device, dtype),
@@ -288,6 +275,30 @@ impl Checkpoint {
         name: &str,
         dims: [usize; 2],
     ) -> Result<Option<(Vec<u32>, Fp8Scales)>, CheckpointError> {
+        self.with_view(name, |view| {
+            if view.dtype() != Dtype::F8_E4M3 {
+                return Ok(None);
+            }
+            check_shape(name, &view, &dims)?;
+            let scales = self.fp8_scales(name, &dims)?;
+            if !dims[1].is_multiple_of(4) || !scales.block_k.is_multiple_of(4) {
+                return Ok(None);
+            }
+            let words = view
+                .data()
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            Ok(Some((words, scales)))
+        })
+    }
+
+    /// `f` of tensor `name`'s view in its shard.
+    fn with_view<T>(
+        &self,
+        name: &str,
+        f: impl FnOnce(safetensors::tensor::TensorView<'_>) -> Result<T, CheckpointError>,
+    ) -> Result<T, CheckpointError> {
         let (path, bytes) = self.shard_of(name)?;
         let tensors = SafeTensors::deserialize(bytes).map_err(|e| CheckpointError::Format {
             path: path.clone(),
@@ -297,26 +308,7 @@ impl Checkpoint {
         let view = tensors
             .tensor(name)
             .map_err(|_| CheckpointError::MissingTensor(name.into()))?;
-        if view.dtype() != Dtype::F8_E4M3 {
-            return Ok(None);
-        }
-        if view.shape() != dims {
-            return Err(CheckpointError::Shape {
-                name: name.into(),
-                got: view.shape().to_vec(),
-                expected: dims.to_vec(),
-            });
-        }
-        let scales = self.fp8_scales(name, &dims)?;
-        if !dims[1].is_multiple_of(4) || !scales.block_k.is_multiple_of(4) {
-            return Ok(None);
-        }
-        let words = view
-            .data()
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        Ok(Some((words, scales)))
+        f(view)
     }
 
     /// The shard holding tensor `name`.
@@ -353,21 +345,15 @@ impl Checkpoint {
                 };
                 CheckpointError::MissingTensor(format!("{name}{suffix}"))
             })?;
-        let (path, bytes) = self.shard_of(&scale_name)?;
-        let tensors = SafeTensors::deserialize(bytes).map_err(|e| CheckpointError::Format {
-            path: path.clone(),
-            what: "safetensors file",
-            error: e.to_string(),
+        let (scales, scale_shape) = self.with_view(&scale_name, |view| {
+            let values = float_values(&scale_name, view.dtype(), view.data())?;
+            Ok((values, view.shape().to_vec()))
         })?;
-        let view = tensors
-            .tensor(&scale_name)
-            .map_err(|_| CheckpointError::MissingTensor(scale_name.clone()))?;
-        let scales = float_values(&scale_name, view.dtype(), view.data())?;
-        let grid = match view.shape() {
+        let grid = match scale_shape[..] {
             [] | [1] => [1, 1],
-            &[a] => [a, 1],
-            &[a, b] => [a, b],
-            other => [other.iter().product(), 0],
+            [a] => [a, 1],
+            [a, b] => [a, b],
+            ref other => [other.iter().product(), 0],
         };
         let configured = match quantization {
             Some(Quantization::Fp8 { block } | Quantization::CompressedFloat8 { block }) => block,
@@ -382,7 +368,7 @@ impl Checkpoint {
                 if !rows.is_multiple_of(a) || !cols.is_multiple_of(b) {
                     return Err(CheckpointError::Config(format!(
                         "`{scale_name}` is a grid of {:?} scales, which does not divide the weight [{rows}, {cols}] evenly, and the quantization_config names no block size",
-                        view.shape()
+                        scale_shape
                     )));
                 }
                 [(rows / a).max(1), (cols / b).max(1)]
@@ -391,7 +377,7 @@ impl Checkpoint {
         if grid != [rows.div_ceil(block[0]), cols.div_ceil(block[1])] {
             return Err(CheckpointError::Shape {
                 name: scale_name,
-                got: view.shape().to_vec(),
+                got: scale_shape.clone(),
                 expected: vec![rows.div_ceil(block[0]), cols.div_ceil(block[1])],
             });
         }
@@ -558,5 +544,21 @@ fn block_size(size: &serde_json::Value) -> Result<Option<[usize; 2]>, &serde_jso
     match sizes.as_deref() {
         Some(&[a, b]) if a > 0 && b > 0 => Ok(Some([a, b])),
         _ => Err(size),
+    }
+}
+
+/// A shape error unless `view` has shape `dims`.
+fn check_shape(
+    name: &str,
+    view: &safetensors::tensor::TensorView<'_>,
+    dims: &[usize],
+) -> Result<(), CheckpointError> {
+    match view.shape() == dims {
+        true => Ok(()),
+        false => Err(CheckpointError::Shape {
+            name: name.into(),
+            got: view.shape().to_vec(),
+            expected: dims.to_vec(),
+        }),
     }
 }

@@ -142,6 +142,17 @@ impl LayerOps for Kernels {
     }
 }
 
+/// The pool's view of a step's tokens: each one's sequence and position.
+pub(crate) fn seq_tokens(tokens: &[StepToken]) -> Vec<SeqToken> {
+    tokens
+        .iter()
+        .map(|t| SeqToken {
+            seq: t.seq,
+            position: t.position,
+        })
+        .collect()
+}
+
 fn ints<const D: usize>(values: Vec<i64>, dims: [usize; D], device: &Device) -> Tensor<D, Int> {
     Tensor::from_data(TensorData::new(values, dims), device)
 }
@@ -366,14 +377,7 @@ impl Decoder {
         cache: &mut KvPool,
     ) -> Result<Tensor<2>, DecoderError> {
         self.check_step(tokens, cache)?;
-        let planned: Vec<SeqToken> = tokens
-            .iter()
-            .map(|t| SeqToken {
-                seq: t.seq,
-                position: t.position,
-            })
-            .collect();
-        let step = cache.plan_step(&planned)?;
+        let step = cache.plan_step(&seq_tokens(tokens))?;
         let result = self.run_step(ops, tokens, &step, cache);
         if result.is_err() {
             // The step stored nothing a later step reads: give its rows back.

@@ -6,9 +6,9 @@
 //! go through a [`Collective`]. RoPE, the pool write and attention are head-local: each rank's
 //! own [`KvPool`] holds its heads' keys and values, and one driver thread runs every rank.
 
-use crate::model::decoder::{Kernels, StepState};
+use crate::model::decoder::{Kernels, StepState, seq_tokens};
 use crate::model::{Decoder, DecoderConfig, DecoderError, StepToken};
-use crate::pool::{KvPool, KvPoolError, SeqId, SeqToken, StepPlan};
+use crate::pool::{KvPool, KvPoolError, SeqId, StepPlan};
 use burn::tensor::{DType, Device, Tensor};
 
 /// How the ranks of a [`ShardedDecoder`] combine their partial results.
@@ -253,13 +253,7 @@ impl ShardedDecoder {
         for (rank, pool) in self.ranks.iter().zip(&cache.pools) {
             rank.check_step(tokens, pool)?;
         }
-        let planned: Vec<SeqToken> = tokens
-            .iter()
-            .map(|t| SeqToken {
-                seq: t.seq,
-                position: t.position,
-            })
-            .collect();
+        let planned = seq_tokens(tokens);
         // The pools allocate alike: each rank plans the same rows.
         let mut steps: Vec<StepPlan> = Vec::with_capacity(self.ranks.len());
         for pool in cache.pools.iter_mut() {

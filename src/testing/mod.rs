@@ -74,15 +74,7 @@ pub fn random_decoder(
     device: &Device,
     dtype: DType,
 ) -> Result<Decoder, DecoderError> {
-    Decoder::build(
-        config,
-        &Random {
-            device,
-            dtype,
-            fp8: false,
-            lm_head_rows: None,
-        },
-    )
+    random_with(config, device, dtype, false)
 }
 
 /// [`random_decoder`] with its projections as fp8 weights (random e4m3 codes, one scale a block
@@ -93,15 +85,22 @@ pub fn random_fp8_decoder(
     device: &Device,
     dtype: DType,
 ) -> Result<Decoder, DecoderError> {
-    Decoder::build(
-        config,
-        &Random {
-            device,
-            dtype,
-            fp8: true,
-            lm_head_rows: None,
-        },
-    )
+    random_with(config, device, dtype, true)
+}
+
+fn random_with(
+    config: DecoderConfig,
+    device: &Device,
+    dtype: DType,
+    fp8: bool,
+) -> Result<Decoder, DecoderError> {
+    let weights = Random {
+        device,
+        dtype,
+        fp8,
+        lm_head_rows: None,
+    };
+    Decoder::build(config, &weights)
 }
 
 /// [`random_decoder`] split over `devices` ([`crate::model::ShardedDecoder`]), each rank's shard

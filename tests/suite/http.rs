@@ -14,16 +14,20 @@ pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
 }
 
-/// The tiny model served on a free port of 127.0.0.1 with `options`.
-pub fn server(options: ServeOptions) -> Server {
-    let model = ServedModel::load(
+/// The tiny model and its tokenizer, on Flex in f32.
+pub fn tiny_model() -> ServedModel {
+    ServedModel::load(
         &root().join("tests/models/llama31_tiny"),
         Some(&root().join("tests/text/tokenizers/llama3_style")),
         &Device::flex(),
         DType::F32,
     )
-    .unwrap();
-    Server::start(model, ServeOptions { port: 0, ..options }).unwrap()
+    .unwrap()
+}
+
+/// The tiny model served on a free port of 127.0.0.1 with `options`.
+pub fn server(options: ServeOptions) -> Server {
+    Server::start(tiny_model(), ServeOptions { port: 0, ..options }).unwrap()
 }
 
 /// An HTTP answer.

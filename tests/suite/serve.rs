@@ -6,10 +6,11 @@
 //! and a graceful shutdown.
 
 use crate::http::{
-    Reply, get, metric, post, read_chunk, read_head, request, root, send, server, wait_for,
+    Reply, get, metric, post, read_chunk, read_head, request, root, send, server, tiny_model,
+    wait_for,
 };
-use burn::tensor::{DType, Device};
-use burn_rope_pool::serve::{ServeOptions, ServedDecoder, ServedModel, Server};
+use burn::tensor::Device;
+use burn_rope_pool::serve::{ServeOptions, ServedDecoder, Server};
 use serde_json::{Value, json};
 use std::io::BufReader;
 use std::net::{SocketAddr, TcpStream};
@@ -175,13 +176,7 @@ fn chats_equal_transformers_whole_and_streamed() {
 #[test]
 fn a_sharded_model_serves_the_same_chats() {
     use burn_rope_pool::model::InProcess;
-    let model = ServedModel::load(
-        &root().join("tests/models/llama31_tiny"),
-        Some(&root().join("tests/text/tokenizers/llama3_style")),
-        &Device::flex(),
-        DType::F32,
-    )
-    .unwrap();
+    let model = tiny_model();
     let flex = Device::flex();
     let model = model
         .shard(&[flex.clone(), flex.clone()], Box::new(InProcess))
@@ -215,16 +210,10 @@ fn a_sharded_model_serves_the_same_chats() {
         );
     }
     server.shutdown().unwrap();
-    let twice = ServedModel::load(
-        &root().join("tests/models/llama31_tiny"),
-        Some(&root().join("tests/text/tokenizers/llama3_style")),
-        &flex,
-        DType::F32,
-    )
-    .unwrap()
-    .shard(std::slice::from_ref(&flex), Box::new(InProcess))
-    .unwrap()
-    .shard(&[flex], Box::new(InProcess));
+    let twice = tiny_model()
+        .shard(std::slice::from_ref(&flex), Box::new(InProcess))
+        .unwrap()
+        .shard(&[flex], Box::new(InProcess));
     assert_eq!(
         twice.err().map(|e| e.to_string()).as_deref(),
         Some("cannot load the model: the model is split already")
@@ -297,13 +286,7 @@ fn completions_sample_with_seeds_and_stop() {
 fn context_limit_stops_with_length() {
     // The model with a 64-token context (its config says 4096: a prompt that long takes minutes
     // on Flex in a debug build).
-    let mut model = ServedModel::load(
-        &root().join("tests/models/llama31_tiny"),
-        Some(&root().join("tests/text/tokenizers/llama3_style")),
-        &Device::flex(),
-        DType::F32,
-    )
-    .unwrap();
+    let mut model = tiny_model();
     match &mut model.decoder {
         ServedDecoder::Whole(decoder) => decoder.config.max_position_embeddings = Some(64),
         ServedDecoder::Sharded(_) => unreachable!("loaded whole"),

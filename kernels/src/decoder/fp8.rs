@@ -11,8 +11,8 @@
 //! - [`dequantize_fp8_kernel`](fn@dequantize_fp8_kernel): the weight as floats `[n, k]`, for the
 //!   products of more rows (a tensor-core routine then reads it).
 
+use super::matvec::store_plane_sums;
 use crate::common::fp8::unpack_e4m3;
-use crate::common::reduce::lane_sum;
 use cubecl::ir::ElemType;
 use cubecl::prelude::*;
 
@@ -110,16 +110,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
         }
         base += step;
     }
-    #[unroll]
-    for r in 0..rows {
-        #[unroll]
-        for c in 0..cols {
-            let s = plane_sum(lane_sum::<N>(acc[r * cols + c]));
-            if lane == 0 && col0 + c < n {
-                out[r * n + col0 + c] = F::cast_from(s);
-            }
-        }
-    }
+    store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols);
 }
 
 /// `out [n, k]` (vectors of `N` = 4 floats, one per word) = the fp8 weight (`codes`, `scales`) decoded and
@@ -144,12 +135,14 @@ pub(crate) fn dequantize_fp8_kernel<F: Float, N: Size>(
 
 #[cfg(test)]
 mod tests {
-    //! No device here need have plane operations: the kernels are expanded and compiled to Metal
+    //! No device here need have plane operations: the matrix-vector kernels (fp8 and float) and
+    //! the fp8 decoding are expanded and compiled to Metal
     //! Shading Language by CubeCL's MSL compiler (as `tests/msl.rs` does for the RoPE kernel),
     //! for every launch shape the decoder takes, so an expansion or type error shows without a
     //! GPU. Their arithmetic is checked against float64 by the root crate's
     //! `fp8_projections_match_float64` where they run.
 
+    use super::super::matvec::matvec_kernel;
     use super::{dequantize_fp8_kernel, matvec_fp8_kernel};
     use cubecl::Compiler as _;
     use cubecl::ir::{AddressType, ElemType, FloatKind};
@@ -160,7 +153,7 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn fp8_kernels_expand_and_compile_to_msl() {
+    fn matvec_kernels_expand_and_compile_to_msl() {
         // The arguments are built on a wgpu client (its properties); any adapter will do.
         let Ok(client) =
             std::panic::catch_unwind(|| cubecl::Device::Wgpu(WgpuDevice::default()).client())
@@ -205,6 +198,30 @@ mod tests {
                         "{float:?} rows {rows} vector {w_vector} blocks of {block_words} words: no entry point"
                     );
                 }
+            }
+            for (rows, cols, unroll, vector) in [(1usize, 1usize, 4usize, 4usize), (8, 2, 2, 8)] {
+                let (n, k) = (40usize, 256usize);
+                let kernel = matvec_kernel::create_dummy_kernel(
+                    Arc::new(client.properties().clone()),
+                    Arc::new(client.target_properties().clone()),
+                    CubeCount::Static(1, 1, 1),
+                    CubeDim::new_2d(32, 8),
+                    AddressType::U32,
+                    vector,
+                    tensor([rows, k]),
+                    tensor([n, k]),
+                    tensor([rows, n]),
+                    rows,
+                    cols,
+                    unroll,
+                    k / vector,
+                    ElemType::Float(float),
+                );
+                let source = MslCompiler::default()
+                    .compile(kernel.define(), &CompilationOptions::default())
+                    .expect("matvec_kernel compiles to MSL")
+                    .to_string();
+                assert!(source.contains("[[kernel]] void matvec_kernel"));
             }
             let kernel = dequantize_fp8_kernel::create_dummy_kernel(
                 Arc::new(client.properties().clone()),

@@ -67,6 +67,28 @@ pub fn matvec_fits(client: &Client, rows: usize) -> bool {
         && hardware.plane_size_min.is_power_of_two()
 }
 
+/// The plane layout of the matrix-vector kernels for `rows` rows and `n` columns: the cube (a
+/// plane a row of it), the cube count, columns per plane and weight loads in flight per column.
+fn matvec_shape(client: &Client, rows: usize, n: usize) -> (CubeDim, CubeCount, usize, usize) {
+    let lanes = client.properties().hardware.plane_size_min;
+    let cube_dim = CubeDim::new_2d(lanes, PLANES_PER_CUBE as u32);
+    // Columns per plane: each load of x serves them all (x's loads, not the weight's, bound a
+    // many-row product); one row streams best one column per plane with four loads in flight.
+    // The H200 runs (see benches/NOTES.md, 'Projections per row count'): at 8 rows two columns
+    // took 87 µs a launch against 102 with one; at 1 row four columns took 59 against 37 with
+    // one.
+    let cols = if rows == 1 {
+        1
+    } else {
+        (ACCUMULATORS / rows).clamp(1, 2)
+    };
+    let unroll = (LOADS / cols).max(1);
+    let cubes = n.div_ceil(PLANES_PER_CUBE * cols);
+    let count =
+        calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim);
+    (cube_dim, count, cols, unroll)
+}
+
 /// Enqueues `out [rows, n] = x [rows, k] · wᵀ` for `w [n, k]`, all contiguous of float
 /// `float` (`elem_size` bytes). Does nothing for an empty product.
 ///
@@ -89,24 +111,11 @@ pub unsafe fn launch_matvec(
         return;
     }
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
-    let lanes = client.properties().hardware.plane_size_min;
-    let cube_dim = CubeDim::new_2d(lanes, PLANES_PER_CUBE as u32);
-    // Columns per plane: each load of x serves them all (x's loads, not the weight's, bound a
-    // many-row product); one row streams best one column per plane with four loads in flight.
-    // The H200 runs (see benches/NOTES.md, 'Projections per row count'): at 8 rows two columns
-    // took 87 µs a launch against 102 with one; at 1 row four columns took 59 against 37 with
-    // one.
-    let cols = if rows == 1 {
-        1
-    } else {
-        (ACCUMULATORS / rows).clamp(1, 2)
-    };
-    let unroll = (LOADS / cols).max(1);
-    let cubes = n.div_ceil(PLANES_PER_CUBE * cols);
+    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n);
     unsafe {
         matvec_kernel::launch_unchecked(
             client,
-            calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
+            cube_count,
             cube_dim,
             AddressType::from_len((n * k).max(rows * k).max(rows * n)),
             vector,
@@ -146,20 +155,11 @@ pub unsafe fn launch_matvec_fp8(
     let words = k / FP8_VECTOR;
     // Words a load: up to four (16 bytes), as the float kernel's widest vectors.
     let w_vector = widest_vector(client, 4, |n| n <= 4 && words.is_multiple_of(n));
-    let lanes = client.properties().hardware.plane_size_min;
-    let cube_dim = CubeDim::new_2d(lanes, PLANES_PER_CUBE as u32);
-    // As the float kernel: one column a plane for one row, two for several.
-    let cols = if rows == 1 {
-        1
-    } else {
-        (ACCUMULATORS / rows).clamp(1, 2)
-    };
-    let unroll = (LOADS / cols).max(1);
-    let cubes = n.div_ceil(PLANES_PER_CUBE * cols);
+    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n);
     unsafe {
         matvec_fp8_kernel::launch_unchecked(
             client,
-            calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
+            cube_count,
             cube_dim,
             AddressType::from_len((n * k).max(rows * k).max(rows * n)),
             FP8_VECTOR,

@@ -22,7 +22,7 @@ pub(crate) const TILE: usize = 16;
 /// `CUBE_POS` computes the `cols` adjacent columns from `(CUBE_POS * planes + UNIT_POS_Y) *
 /// cols` (several columns per plane share each load of `x`). Each unit keeps `unroll * cols`
 /// weight loads in flight.
-#[cube(launch_unchecked, address_type = "dynamic")]
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 pub(crate) fn matvec_kernel<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
     w: &Tensor<Vector<F, N>>,
@@ -79,6 +79,22 @@ pub(crate) fn matvec_kernel<F: Float, N: Size>(
         }
         base += step;
     }
+    store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols);
+}
+
+/// The matrix-vector kernels' last step: each (row, column) accumulator `acc[r * cols + c]`
+/// summed over its lanes and the plane, written by lane 0 at `out[r * n + col0 + c]` (columns
+/// past `n` skipped).
+#[cube]
+pub(crate) fn store_plane_sums<F: Float, N: Size>(
+    acc: &Array<Vector<f32, N>>,
+    out: &mut Tensor<F>,
+    n: usize,
+    col0: usize,
+    #[comptime] rows: usize,
+    #[comptime] cols: usize,
+) {
+    let lane = UNIT_POS_X as usize;
     #[unroll]
     for r in 0..rows {
         #[unroll]
