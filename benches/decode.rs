@@ -135,10 +135,14 @@ fn main() {
         "bf16" => DType::BF16,
         _ => DType::F16,
     };
-    let shape = match args.model.as_str() {
-        "70b" => llama3_70b(),
-        _ => llama3_8b(),
+    let (shape, name) = match args.model.as_str() {
+        "8b" => (llama3_8b(), "Llama-3-8B"),
+        "70b" => (llama3_70b(), "Llama-3-70B"),
+        other => panic!("--model {other}: 8b or 70b"),
     };
+    if args.tp > 1 && (args.fp8_weights || !args.fp8_cache.is_empty() || args.profile) {
+        panic!("--tp runs the fused path alone: no --fp8-weights, --fp8-cache or --profile");
+    }
     let config = DecoderConfig {
         num_layers: args.layers.unwrap_or(shape.num_layers),
         vocab_size: args.vocab,
@@ -149,7 +153,7 @@ fn main() {
         return;
     }
     println!(
-        "Llama-3-8B shape, {} layers, {dtype:?} on {device:?}; prompts of {} tokens, {} decode steps\n",
+        "{name} shape, {} layers, {dtype:?} on {device:?}; prompts of {} tokens, {} decode steps\n",
         config.num_layers, args.prompt, args.steps
     );
     if args.matmul_probe {

@@ -13,7 +13,7 @@
 //! `{"sequences": [{"prompt_ids", "generated", "text", "finish_reason", "logits"?}, ...]}` in
 //! request order (`logits` with `--logits`: the logits each generated id was drawn from).
 
-use burn::tensor::{DType, Device};
+use burn::tensor::DType;
 use burn_rope_pool::model::{
     BurnAllReduce, Checkpoint, Collective, Decoder, Engine, EngineOptions, Event, FinishReason,
     GenerationRequest, InProcess, Model, SamplingParams, ShardedDecoder, StopConditions,
@@ -256,8 +256,9 @@ fn run(args: Args) -> Result<(), String> {
         let devices = (0..args.tp)
             .map(|i| device_by_name(&format!("{}:{i}", args.device)))
             .collect::<Result<Vec<_>, _>>()?;
-        let host =
-            Decoder::load(&checkpoint, &Device::flex(), args.dtype).map_err(|e| e.to_string())?;
+        // Host memory where the build has Flex, else the first GPU.
+        let host = device_by_name("flex").unwrap_or_else(|_| devices[0].clone());
+        let host = Decoder::load(&checkpoint, &host, args.dtype).map_err(|e| e.to_string())?;
         let collective: Box<dyn Collective> = match args.device.as_str() {
             "cuda" => Box::new(BurnAllReduce::new(devices.clone()).map_err(|e| e.to_string())?),
             _ => Box::new(InProcess),

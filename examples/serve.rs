@@ -10,7 +10,7 @@
 //! SIGINT or SIGTERM stops it gracefully: no new connections, the requests in flight finish,
 //! exit status 0.
 
-use burn::tensor::{DType, Device};
+use burn::tensor::DType;
 use burn_rope_pool::model::{BurnAllReduce, Collective, InProcess};
 use burn_rope_pool::serve::{ServeOptions, ServedModel};
 use burn_rope_pool::testing::{device_by_name, dtype_by_name};
@@ -72,7 +72,8 @@ struct Args {
 fn run(args: Args) -> Result<(), String> {
     let device = match args.tp {
         1 => device_by_name(&args.device)?,
-        _ => Device::flex(), // host memory first, then the shards
+        // Host memory first (where the build has Flex, else the first GPU), then the shards.
+        _ => device_by_name("flex").or_else(|_| device_by_name(&format!("{}:0", args.device)))?,
     };
     eprintln!("loading {} onto {device:?}", args.model.display());
     let mut model = ServedModel::load(&args.model, args.tokenizer.as_deref(), &device, args.dtype)

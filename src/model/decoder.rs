@@ -142,6 +142,13 @@ impl LayerOps for Kernels {
     }
 }
 
+/// The vocabulary rows of rank `rank` of `ranks` (`r·V/N .. (r+1)·V/N`: never empty while
+/// `ranks ≤ vocab`).
+pub(crate) fn vocab_share(vocab: usize, rank: usize, ranks: usize) -> std::ops::Range<usize> {
+    let at = |r: usize| ((r as u128 * vocab as u128) / ranks.max(1) as u128) as usize;
+    at(rank)..at(rank + 1)
+}
+
 /// The pool's view of a step's tokens: each one's sequence and position.
 pub(crate) fn seq_tokens(tokens: &[StepToken]) -> Vec<SeqToken> {
     tokens
@@ -274,9 +281,7 @@ impl Decoder {
         let k = q_out + rank * kvn * d..q_out + (rank + 1) * kvn * d;
         let v = q_out + kv_out + rank * kvn * d..q_out + kv_out + (rank + 1) * kvn * d;
         let mlp = rank * mn..(rank + 1) * mn;
-        let vocab = self.config.vocab_size;
-        let per = vocab.div_ceil(ranks);
-        let vocab_rows = (rank * per).min(vocab)..((rank + 1) * per).min(vocab);
+        let vocab_rows = vocab_share(self.config.vocab_size, rank, ranks);
         let dtype = self.dtype;
         let whole = |t: &Tensor<1>| t.clone().to_device(device);
         let layers = self
@@ -420,18 +425,30 @@ impl Decoder {
 
     /// [`Self::shard_bytes`] of a decoder of `config` in `dtype`.
     pub(crate) fn shard_bytes_of(c: &DecoderConfig, dtype: DType, ranks: usize) -> u64 {
-        let (h, m, d) = (
-            c.hidden_size as u64,
-            c.intermediate_size as u64,
-            c.rope.head_dim as u64,
-        );
-        let (hq, hkv) = (c.rope.num_qo_heads as u64, c.rope.num_kv_heads as u64);
-        let (n, vocab) = (ranks.max(1) as u64, c.vocab_size as u64);
-        let layer = ((hq + 2 * hkv) * d * h + h * hq * d + 3 * m * h) / n + 2 * h;
-        let elements = (c.num_layers as u64)
-            .saturating_mul(layer)
-            .saturating_add(vocab * h + vocab.div_ceil(n) * h + h);
-        elements.saturating_mul(dtype.size() as u64)
+        let [h, m, d, hq, hkv, n, vocab, layers] = [
+            c.hidden_size,
+            c.intermediate_size,
+            c.rope.head_dim,
+            c.rope.num_qo_heads,
+            c.rope.num_kv_heads,
+            ranks.max(1),
+            c.vocab_size,
+            c.num_layers,
+        ]
+        .map(|v| v as u64);
+        let mul = |a: u64, b: u64| a.saturating_mul(b);
+        let projections = mul(mul(hq.saturating_add(mul(2, hkv)), d), h)
+            .saturating_add(mul(mul(h, hq), d))
+            .saturating_add(mul(mul(3, m), h));
+        let layer = (projections / n).saturating_add(mul(2, h));
+        let head = mul(vocab, h).saturating_add(mul(vocab.div_ceil(n), h));
+        let elements = mul(layers, layer).saturating_add(head).saturating_add(h);
+        mul(elements, dtype.size() as u64)
+    }
+
+    /// The decoder's layers.
+    pub(crate) fn layer_count(&self) -> usize {
+        self.layers.len()
     }
 
     /// The layers of a planned step.

@@ -18,6 +18,8 @@ mod weights;
 pub use attention::{LlamaAttention, LlamaAttentionConfig};
 pub use checkpoint::{Checkpoint, CheckpointError, Quantization};
 pub use config::{DecoderConfig, SlidingWindow, WindowLayers};
+#[cfg(feature = "testing")]
+pub(crate) use decoder::vocab_share;
 pub use decoder::{Decoder, DecoderError, StepToken};
 pub use engine::{
     Cache, Engine, EngineOptions, Event, FinishReason, GenerationRequest, Model, RequestId, Stats,

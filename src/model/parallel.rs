@@ -17,6 +17,12 @@ pub trait Collective: Send + Sync {
     /// back on every rank's device: one tensor per rank, in rank order.
     fn all_reduce_sum(&self, parts: Vec<Tensor<2>>) -> Vec<Tensor<2>>;
 
+    /// The devices the collective was made for, in rank order, where it was made for some
+    /// (a [`ShardedDecoder`] must have the same; `None`: any).
+    fn devices(&self) -> Option<&[Device]> {
+        None
+    }
+
     /// `parts` (one per rank, `[rows, columns of the rank]`) side by side on the first rank's
     /// device: `[rows, all columns]`, ranks in order.
     fn gather_columns(&self, parts: Vec<Tensor<2>>) -> Tensor<2> {
@@ -58,11 +64,16 @@ pub struct BurnAllReduce {
 
 impl BurnAllReduce {
     /// Starts Burn's communication server for `devices` (the ranks, in order); refused unless
-    /// they are CUDA devices.
+    /// they are distinct CUDA devices. One a process: Burn's server is global.
     pub fn new(devices: Vec<Device>) -> Result<Self, DecoderError> {
         if devices.is_empty() || devices.iter().any(|d| runtime(d) != "Cube(Cuda") {
             return Err(DecoderError::Parallel(format!(
                 "Burn's all-reduce runs on CUDA devices, not {devices:?}"
+            )));
+        }
+        if (1..devices.len()).any(|i| devices[..i].contains(&devices[i])) {
+            return Err(DecoderError::Parallel(format!(
+                "Burn's all-reduce needs one rank a device, not {devices:?}"
             )));
         }
         use burn::tensor::distributed::{DistributedConfig, DistributedContext, ReduceOperation};
@@ -78,6 +89,10 @@ impl BurnAllReduce {
 }
 
 impl Collective for BurnAllReduce {
+    fn devices(&self) -> Option<&[Device]> {
+        Some(&self.devices)
+    }
+
     fn all_reduce_sum(&self, parts: Vec<Tensor<2>>) -> Vec<Tensor<2>> {
         use burn::tensor::distributed::{ReduceOperation, all_reduce};
         let pending: Vec<_> = parts
@@ -114,7 +129,12 @@ pub(crate) fn check(
         // Several ranks on one device hold a shard each.
         let shards = devices.iter().filter(|d| *d == device).count() as u64;
         let need = bytes.saturating_mul(shards);
-        if let Some((limit, source)) = crate::pool::memory_limit(device, u64::MAX)
+        // A device index past the machine's GPUs panics when its client opens.
+        let limit = std::panic::catch_unwind(|| crate::pool::memory_limit(device, u64::MAX));
+        let Ok(limit) = limit else {
+            return refuse(format!("{device:?} cannot be opened"));
+        };
+        if let Some((limit, source)) = limit
             && need > limit
         {
             return refuse(format!(
@@ -148,13 +168,14 @@ impl ShardedCache {
         self.pools[0].available()
     }
 
-    /// Frees sequence `seq`'s rows in every rank's pool; the rows freed.
+    /// Frees sequence `seq`'s rows in every rank's pool; the rows freed (the pools allocate
+    /// alike: the first rank's answer is every rank's).
     pub fn release(&mut self, seq: SeqId) -> Result<usize, KvPoolError> {
-        let mut freed = Err(KvPoolError::UnknownSequence { seq });
-        for pool in &mut self.pools {
-            freed = pool.release(seq);
-        }
-        freed
+        let results: Vec<_> = self.pools.iter_mut().map(|p| p.release(seq)).collect();
+        results
+            .into_iter()
+            .next()
+            .unwrap_or(Err(KvPoolError::UnknownSequence { seq }))
     }
 
     /// Rank `rank`'s pool (`None` past the ranks).
@@ -183,6 +204,13 @@ impl ShardedDecoder {
         collective: Box<dyn Collective>,
     ) -> Result<Self, DecoderError> {
         check(&decoder.config, devices, decoder.shard_bytes(devices.len()))?;
+        if let Some(made_for) = collective.devices()
+            && made_for != devices
+        {
+            return Err(DecoderError::Parallel(format!(
+                "a collective made for {made_for:?}, the ranks are {devices:?}"
+            )));
+        }
         let ranks = devices.len();
         Ok(Self {
             config: decoder.config.clone(),
@@ -284,7 +312,7 @@ impl ShardedDecoder {
     ) -> Result<Tensor<2>, DecoderError> {
         let ops = Kernels;
         let mut states: Vec<StepState> = self.ranks.iter().map(|r| r.embed_step(tokens)).collect();
-        let layers = self.ranks[0].config.num_layers;
+        let layers = self.ranks[0].layer_count();
         for l in 0..layers {
             let mut parts = Vec::with_capacity(self.ranks.len());
             for (r, rank) in self.ranks.iter().enumerate() {

@@ -56,36 +56,24 @@ impl Linear {
     }
 
     /// The output features `ranges` (rows of the weight and the bias), stacked in order, as
-    /// floats of `dtype` on `device`: a column-parallel shard.
+    /// floats of `dtype` on `device`: a column-parallel shard, in buffers of its own.
     pub(crate) fn rows(&self, ranges: &[Range<usize>], device: &Device, dtype: DType) -> Linear {
         let w = self.float_weight(dtype);
         let cols = w.dims()[1];
-        let w = Tensor::cat(
-            ranges
-                .iter()
-                .map(|r| w.clone().slice([r.clone(), 0..cols]))
-                .collect(),
-            0,
-        );
+        let parts = ranges.iter().map(|r| w.clone().slice([r.clone(), 0..cols]));
         let b = self.b.as_ref().map(|b| {
-            Tensor::cat(
-                ranges
-                    .iter()
-                    .map(|r| b.clone().slice([r.clone()]))
-                    .collect(),
-                0,
-            )
-            .to_device(device)
+            let parts = ranges.iter().map(|r| b.clone().slice([r.clone()]));
+            owned(Tensor::cat(parts.collect(), 0), device)
         });
         Linear {
-            w: Weight::Float(w.to_device(device)),
+            w: Weight::Float(owned(Tensor::cat(parts.collect(), 0), device)),
             b,
         }
     }
 
     /// The input features `range` (columns of the weight) as floats of `dtype` on `device`,
     /// the bias kept where `bias` says (one shard of a row-parallel product adds it): a
-    /// row-parallel shard.
+    /// row-parallel shard, in buffers of its own.
     pub(crate) fn columns(
         &self,
         range: Range<usize>,
@@ -96,8 +84,8 @@ impl Linear {
         let w = self.float_weight(dtype);
         let rows = w.dims()[0];
         Linear {
-            w: Weight::Float(w.slice([0..rows, range]).to_device(device)),
-            b: self.b.clone().filter(|_| bias).map(|b| b.to_device(device)),
+            w: Weight::Float(owned(w.slice([0..rows, range]), device)),
+            b: self.b.clone().filter(|_| bias).map(|b| owned(b, device)),
         }
     }
 
@@ -122,6 +110,14 @@ pub(crate) struct Layer {
     /// gate and up stacked: one matmul.
     pub(crate) gate_up: Linear,
     pub(crate) down: Linear,
+}
+
+/// `t` on `device` in a contiguous buffer of its own, through the host: a slice of a larger
+/// tensor would otherwise stay a view of the whole buffer (kept alive, and copied into
+/// contiguous form by every product that reads it).
+fn owned<const D: usize>(t: Tensor<D>, device: &Device) -> Tensor<D> {
+    let dtype = t.dtype();
+    Tensor::from_data(t.into_data(), (device, dtype))
 }
 
 /// Where [`Decoder::build`] takes its weights from.

@@ -57,11 +57,12 @@ fn is_wgpu(device: &Device) -> bool {
 /// `default` is burn's default device, or Flex when that one has no usable adapter or
 /// [`wgpu_refusal`] applies (the caller sees which in the device's `Debug` form); `wgpu` and
 /// `vulkan` are refused with [`wgpu_refusal`]'s reason where it applies. `cuda:N`, `wgpu:N` and
-/// `vulkan:N` name the N-th GPU of a runtime (tensor-parallel runs; `flex:N` is Flex).
+/// `vulkan:N` name CUDA's device N or wgpu's N-th discrete GPU (tensor-parallel runs; `flex:N`
+/// is Flex). An index past the machine's GPUs is refused where a device is opened.
 pub fn device_by_name(name: &str) -> Result<Device, String> {
     #[cfg(feature = "wgpu")]
     use burn::tensor::DeviceKind;
-    // `NAME:INDEX`: the INDEX-th GPU of a runtime (CUDA's device, wgpu's or Vulkan's discrete GPU).
+    // `NAME:INDEX`: CUDA's device INDEX, wgpu's (Vulkan's) INDEX-th discrete GPU.
     if let Some((runtime, index)) = name.split_once(':') {
         let index: usize = index
             .parse()
@@ -73,11 +74,13 @@ pub fn device_by_name(name: &str) -> Result<Device, String> {
             #[cfg(feature = "cuda")]
             "cuda" => Ok(Device::cuda(index)),
             #[cfg(feature = "wgpu")]
-            "wgpu" if wgpu_refusal().is_none() => Ok(Device::wgpu(DeviceKind::DiscreteGpu(index))),
-            #[cfg(feature = "vulkan")]
-            "vulkan" if wgpu_refusal().is_none() => {
-                Ok(Device::vulkan(DeviceKind::DiscreteGpu(index)))
+            "wgpu" | "vulkan" if let Some(reason) = wgpu_refusal() => {
+                Err(format!("device `{name}`: {reason}"))
             }
+            #[cfg(feature = "wgpu")]
+            "wgpu" => Ok(Device::wgpu(DeviceKind::DiscreteGpu(index))),
+            #[cfg(feature = "vulkan")]
+            "vulkan" => Ok(Device::vulkan(DeviceKind::DiscreteGpu(index))),
             _ => Err(format!(
                 "device `{name}`: no GPU {index} of `{runtime}` in this build (cuda, wgpu or vulkan, with its cargo feature, on a hardware GPU)"
             )),

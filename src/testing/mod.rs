@@ -103,9 +103,11 @@ fn random_with(
     Decoder::build(config, &weights)
 }
 
-/// [`random_decoder`] split over `devices` ([`crate::model::ShardedDecoder`]), each rank's shard
-/// drawn at random on its device directly (no whole model is built: a model past one device's
-/// memory shards too); refused as [`crate::model::ShardedDecoder::new`] refuses.
+/// A model of `config`'s shape split over `devices` ([`crate::model::ShardedDecoder`]) for
+/// timing: each rank's shard drawn at random on its device directly (no whole model is built,
+/// so a model past one device's memory shards too). Each rank draws its own embeddings and
+/// norms, so the ranks' residual streams differ: the shapes and the work are a split model's,
+/// the values are not. Refused as [`crate::model::ShardedDecoder::new`] refuses.
 pub fn random_sharded_decoder(
     config: DecoderConfig,
     devices: &[Device],
@@ -118,21 +120,21 @@ pub fn random_sharded_decoder(
         devices,
         Decoder::shard_bytes_of(&config, dtype, ranks),
     )?;
-    let per = config.vocab_size.div_ceil(ranks);
     let shards = devices
         .iter()
         .enumerate()
         .map(|(r, device)| {
-            let vocab = config.vocab_size;
             let weights = Random {
                 device,
                 dtype,
                 fp8: false,
-                lm_head_rows: Some((r * per).min(vocab)..((r + 1) * per).min(vocab)),
+                lm_head_rows: Some(crate::model::vocab_share(config.vocab_size, r, ranks)),
             };
             Decoder::build(config.shard(ranks), &weights)
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let mut config = config;
+    config.rope.qk_norm_eps = config.rms_norm_eps;
     Ok(crate::model::ShardedDecoder::from_ranks(
         config, shards, collective,
     ))

@@ -160,17 +160,75 @@ fn eight_kv_heads() -> DecoderConfig {
 #[test]
 fn a_model_of_eight_kv_heads_steps_alike_on_one_to_eight_ranks() {
     for (device_name, device) in devices() {
-        let whole = random_decoder(eight_kv_heads(), &device, DType::F32).unwrap();
-        for ranks in [1usize, 2, 4, 8] {
-            let sharded =
-                ShardedDecoder::new(&whole, &vec![device.clone(); ranks], Box::new(InProcess))
-                    .unwrap();
-            let what = format!("8 kv heads on {device_name}, {ranks} ranks");
-            same_steps(&whole, &sharded, 4, 1e-5, &what);
-            assert_eq!(sharded.ranks().len(), ranks);
-            assert_eq!(sharded.ranks()[0].config.rope.num_kv_heads, 8 / ranks);
+        // A vocabulary of 10 over 8 ranks: one or two LM-head rows a rank.
+        for vocab in [203usize, 10] {
+            let config = DecoderConfig {
+                vocab_size: vocab,
+                ..eight_kv_heads()
+            };
+            let whole = random_decoder(config, &device, DType::F32).unwrap();
+            for ranks in [1usize, 2, 4, 8] {
+                let devices = vec![device.clone(); ranks];
+                let sharded = ShardedDecoder::new(&whole, &devices, Box::new(InProcess)).unwrap();
+                let what = format!("8 kv heads, vocabulary {vocab}, {device_name}, {ranks} ranks");
+                same_steps(&whole, &sharded, 4, 1e-5, &what);
+                assert_eq!(sharded.ranks().len(), ranks);
+                assert_eq!(sharded.ranks()[0].config.rope.num_kv_heads, 8 / ranks);
+            }
         }
     }
+}
+
+/// A refused step keeps no row in any rank's pool; a cache of another rank count is refused.
+#[test]
+fn refused_sharded_steps_keep_no_rows() {
+    let flex = Device::flex();
+    let whole = load("llama31_tiny", &flex);
+    let two = [flex.clone(), flex.clone()];
+    let sharded = ShardedDecoder::new(&whole, &two, Box::new(InProcess)).unwrap();
+    let mut cache = sharded.new_cache(16).unwrap();
+    let token = |seq, position, token| StepToken {
+        seq,
+        position,
+        token,
+    };
+    sharded
+        .step(&[token(0, 0, 5), token(0, 1, 6)], &mut cache)
+        .unwrap();
+    let rows = |cache: &burn_rope_pool::model::ShardedCache| {
+        (0..2)
+            .map(|r| cache.rank(r).unwrap().available())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rows(&cache), [14, 14]);
+    let cases: [(Vec<StepToken>, &str); 3] = [
+        (
+            vec![token(1, 0, 5), token(1, 1, 320)],
+            "an id past the vocabulary",
+        ),
+        (
+            vec![token(1, 0, 5), token(0, 5, 6)],
+            "a position out of order",
+        ),
+        (
+            (0..15).map(|p| token(2, p, 1)).collect(),
+            "more rows than are free",
+        ),
+    ];
+    for (tokens, why) in cases {
+        assert!(sharded.step(&tokens, &mut cache).is_err(), "{why}");
+        assert_eq!(rows(&cache), [14, 14], "{why}");
+    }
+    let one =
+        ShardedDecoder::new(&whole, std::slice::from_ref(&flex), Box::new(InProcess)).unwrap();
+    let mut other = one.new_cache(16).unwrap();
+    let error = sharded.step(&[token(0, 0, 5)], &mut other).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the pool does not fit this decoder: 1 pools for 2 ranks"
+    );
+    assert_eq!(cache.release(0).unwrap(), 2);
+    assert_eq!(rows(&cache), [16, 16]);
 }
 
 /// Shards drawn at random on their devices directly (the benchmarks' models past one device):
@@ -205,12 +263,6 @@ fn random_shards_built_directly_give_the_whole_vocabulary() {
                 values.iter().all(|v| v.is_finite()),
                 "{ranks} ranks, tied {tied}"
             );
-            let rows = sharded
-                .ranks()
-                .iter()
-                .map(|r| r.config.vocab_size)
-                .collect::<Vec<_>>();
-            assert!(rows.iter().all(|&v| v == 203), "{rows:?}");
         }
     }
     let refused = random_sharded_decoder(
