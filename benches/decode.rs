@@ -411,27 +411,65 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
 }
 
 /// `--tp N`: the fused path split over `DEVICE:0` … `DEVICE:N-1`, shards drawn at random on
-/// each GPU.
+/// each GPU; each batch twice, the second time with the sums over ranks skipped (`fused tpN,
+/// no sums`: the same work less the communication, numerically meaningless), so that the
+/// difference is what the sums cost a step.
 fn tensor_parallel(config: DecoderConfig, dtype: DType, args: &Args) {
     let devices: Vec<_> = (0..args.tp)
         .map(|i| device_by_name(&format!("{}:{i}", args.device)).expect("device"))
         .collect();
-    let collective: Box<dyn Collective> = match args.device.as_str() {
+    let inner: Box<dyn Collective> = match args.device.as_str() {
         "cuda" => Box::new(BurnAllReduce::new(devices.clone()).expect("Burn's all-reduce")),
         _ => Box::new(InProcess),
     };
+    let skip = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let collective = Box::new(Skippable {
+        inner,
+        skip: skip.clone(),
+    });
     let layers = config.num_layers;
     let model = random_sharded_decoder(config, &devices, dtype, collective).expect("shards");
     println!("| path | batch | prefill tok/s | decode tok/s | decode ms/step |");
     println!("| --- | ---: | ---: | ---: | ---: |");
     let mut rows = Vec::new();
-    let path = format!("fused tp{}", args.tp);
     for &batch in &args.batches {
-        let stats = run_model(&model, batch, args);
-        rows.push(report(&path, batch, dtype, layers, &stats, args));
+        let mut ms = [0.0; 2];
+        for (i, skipped) in [false, true].into_iter().enumerate() {
+            skip.store(skipped, std::sync::atomic::Ordering::Relaxed);
+            let path = match skipped {
+                false => format!("fused tp{}", args.tp),
+                true => format!("fused tp{}, no sums", args.tp),
+            };
+            let stats = run_model(&model, batch, args);
+            ms[i] = 1e3 * stats.decode_time.as_secs_f64() / args.steps.max(1) as f64;
+            rows.push(report(&path, batch, dtype, layers, &stats, args));
+        }
+        println!(
+            "| sums over ranks, batch {batch} | | | | {:.2} ms a step |",
+            ms[0] - ms[1]
+        );
     }
     if let Some(path) = &args.json {
         std::fs::write(path, format!("[\n{}\n]\n", rows.join(",\n"))).expect("write json");
+    }
+}
+
+/// A collective whose sums can be skipped (each rank keeps its own part): for timing the
+/// communication only.
+struct Skippable {
+    inner: Box<dyn Collective>,
+    skip: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Collective for Skippable {
+    fn devices(&self) -> Option<&[burn::tensor::Device]> {
+        self.inner.devices()
+    }
+    fn all_reduce_sum(&self, parts: Vec<burn::tensor::Tensor<2>>) -> Vec<burn::tensor::Tensor<2>> {
+        match self.skip.load(std::sync::atomic::Ordering::Relaxed) {
+            true => parts,
+            false => self.inner.all_reduce_sum(parts),
+        }
     }
 }
 
