@@ -265,8 +265,9 @@ impl Decoder {
         })
     }
 
-    /// Shard `rank` of `ranks` (Megatron-style) on `device`, weights as floats of the decoder's
-    /// dtype (an fp8 projection dequantized): q/k/v by heads (kv heads `rank · Hkv/ranks ..`
+    /// Shard `rank` of `ranks` (Megatron-style) on `device` (fp8 projections kept fp8 on a
+    /// CubeCL device where the split falls on their words and blocks, else floats of the
+    /// decoder's dtype): q/k/v by heads (kv heads `rank · Hkv/ranks ..`
     /// and their q groups) and gate/up by output columns, o and down by input columns (their
     /// biases on rank 0), the LM head by vocabulary rows (`ceil(vocab / ranks)` a rank); norms
     /// and embeddings whole. The caller checked that `ranks` divides the kv heads and the MLP

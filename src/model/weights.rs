@@ -55,25 +55,31 @@ impl Linear {
         }
     }
 
-    /// The output features `ranges` (rows of the weight and the bias), stacked in order, as
-    /// floats of `dtype` on `device`: a column-parallel shard, in buffers of its own.
+    /// The output features `ranges` (rows of the weight and the bias), stacked in order, on
+    /// `device`, in buffers of their own: a column-parallel shard. An fp8 weight stays fp8 on a
+    /// CubeCL device; other weights are floats of `dtype`.
     pub(crate) fn rows(&self, ranges: &[Range<usize>], device: &Device, dtype: DType) -> Linear {
-        let w = self.float_weight(dtype);
-        let cols = w.dims()[1];
-        let parts = ranges.iter().map(|r| w.clone().slice([r.clone(), 0..cols]));
         let b = self.b.as_ref().map(|b| {
             let parts = ranges.iter().map(|r| b.clone().slice([r.clone()]));
             owned(Tensor::cat(parts.collect(), 0), device)
         });
+        if let (Weight::Fp8(w), true) = (&self.w, device_on_cube(device)) {
+            let w = Weight::Fp8(w.rows(ranges, device));
+            return Linear { w, b };
+        }
+        let w = self.float_weight(dtype);
+        let cols = w.dims()[1];
+        let parts = ranges.iter().map(|r| w.clone().slice([r.clone(), 0..cols]));
         Linear {
             w: Weight::Float(owned(Tensor::cat(parts.collect(), 0), device)),
             b,
         }
     }
 
-    /// The input features `range` (columns of the weight) as floats of `dtype` on `device`,
+    /// The input features `range` (columns of the weight) on `device`, in buffers of their own,
     /// the bias kept where `bias` says (one shard of a row-parallel product adds it): a
-    /// row-parallel shard, in buffers of its own.
+    /// row-parallel shard. An fp8 weight stays fp8 on a CubeCL device where the range falls on
+    /// its words and blocks; other weights are floats of `dtype`.
     pub(crate) fn columns(
         &self,
         range: Range<usize>,
@@ -81,11 +87,20 @@ impl Linear {
         device: &Device,
         dtype: DType,
     ) -> Linear {
+        let b = self.b.clone().filter(|_| bias).map(|b| owned(b, device));
+        if let (Weight::Fp8(w), true) = (&self.w, device_on_cube(device))
+            && let Some(w) = w.columns(range.clone(), device)
+        {
+            return Linear {
+                w: Weight::Fp8(w),
+                b,
+            };
+        }
         let w = self.float_weight(dtype);
         let rows = w.dims()[0];
         Linear {
             w: Weight::Float(owned(w.slice([0..rows, range]), device)),
-            b: self.b.clone().filter(|_| bias).map(|b| owned(b, device)),
+            b,
         }
     }
 

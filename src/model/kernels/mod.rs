@@ -205,6 +205,49 @@ impl Fp8Weight {
         })
     }
 
+    /// Output rows `ranges` (each a range of `out`), stacked in order, on `device`, in buffers
+    /// of their own (through host memory): a column-parallel shard.
+    pub(crate) fn rows(
+        &self,
+        ranges: &[std::ops::Range<usize>],
+        device: &burn::tensor::Device,
+    ) -> Self {
+        let [words, blocks] = [self.codes.dims()[1], self.scales.dims()[1]];
+        let codes = ranges
+            .iter()
+            .map(|r| self.codes.clone().slice([r.clone(), 0..words]));
+        let scales = ranges
+            .iter()
+            .map(|r| self.scales.clone().slice([r.clone(), 0..blocks]));
+        Self {
+            codes: owned_ints(Tensor::cat(codes.collect(), 0), device),
+            scales: owned_floats(Tensor::cat(scales.collect(), 0), device),
+            block_k: self.block_k,
+        }
+    }
+
+    /// Input columns `range` on `device`, in buffers of their own: a row-parallel shard; `None`
+    /// where the range does not fall on words and whole blocks (the last block may end it).
+    pub(crate) fn columns(
+        &self,
+        range: std::ops::Range<usize>,
+        device: &burn::tensor::Device,
+    ) -> Option<Self> {
+        let [out, inner] = self.dims();
+        let block_k = self.block_k;
+        let whole_blocks = range.len().is_multiple_of(block_k) || range.end == inner;
+        if !range.start.is_multiple_of(block_k) || !range.len().is_multiple_of(4) || !whole_blocks {
+            return None;
+        }
+        let words = range.start / 4..range.end / 4;
+        let blocks = range.start / block_k..range.end.div_ceil(block_k);
+        Some(Self {
+            codes: owned_ints(self.codes.clone().slice([0..out, words]), device),
+            scales: owned_floats(self.scales.clone().slice([0..out, blocks]), device),
+            block_k,
+        })
+    }
+
     /// The weight as floats of `dtype`, `[out, in]`, in Burn tensor ops (any backend): each
     /// code's value from a table of the 256, times its scale in f32, rounded once to `dtype`.
     pub fn dequantize(&self, dtype: DType) -> Tensor<2> {
@@ -237,6 +280,19 @@ impl Fp8Weight {
             .slice([0..out, 0..inner]);
         (values * scales).cast(dtype)
     }
+}
+
+/// `t` on `device` in a buffer of its own, through the host (a slice would stay a view of the
+/// whole buffer).
+fn owned_ints(t: Tensor<2, Int>, device: &burn::tensor::Device) -> Tensor<2, Int> {
+    let dtype = t.dtype();
+    Tensor::from_data(t.into_data(), (device, dtype))
+}
+
+/// [`owned_ints`] of floats.
+fn owned_floats(t: Tensor<2>, device: &burn::tensor::Device) -> Tensor<2> {
+    let dtype = t.dtype();
+    Tensor::from_data(t.into_data(), (device, dtype))
 }
 
 /// `x [m, in] · wᵀ` for an fp8 weight `w` ([`Fp8Weight`], `[out, in]`): `[m, out]` in x's
