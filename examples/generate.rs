@@ -4,7 +4,8 @@
 //!
 //! `cargo run --release --example generate -- --model DIR --prompt "Hi" [--chat] [--system S]
 //!  [--temperature T --top-k K --top-p P --min-p M --repetition-penalty R --seed N]
-//!  [--max-new-tokens N] [--stop STR]... [--tokenizer DIR] [--device D] [--dtype f32] [--tp N]`
+//!  [--max-new-tokens N] [--stop STR]... [--tokenizer DIR] [--device D] [--dtype f32] [--tp N]
+//!  [--fp8-cache K_SCALE,V_SCALE]`
 //!
 //! `--requests REQ.json` instead of `--prompt`: `{"sequences": [{"prompt": "text" or [ids]
 //! or "messages": [{"role", "content"}...], "max_new_tokens": n, optional "temperature",
@@ -79,6 +80,10 @@ struct Args {
     /// The dtype weights are converted to and the model runs in.
     #[arg(long, value_parser = dtype_by_name, default_value = "f32")]
     dtype: DType,
+    /// Keys and values as fp8 e4m3 in the KV pools, with these scales `K_SCALE,V_SCALE` (a
+    /// stored code is e4m3(x / scale); half the bytes of f16). Default: the run dtype.
+    #[arg(long, value_delimiter = ',')]
+    fp8_cache: Option<Vec<f32>>,
     /// Rows of each layer's KV pool (default: every request at once). Requests that do not fit
     /// wait for a finished one's rows.
     #[arg(long)]
@@ -258,7 +263,9 @@ fn run(args: Args) -> Result<(), String> {
             .collect::<Result<Vec<_>, _>>()?;
         // Host memory where the build has Flex, else the first GPU.
         let host = device_by_name("flex").unwrap_or_else(|_| devices[0].clone());
-        let host = Decoder::load(&checkpoint, &host, args.dtype).map_err(|e| e.to_string())?;
+        let host = Decoder::load(&checkpoint, &host, args.dtype)
+            .map_err(|e| e.to_string())?
+            .with_fp8_cache(fp8_scales(&args.fp8_cache)?);
         let collective: Box<dyn Collective> = match args.device.as_str() {
             "cuda" => Box::new(BurnAllReduce::new(devices.clone()).map_err(|e| e.to_string())?),
             _ => Box::new(InProcess),
@@ -267,7 +274,9 @@ fn run(args: Args) -> Result<(), String> {
         drop(host);
         return generate_all(&model, &checkpoint, tokenizer, requests, &args);
     }
-    let model = Decoder::load(&checkpoint, &device, args.dtype).map_err(|e| e.to_string())?;
+    let model = Decoder::load(&checkpoint, &device, args.dtype)
+        .map_err(|e| e.to_string())?
+        .with_fp8_cache(fp8_scales(&args.fp8_cache)?);
     generate_all(&model, &checkpoint, tokenizer, requests, &args)
 }
 
@@ -373,5 +382,14 @@ fn main() -> ExitCode {
             eprintln!("{e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--fp8-cache K_SCALE,V_SCALE` as the decoder takes it.
+fn fp8_scales(scales: &Option<Vec<f32>>) -> Result<Option<(f32, f32)>, String> {
+    match scales.as_deref() {
+        None => Ok(None),
+        Some(&[k, v]) => Ok(Some((k, v))),
+        Some(other) => Err(format!("--fp8-cache takes K_SCALE,V_SCALE, got {other:?}")),
     }
 }

@@ -5,14 +5,14 @@
 //! `cargo run --release --example serve --features server -- --model DIR [--tokenizer DIR]
 //!  [--host 127.0.0.1] [--port 8000] [--device D] [--dtype f32] [--pool-rows N] [--max-batch N]
 //!  [--max-queue N] [--api-key KEY] [--default-max-tokens N] [--served-model-name NAME]
-//!  [--prefill-chunk N] [--tp N]`
+//!  [--prefill-chunk N] [--tp N] [--fp8-cache K_SCALE,V_SCALE]`
 //!
 //! SIGINT or SIGTERM stops it gracefully: no new connections, the requests in flight finish,
 //! exit status 0.
 
 use burn::tensor::DType;
 use burn_rope_pool::model::{BurnAllReduce, Collective, InProcess};
-use burn_rope_pool::serve::{ServeOptions, ServedModel};
+use burn_rope_pool::serve::{ServeOptions, ServedDecoder, ServedModel};
 use burn_rope_pool::testing::{device_by_name, dtype_by_name};
 use clap::Parser;
 use std::path::PathBuf;
@@ -41,6 +41,10 @@ struct Args {
     /// The dtype weights are converted to and the model runs in.
     #[arg(long, value_parser = dtype_by_name, default_value = "f32")]
     dtype: DType,
+    /// Keys and values as fp8 e4m3 in the KV pools, with these scales `K_SCALE,V_SCALE` (a
+    /// stored code is e4m3(x / scale); half the bytes of f16). Default: the run dtype.
+    #[arg(long, value_delimiter = ',')]
+    fp8_cache: Option<Vec<f32>>,
     /// Rows of each layer's KV pool: the tokens all running requests hold together.
     #[arg(long, default_value_t = ServeOptions::default().pool_rows)]
     pool_rows: usize,
@@ -78,6 +82,9 @@ fn run(args: Args) -> Result<(), String> {
     eprintln!("loading {} onto {device:?}", args.model.display());
     let mut model = ServedModel::load(&args.model, args.tokenizer.as_deref(), &device, args.dtype)
         .map_err(|e| e.to_string())?;
+    if let ServedDecoder::Whole(decoder) = model.decoder {
+        model.decoder = ServedDecoder::Whole(decoder.with_fp8_cache(fp8_scales(&args.fp8_cache)?));
+    }
     if args.tp > 1 {
         let devices = (0..args.tp)
             .map(|i| device_by_name(&format!("{}:{i}", args.device)))
@@ -116,5 +123,14 @@ fn main() -> ExitCode {
             eprintln!("{e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--fp8-cache K_SCALE,V_SCALE` as the decoder takes it.
+fn fp8_scales(scales: &Option<Vec<f32>>) -> Result<Option<(f32, f32)>, String> {
+    match scales.as_deref() {
+        None => Ok(None),
+        Some(&[k, v]) => Ok(Some((k, v))),
+        Some(other) => Err(format!("--fp8-cache takes K_SCALE,V_SCALE, got {other:?}")),
     }
 }
