@@ -33,6 +33,17 @@ vulkan_env() {
   export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
   export XDG_RUNTIME_DIR=/tmp
 }
+# On the H200 machine: the Vulkan environment, the named binaries of the pack unpacked into /tmp
+# (those the pack has), and the GPU's clocks.
+unpack() {
+  vulkan_env
+  for b in "$@"; do
+    [ -f "$pack/$b.xz" ] || continue
+    xz -d -c "$pack/$b.xz" > "/tmp/$b"
+    chmod +x "/tmp/$b"
+  done
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+}
 case "${1:-run}" in
   pack)
     # Builds the bench and the replay example twice — the WGSL build and the default build
@@ -74,13 +85,7 @@ case "${1:-run}" in
     # On the GPU: the decoder's kernel and checkpoint tests (TESTS, a filter of the suite; unset:
     # projections, fp8 and the checkpoints), the decode bench with fp8 caches and fp8 weights
     # beside f16 (extra arguments go to it), then the CUDA-graph anchor, in one call.
-    vulkan_env
-    for b in decode suite; do
-      [ -f "$pack/$b.xz" ] || continue
-      xz -d -c "$pack/$b.xz" > "/tmp/$b"
-      chmod +x "/tmp/$b"
-    done
-    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+    unpack decode suite
     out=${OUT:-/tmp}
     shift || true
     if [ -x /tmp/suite ] && [ -z "${SKIP_TESTS:-}" ]; then
@@ -97,13 +102,7 @@ case "${1:-run}" in
     ;;
   run-attention)
     # Both builds of the pool_attention bench, then PyTorch's gather + SDPA anchor, in one call.
-    vulkan_env
-    for b in attention attention-vulkan suite; do
-      [ -f "$pack/$b.xz" ] || continue
-      xz -d -c "$pack/$b.xz" > "/tmp/$b"
-      chmod +x "/tmp/$b"
-    done
-    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+    unpack attention attention-vulkan suite
     out=${OUT:-/tmp}
     shift || true
     if [ -x /tmp/suite ] && [ -z "${SKIP_TESTS:-}" ]; then
