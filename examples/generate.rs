@@ -82,7 +82,12 @@ struct Args {
     dtype: DType,
     /// Keys and values as fp8 e4m3 in the KV pools, with these scales `K_SCALE,V_SCALE` (a
     /// stored code is e4m3(x / scale); half the bytes of f16). Default: the run dtype.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        value_name = "K_SCALE,V_SCALE"
+    )]
     fp8_cache: Option<Vec<f32>>,
     /// Rows of each layer's KV pool (default: every request at once). Requests that do not fit
     /// wait for a finished one's rows.
@@ -175,6 +180,8 @@ fn prompt_ids(
 }
 
 fn run(args: Args) -> Result<(), String> {
+    // Checked before the checkpoint loads.
+    let fp8_cache = fp8_scales(&args.fp8_cache)?;
     let device = device_by_name(&args.device)?;
     let checkpoint = Checkpoint::open(&args.model).map_err(|e| e.to_string())?;
     let tokenizer_dir = args.tokenizer.clone().unwrap_or_else(|| args.model.clone());
@@ -265,7 +272,7 @@ fn run(args: Args) -> Result<(), String> {
         let host = device_by_name("flex").unwrap_or_else(|_| devices[0].clone());
         let host = Decoder::load(&checkpoint, &host, args.dtype)
             .map_err(|e| e.to_string())?
-            .with_fp8_cache(fp8_scales(&args.fp8_cache)?);
+            .with_fp8_cache(fp8_cache);
         let collective: Box<dyn Collective> = match args.device.as_str() {
             "cuda" => Box::new(BurnAllReduce::new(devices.clone()).map_err(|e| e.to_string())?),
             _ => Box::new(InProcess),
@@ -276,7 +283,7 @@ fn run(args: Args) -> Result<(), String> {
     }
     let model = Decoder::load(&checkpoint, &device, args.dtype)
         .map_err(|e| e.to_string())?
-        .with_fp8_cache(fp8_scales(&args.fp8_cache)?);
+        .with_fp8_cache(fp8_cache);
     generate_all(&model, &checkpoint, tokenizer, requests, &args)
 }
 

@@ -43,7 +43,12 @@ struct Args {
     dtype: DType,
     /// Keys and values as fp8 e4m3 in the KV pools, with these scales `K_SCALE,V_SCALE` (a
     /// stored code is e4m3(x / scale); half the bytes of f16). Default: the run dtype.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        value_name = "K_SCALE,V_SCALE"
+    )]
     fp8_cache: Option<Vec<f32>>,
     /// Rows of each layer's KV pool: the tokens all running requests hold together.
     #[arg(long, default_value_t = ServeOptions::default().pool_rows)]
@@ -74,6 +79,8 @@ struct Args {
 }
 
 fn run(args: Args) -> Result<(), String> {
+    // Checked before the checkpoint loads.
+    let fp8_cache = fp8_scales(&args.fp8_cache)?;
     let device = match args.tp {
         1 => device_by_name(&args.device)?,
         // Host memory first (where the build has Flex, else the first GPU), then the shards.
@@ -83,7 +90,7 @@ fn run(args: Args) -> Result<(), String> {
     let mut model = ServedModel::load(&args.model, args.tokenizer.as_deref(), &device, args.dtype)
         .map_err(|e| e.to_string())?;
     if let ServedDecoder::Whole(decoder) = model.decoder {
-        model.decoder = ServedDecoder::Whole(decoder.with_fp8_cache(fp8_scales(&args.fp8_cache)?));
+        model.decoder = ServedDecoder::Whole(decoder.with_fp8_cache(fp8_cache));
     }
     if args.tp > 1 {
         let devices = (0..args.tp)

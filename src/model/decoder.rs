@@ -265,11 +265,12 @@ impl Decoder {
         })
     }
 
-    /// Shard `rank` of `ranks` (Megatron-style) on `device` (fp8 projections kept fp8 on a
-    /// CubeCL device where the split falls on their words and blocks, else floats of the
-    /// decoder's dtype): q/k/v by heads (kv heads `rank · Hkv/ranks ..`
+    /// Shard `rank` of `ranks` (Megatron-style) on `device` (an fp8 projection of this decoder
+    /// stays fp8 on a CubeCL device: split by rows always, by input columns where the split
+    /// falls on its words and on whole blocks or inside one; else floats of the decoder's
+    /// dtype): q/k/v by heads (kv heads `rank · Hkv/ranks ..`
     /// and their q groups) and gate/up by output columns, o and down by input columns (their
-    /// biases on rank 0), the LM head by vocabulary rows (`ceil(vocab / ranks)` a rank); norms
+    /// biases on rank 0), the LM head by vocabulary rows ([`vocab_share`]); norms
     /// and embeddings whole. The caller checked that `ranks` divides the kv heads and the MLP
     /// width and is at most the vocabulary.
     pub(crate) fn shard(&self, rank: usize, ranks: usize, device: &Device) -> Decoder {
@@ -450,6 +451,19 @@ impl Decoder {
     /// The decoder's layers.
     pub(crate) fn layer_count(&self) -> usize {
         self.layers.len()
+    }
+
+    /// The projections held as fp8 weights (each layer's q/k/v, o, gate/up, down, and the LM
+    /// head).
+    #[cfg(feature = "testing")]
+    pub(crate) fn fp8_projections(&self) -> usize {
+        let fp8 = |l: &Linear| matches!(l.w, Weight::Fp8(_)) as usize;
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| fp8(&l.qkv) + fp8(&l.o) + fp8(&l.gate_up) + fp8(&l.down))
+            .sum();
+        layers + fp8(&self.lm_head)
     }
 
     /// The layers of a planned step.

@@ -223,6 +223,7 @@ impl ShardedDecoder {
 
     /// The decoder of `config` whose shards are `ranks` (as [`Decoder::shard`] makes them),
     /// combined through `collective`.
+    #[cfg(feature = "testing")]
     pub(crate) fn from_ranks(
         config: DecoderConfig,
         ranks: Vec<Decoder>,

@@ -24,6 +24,12 @@ pub use crate::model::oracle::{generate_unfused, step_unfused};
 pub use crate::op::{reference, unfused};
 pub use crate::pool::attention::reference as attention_reference;
 
+/// How many of `decoder`'s projections (each layer's q/k/v, o, gate/up, down, and the LM head)
+/// it holds as fp8 weights.
+pub fn fp8_projections(decoder: &crate::model::Decoder) -> usize {
+    decoder.fp8_projections()
+}
+
 /// The greedy step's argmax over each row of `logits` (`[S, vocab]` → `[S, 1]`).
 pub fn argmax_rows(logits: burn::tensor::Tensor<2>) -> burn::tensor::Tensor<2, burn::tensor::Int> {
     crate::model::sampling::argmax_rows(logits)

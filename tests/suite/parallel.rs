@@ -105,7 +105,8 @@ fn sharded_checkpoints_generate_what_transformers_generates() {
 #[test]
 fn sharded_checkpoints_step_as_the_whole_decoder() {
     // Llama (untied head), Qwen2 (q/k/v biases, tied), Qwen3 (q/k norms), an fp8 checkpoint
-    // (its projections dequantized for the shards).
+    // (on the GPU its shards keep q/k/v, gate/up, the LM head and down fp8; o's split, 48 of
+    // 96 inputs, is not on its blocks of 32 and is dequantized).
     for name in [
         "llama31_tiny",
         "qwen2_tiny",
@@ -120,6 +121,19 @@ fn sharded_checkpoints_step_as_the_whole_decoder() {
                         .unwrap();
                 let what = format!("{name} on {device_name}, {ranks} ranks");
                 same_steps(&whole, &sharded, 6, 1e-5, &what);
+                if name == "llama31_tiny_fp8" {
+                    use burn_rope_pool::testing::fp8_projections;
+                    let layers = whole.config.num_layers;
+                    // fp8 on the GPU device (q/k/v, o, gate/up, down), floats on Flex.
+                    let (all, split) = match fp8_projections(&whole) {
+                        0 => (0, 0),
+                        _ => (4 * layers, if ranks == 1 { 4 } else { 3 } * layers),
+                    };
+                    assert_eq!(fp8_projections(&whole), all, "{what}");
+                    for rank in sharded.ranks() {
+                        assert_eq!(fp8_projections(rank), split, "{what}");
+                    }
+                }
             }
         }
     }

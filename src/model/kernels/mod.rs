@@ -227,7 +227,8 @@ impl Fp8Weight {
     }
 
     /// Input columns `range` on `device`, in buffers of their own: a row-parallel shard; `None`
-    /// where the range does not fall on words and whole blocks (the last block may end it).
+    /// where the range does not fall on words, or neither lies inside one block nor on whole
+    /// blocks (the last block may end it).
     pub(crate) fn columns(
         &self,
         range: std::ops::Range<usize>,
@@ -235,14 +236,27 @@ impl Fp8Weight {
     ) -> Option<Self> {
         let [out, inner] = self.dims();
         let block_k = self.block_k;
-        let whole_blocks = range.len().is_multiple_of(block_k) || range.end == inner;
-        if !range.start.is_multiple_of(block_k) || !range.len().is_multiple_of(4) || !whole_blocks {
+        let words = range.start.is_multiple_of(4) && range.len().is_multiple_of(4);
+        let one_block = range.start / block_k == (range.end.max(1) - 1) / block_k;
+        let whole_blocks = range.start.is_multiple_of(block_k)
+            && (range.len().is_multiple_of(block_k) || range.end == inner);
+        if !words || range.is_empty() || !(one_block || whole_blocks) {
             return None;
         }
-        let words = range.start / 4..range.end / 4;
         let blocks = range.start / block_k..range.end.div_ceil(block_k);
+        // Inside one block, one scale column; else whole blocks (a shorter last one clamped as
+        // the loader clamps a block past the weight).
+        let block_k = match one_block {
+            true => range.len(),
+            false => block_k.min(range.len()),
+        };
         Some(Self {
-            codes: owned_ints(self.codes.clone().slice([0..out, words]), device),
+            codes: owned_ints(
+                self.codes
+                    .clone()
+                    .slice([0..out, range.start / 4..range.end / 4]),
+                device,
+            ),
             scales: owned_floats(self.scales.clone().slice([0..out, blocks]), device),
             block_k,
         })
@@ -304,11 +318,13 @@ fn owned_floats(t: Tensor<2>, device: &burn::tensor::Device) -> Tensor<2> {
 /// # Panics
 /// When the inner sizes differ (as Burn's matmul does).
 pub fn project_fp8(x: Tensor<2>, w: &Fp8Weight) -> Tensor<2> {
-    let ([m, k], [n, inner]) = (x.dims(), w.dims());
+    let (k, inner) = (x.dims()[1], w.dims()[1]);
     assert_eq!(
         k, inner,
         "project: rows of {k} against an fp8 weight of rows of {inner}"
     );
+    #[cfg(feature = "cube")]
+    let (m, n) = (x.dims()[0], w.dims()[0]);
     #[cfg(feature = "cube")]
     if on_cube(&x) && x.device() == w.codes.device() && m > 0 && n > 0 && k > 0 {
         let inputs = backend::Fp8ProductTensors {
