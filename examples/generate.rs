@@ -268,8 +268,16 @@ fn run(args: Args) -> Result<(), String> {
         let devices = (0..args.tp)
             .map(|i| device_by_name(&format!("{}:{i}", args.device)))
             .collect::<Result<Vec<_>, _>>()?;
-        // Host memory where the build has Flex, else the first GPU.
-        let host = device_by_name("flex").unwrap_or_else(|_| devices[0].clone());
+        // Host memory where the build has Flex, else the first GPU; an fp8 checkpoint the first
+        // GPU, where its projections stay fp8 for the shards.
+        let fp8 = checkpoint
+            .quantization()
+            .map_err(|e| e.to_string())?
+            .is_some();
+        let host = match fp8 {
+            true => devices[0].clone(),
+            false => device_by_name("flex").unwrap_or_else(|_| devices[0].clone()),
+        };
         let host = Decoder::load(&checkpoint, &host, args.dtype)
             .map_err(|e| e.to_string())?
             .with_fp8_cache(fp8_cache);

@@ -83,8 +83,15 @@ fn run(args: Args) -> Result<(), String> {
     let fp8_cache = fp8_scales(&args.fp8_cache)?;
     let device = match args.tp {
         1 => device_by_name(&args.device)?,
-        // Host memory first (where the build has Flex, else the first GPU), then the shards.
-        _ => device_by_name("flex").or_else(|_| device_by_name(&format!("{}:0", args.device)))?,
+        // Host memory first (where the build has Flex, else the first GPU; an fp8 checkpoint the
+        // first GPU, where its projections stay fp8 for the shards), then the shards.
+        _ => {
+            let first_gpu = || device_by_name(&format!("{}:0", args.device));
+            match quantized(&args.model) {
+                true => first_gpu()?,
+                false => device_by_name("flex").or_else(|_| first_gpu())?,
+            }
+        }
     };
     eprintln!("loading {} onto {device:?}", args.model.display());
     let mut model = ServedModel::load(&args.model, args.tokenizer.as_deref(), &device, args.dtype)
@@ -140,4 +147,13 @@ fn fp8_scales(scales: &Option<Vec<f32>>) -> Result<Option<(f32, f32)>, String> {
         Some(&[k, v]) => Ok(Some((k, v))),
         Some(other) => Err(format!("--fp8-cache takes K_SCALE,V_SCALE, got {other:?}")),
     }
+}
+
+/// Whether the checkpoint's `config.json` declares a `quantization_config` (read alone, before
+/// the weights).
+fn quantized(model: &std::path::Path) -> bool {
+    std::fs::read_to_string(model.join("config.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .is_some_and(|config| !config["quantization_config"].is_null())
 }
