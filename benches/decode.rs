@@ -13,12 +13,11 @@ mod instruments;
 
 use burn::tensor::DType;
 use burn_rope_pool::model::{
-    BurnAllReduce, Collective, Decoder, DecoderConfig, GenerateOptions, InProcess, Model, Request,
-    Stats, StepToken, generate,
+    Collective, Decoder, DecoderConfig, GenerateOptions, Model, Request, Stats, StepToken, generate,
 };
 use burn_rope_pool::testing::{
     Rng, argmax_rows, device_by_name, generate_unfused, llama3_8b, llama3_70b, random_decoder,
-    random_fp8_decoder, random_sharded_decoder,
+    random_fp8_decoder, random_sharded_decoder, ranks_by_name,
 };
 use clap::Parser;
 use instruments::time_per_call;
@@ -415,13 +414,7 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
 /// no sums`: the same work less the communication, numerically meaningless), so that the
 /// difference is what the sums cost a step.
 fn tensor_parallel(config: DecoderConfig, dtype: DType, args: &Args) {
-    let devices: Vec<_> = (0..args.tp)
-        .map(|i| device_by_name(&format!("{}:{i}", args.device)).expect("device"))
-        .collect();
-    let inner: Box<dyn Collective> = match args.device.as_str() {
-        "cuda" => Box::new(BurnAllReduce::new(devices.clone()).expect("Burn's all-reduce")),
-        _ => Box::new(InProcess),
-    };
+    let (devices, inner) = ranks_by_name(&args.device, args.tp).expect("ranks");
     let skip = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let collective = Box::new(Skippable {
         inner,

@@ -14,10 +14,12 @@
 //! `{"sequences": [{"prompt_ids", "generated", "text", "finish_reason", "logits"?}, ...]}` in
 //! request order (`logits` with `--logits`: the logits each generated id was drawn from).
 
+mod common;
+
 use burn::tensor::DType;
 use burn_rope_pool::model::{
-    BurnAllReduce, Checkpoint, Collective, Decoder, Engine, EngineOptions, Event, FinishReason,
-    GenerationRequest, InProcess, Model, SamplingParams, ShardedDecoder, StopConditions,
+    Checkpoint, Decoder, Engine, EngineOptions, Event, FinishReason, GenerationRequest, Model,
+    SamplingParams, ShardedDecoder, StopConditions,
 };
 use burn_rope_pool::testing::{device_by_name, dtype_by_name};
 use burn_rope_pool::text::{ChatMessage, Tokenizer};
@@ -80,15 +82,8 @@ struct Args {
     /// The dtype weights are converted to and the model runs in.
     #[arg(long, value_parser = dtype_by_name, default_value = "f32")]
     dtype: DType,
-    /// Keys and values as fp8 e4m3 in the KV pools, with these scales `K_SCALE,V_SCALE` (a
-    /// stored code is e4m3(x / scale); half the bytes of f16). Default: the run dtype.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        allow_negative_numbers = true,
-        value_name = "K_SCALE,V_SCALE"
-    )]
-    fp8_cache: Option<Vec<f32>>,
+    #[command(flatten)]
+    pool_and_ranks: common::PoolAndRanks,
     /// Rows of each layer's KV pool (default: every request at once). Requests that do not fit
     /// wait for a finished one's rows.
     #[arg(long)]
@@ -99,10 +94,6 @@ struct Args {
     /// Chunked prefill: the most prompt tokens one step runs (default: whole prompts).
     #[arg(long)]
     prefill_chunk: Option<usize>,
-    /// Tensor parallelism: the model split over this many GPUs (`DEVICE:0` …; read into host
-    /// memory first), summed by Burn's all-reduce on `cuda`, in process elsewhere.
-    #[arg(long, default_value_t = 1)]
-    tp: usize,
     /// Write the generations here (JSON).
     #[arg(long)]
     output: Option<PathBuf>,
@@ -181,7 +172,7 @@ fn prompt_ids(
 
 fn run(args: Args) -> Result<(), String> {
     // Checked before the checkpoint loads.
-    let fp8_cache = fp8_scales(&args.fp8_cache)?;
+    let fp8_cache = args.pool_and_ranks.fp8_cache()?;
     let device = device_by_name(&args.device)?;
     let checkpoint = Checkpoint::open(&args.model).map_err(|e| e.to_string())?;
     let tokenizer_dir = args.tokenizer.clone().unwrap_or_else(|| args.model.clone());
@@ -264,29 +255,13 @@ fn run(args: Args) -> Result<(), String> {
         }
         (None, None) => return Err("give --prompt or --requests".into()),
     }
-    if args.tp > 1 {
-        let devices = (0..args.tp)
-            .map(|i| device_by_name(&format!("{}:{i}", args.device)))
-            .collect::<Result<Vec<_>, _>>()?;
-        // Host memory where the build has Flex, else the first GPU; an fp8 checkpoint the first
-        // GPU, where its projections stay fp8 for the shards.
-        let fp8 = checkpoint
-            .quantization()
-            .map_err(|e| e.to_string())?
-            .is_some();
-        let host = match fp8 {
-            true => devices[0].clone(),
-            false => device_by_name("flex").unwrap_or_else(|_| devices[0].clone()),
-        };
-        let host = Decoder::load(&checkpoint, &host, args.dtype)
+    if let Some(ranks) = args.pool_and_ranks.ranks(&args.device, &args.model)? {
+        let whole = Decoder::load(&checkpoint, &ranks.load, args.dtype)
             .map_err(|e| e.to_string())?
             .with_fp8_cache(fp8_cache);
-        let collective: Box<dyn Collective> = match args.device.as_str() {
-            "cuda" => Box::new(BurnAllReduce::new(devices.clone()).map_err(|e| e.to_string())?),
-            _ => Box::new(InProcess),
-        };
-        let model = ShardedDecoder::new(&host, &devices, collective).map_err(|e| e.to_string())?;
-        drop(host);
+        let model = ShardedDecoder::new(&whole, &ranks.devices, ranks.collective)
+            .map_err(|e| e.to_string())?;
+        drop(whole);
         return generate_all(&model, &checkpoint, tokenizer, requests, &args);
     }
     let model = Decoder::load(&checkpoint, &device, args.dtype)
@@ -397,14 +372,5 @@ fn main() -> ExitCode {
             eprintln!("{e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// `--fp8-cache K_SCALE,V_SCALE` as the decoder takes it.
-fn fp8_scales(scales: &Option<Vec<f32>>) -> Result<Option<(f32, f32)>, String> {
-    match scales.as_deref() {
-        None => Ok(None),
-        Some(&[k, v]) => Ok(Some((k, v))),
-        Some(other) => Err(format!("--fp8-cache takes K_SCALE,V_SCALE, got {other:?}")),
     }
 }

@@ -10,8 +10,9 @@
 //! SIGINT or SIGTERM stops it gracefully: no new connections, the requests in flight finish,
 //! exit status 0.
 
+mod common;
+
 use burn::tensor::DType;
-use burn_rope_pool::model::{BurnAllReduce, Collective, InProcess};
 use burn_rope_pool::serve::{ServeOptions, ServedDecoder, ServedModel};
 use burn_rope_pool::testing::{device_by_name, dtype_by_name};
 use clap::Parser;
@@ -41,15 +42,8 @@ struct Args {
     /// The dtype weights are converted to and the model runs in.
     #[arg(long, value_parser = dtype_by_name, default_value = "f32")]
     dtype: DType,
-    /// Keys and values as fp8 e4m3 in the KV pools, with these scales `K_SCALE,V_SCALE` (a
-    /// stored code is e4m3(x / scale); half the bytes of f16). Default: the run dtype.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        allow_negative_numbers = true,
-        value_name = "K_SCALE,V_SCALE"
-    )]
-    fp8_cache: Option<Vec<f32>>,
+    #[command(flatten)]
+    pool_and_ranks: common::PoolAndRanks,
     /// Rows of each layer's KV pool: the tokens all running requests hold together.
     #[arg(long, default_value_t = ServeOptions::default().pool_rows)]
     pool_rows: usize,
@@ -72,26 +66,15 @@ struct Args {
     /// The model's name in the API (default: the model folder's name).
     #[arg(long)]
     served_model_name: Option<String>,
-    /// Tensor parallelism: the model split over this many GPUs (`DEVICE:0` …; read into host
-    /// memory first), summed by Burn's all-reduce on `cuda`, in process elsewhere.
-    #[arg(long, default_value_t = 1)]
-    tp: usize,
 }
 
 fn run(args: Args) -> Result<(), String> {
     // Checked before the checkpoint loads.
-    let fp8_cache = fp8_scales(&args.fp8_cache)?;
-    let device = match args.tp {
-        1 => device_by_name(&args.device)?,
-        // Host memory first (where the build has Flex, else the first GPU; an fp8 checkpoint the
-        // first GPU, where its projections stay fp8 for the shards), then the shards.
-        _ => {
-            let first_gpu = || device_by_name(&format!("{}:0", args.device));
-            match quantized(&args.model) {
-                true => first_gpu()?,
-                false => device_by_name("flex").or_else(|_| first_gpu())?,
-            }
-        }
+    let fp8_cache = args.pool_and_ranks.fp8_cache()?;
+    let ranks = args.pool_and_ranks.ranks(&args.device, &args.model)?;
+    let device = match &ranks {
+        None => device_by_name(&args.device)?,
+        Some(ranks) => ranks.load.clone(),
     };
     eprintln!("loading {} onto {device:?}", args.model.display());
     let mut model = ServedModel::load(&args.model, args.tokenizer.as_deref(), &device, args.dtype)
@@ -99,17 +82,10 @@ fn run(args: Args) -> Result<(), String> {
     if let ServedDecoder::Whole(decoder) = model.decoder {
         model.decoder = ServedDecoder::Whole(decoder.with_fp8_cache(fp8_cache));
     }
-    if args.tp > 1 {
-        let devices = (0..args.tp)
-            .map(|i| device_by_name(&format!("{}:{i}", args.device)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let collective: Box<dyn Collective> = match args.device.as_str() {
-            "cuda" => Box::new(BurnAllReduce::new(devices.clone()).map_err(|e| e.to_string())?),
-            _ => Box::new(InProcess),
-        };
-        eprintln!("splitting it over {devices:?}");
+    if let Some(ranks) = ranks {
+        eprintln!("splitting it over {:?}", ranks.devices);
         model = model
-            .shard(&devices, collective)
+            .shard(&ranks.devices, ranks.collective)
             .map_err(|e| e.to_string())?;
     }
     if let Some(name) = args.served_model_name {
@@ -138,22 +114,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// `--fp8-cache K_SCALE,V_SCALE` as the decoder takes it.
-fn fp8_scales(scales: &Option<Vec<f32>>) -> Result<Option<(f32, f32)>, String> {
-    match scales.as_deref() {
-        None => Ok(None),
-        Some(&[k, v]) => Ok(Some((k, v))),
-        Some(other) => Err(format!("--fp8-cache takes K_SCALE,V_SCALE, got {other:?}")),
-    }
-}
-
-/// Whether the checkpoint's `config.json` declares a `quantization_config` (read alone, before
-/// the weights).
-fn quantized(model: &std::path::Path) -> bool {
-    std::fs::read_to_string(model.join("config.json"))
-        .ok()
-        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
-        .is_some_and(|config| !config["quantization_config"].is_null())
 }

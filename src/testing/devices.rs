@@ -133,3 +133,22 @@ pub fn dtype_by_name(name: &str) -> Result<burn::tensor::DType, String> {
         other => Err(format!("unknown dtype `{other}` (f32, f16 or bf16)")),
     }
 }
+
+/// The ranks of a tensor-parallel run named on a command line: `NAME:0` … `NAME:N-1`
+/// ([`device_by_name`]) and the collective that sums over them, Burn's all-reduce on `cuda`,
+/// [`InProcess`](crate::model::InProcess) elsewhere.
+pub fn ranks_by_name(
+    name: &str,
+    ranks: usize,
+) -> Result<(Vec<Device>, Box<dyn crate::model::Collective>), String> {
+    let devices = (0..ranks)
+        .map(|i| device_by_name(&format!("{name}:{i}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let collective: Box<dyn crate::model::Collective> = match name {
+        "cuda" => {
+            Box::new(crate::model::BurnAllReduce::new(devices.clone()).map_err(|e| e.to_string())?)
+        }
+        _ => Box::new(crate::model::InProcess),
+    };
+    Ok((devices, collective))
+}

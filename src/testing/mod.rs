@@ -12,7 +12,7 @@ mod metrics;
 mod rng;
 
 pub use attention_golden::{AttentionCase, attention_error};
-pub use devices::{device_by_name, device_works, dtype_by_name, wgpu_refusal};
+pub use devices::{device_by_name, device_works, dtype_by_name, ranks_by_name, wgpu_refusal};
 pub use golden::{GoldenCase, GoldenError, HostTensor, MAX_RANK, Score, tolerance};
 pub use metrics::{max_abs_error, norm_relative_error};
 pub use rng::Rng;
