@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import torch
-import transformers
+from fp8_generations import write_expected
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, CompressedTensorsConfig
 
@@ -79,38 +79,6 @@ assert weight.dtype == torch.float64, weight.dtype
 q = saved["model.layers.0.self_attn.q_proj.weight"].to(torch.float32)
 s = saved["model.layers.0.self_attn.q_proj.weight_scale"]
 assert torch.equal(weight, (q * s).to(torch.float64)), "transformers decompressed another value"
-requests = json.loads((src / "requests.json").read_text())["sequences"]
-sequences = []
-for r in requests:
-    prompt, new = r["prompt"], r["max_new_tokens"]
-    with torch.no_grad():
-        res = model.generate(
-            torch.tensor([prompt]),
-            max_new_tokens=new,
-            do_sample=False,
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=0,
-            eos_token_id=None,
-        )
-    logits = [step[0].tolist() for step in res.logits]
-    gaps = [sorted(row, reverse=True)[0] - sorted(row, reverse=True)[1] for row in logits]
-    sequences.append(
-        {
-            "prompt": prompt,
-            "max_new_tokens": new,
-            "generated": res.sequences[0, len(prompt):].tolist(),
-            "logits": logits,
-            "min_gap": min(gaps),
-        }
-    )
-expected = {
-    "dtype": "float32",
-    "weights_dtype": "float8_e4m3fn projections (weight_scale per output channel), float32 rest",
-    "architecture": config["architectures"][0],
-    "transformers": transformers.__version__,
-    "torch": torch.__version__,
-    "sequences": sequences,
-}
-(out / "expected.json").write_text(json.dumps(expected))
-print(out, [s["generated"] for s in sequences], "min gap", min(s["min_gap"] for s in sequences))
+write_expected(
+    model, src, out, config, "float8_e4m3fn projections (weight_scale per output channel), float32 rest"
+)
