@@ -1,7 +1,7 @@
 //! A decoder's weights: its layers' tensors, read from a checkpoint (or, for benchmarks behind
 //! the `testing` feature, drawn at random), and the layer's building blocks.
 
-use crate::model::kernels::{Fp8Weight, device_on_cube, project, project_fp8};
+use crate::model::kernels::{Fp8Weight, device_on_cube, owned, project, project_fp8};
 use crate::model::{Checkpoint, DecoderError};
 #[cfg(feature = "testing")]
 use burn::tensor::Distribution;
@@ -125,14 +125,6 @@ pub(crate) struct Layer {
     /// gate and up stacked: one matmul.
     pub(crate) gate_up: Linear,
     pub(crate) down: Linear,
-}
-
-/// `t` on `device` in a contiguous buffer of its own, through the host: a slice of a larger
-/// tensor would otherwise stay a view of the whole buffer (kept alive, and copied into
-/// contiguous form by every product that reads it).
-fn owned<const D: usize>(t: Tensor<D>, device: &Device) -> Tensor<D> {
-    let dtype = t.dtype();
-    Tensor::from_data(t.into_data(), (device, dtype))
 }
 
 /// Where [`Decoder::build`] takes its weights from.

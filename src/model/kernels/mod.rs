@@ -220,8 +220,8 @@ impl Fp8Weight {
             .iter()
             .map(|r| self.scales.clone().slice([r.clone(), 0..blocks]));
         Self {
-            codes: owned_ints(Tensor::cat(codes.collect(), 0), device),
-            scales: owned_floats(Tensor::cat(scales.collect(), 0), device),
+            codes: owned(Tensor::cat(codes.collect(), 0), device),
+            scales: owned(Tensor::cat(scales.collect(), 0), device),
             block_k: self.block_k,
         }
     }
@@ -251,13 +251,13 @@ impl Fp8Weight {
             false => block_k.min(range.len()),
         };
         Some(Self {
-            codes: owned_ints(
+            codes: owned(
                 self.codes
                     .clone()
                     .slice([0..out, range.start / 4..range.end / 4]),
                 device,
             ),
-            scales: owned_floats(self.scales.clone().slice([0..out, blocks]), device),
+            scales: owned(self.scales.clone().slice([0..out, blocks]), device),
             block_k,
         })
     }
@@ -296,15 +296,13 @@ impl Fp8Weight {
     }
 }
 
-/// `t` on `device` in a buffer of its own, through the host (a slice would stay a view of the
-/// whole buffer).
-fn owned_ints(t: Tensor<2, Int>, device: &burn::tensor::Device) -> Tensor<2, Int> {
-    let dtype = t.dtype();
-    Tensor::from_data(t.into_data(), (device, dtype))
-}
-
-/// [`owned_ints`] of floats.
-fn owned_floats(t: Tensor<2>, device: &burn::tensor::Device) -> Tensor<2> {
+/// `t` on `device` in a contiguous buffer of its own, through the host: a slice of a larger
+/// tensor would otherwise stay a view of the whole buffer (kept alive, and copied into
+/// contiguous form by every product that reads it).
+pub(crate) fn owned<const D: usize, K: burn::tensor::kind::Basic>(
+    t: Tensor<D, K>,
+    device: &burn::tensor::Device,
+) -> Tensor<D, K> {
     let dtype = t.dtype();
     Tensor::from_data(t.into_data(), (device, dtype))
 }
