@@ -13,7 +13,8 @@ mod instruments;
 
 use burn::tensor::DType;
 use burn_rope_pool::model::{
-    Collective, Decoder, DecoderConfig, GenerateOptions, Model, Request, Stats, StepToken, generate,
+    Collective, Decoder, DecoderConfig, GenerateError, GenerateOptions, Generated, Model, Request,
+    Stats, StepToken, generate,
 };
 use burn_rope_pool::testing::{
     Rng, argmax_rows, device_by_name, generate_unfused, llama3_8b, llama3_70b, random_decoder,
@@ -101,29 +102,37 @@ fn requests(batch: usize, prompt: usize, steps: usize, vocab: usize) -> Vec<Requ
 
 /// The fused path of any model (a sharded one included): warm-up, then the timed run.
 fn run_model<M: Model>(model: &M, batch: usize, args: &Args) -> Stats {
-    let vocab = model.config().vocab_size;
     let options = GenerateOptions::default();
-    let generate = |steps| {
-        let requests = requests(batch, args.prompt, steps, vocab);
-        generate(model, &requests, &options, |_| {})
-    };
-    generate(2).expect("warm-up");
-    generate(args.steps).expect("run").1
+    timed(model.config().vocab_size, batch, args, |requests| {
+        generate(model, requests, &options, |_| {})
+    })
 }
 
 fn run(model: &Decoder, fused: bool, batch: usize, args: &Args) -> Stats {
-    let vocab = model.config.vocab_size;
     let options = GenerateOptions::default();
-    let generate = |steps| {
-        let requests = requests(batch, args.prompt, steps, vocab);
-        match fused {
-            true => generate(model, &requests, &options, |_| {}),
-            false => generate_unfused(model, &requests, &options),
-        }
-    };
-    // Warm-up: the same shapes, two decode steps (kernels compiled, matmuls tuned).
-    generate(2).expect("warm-up");
-    generate(args.steps).expect("run").1
+    timed(
+        model.config.vocab_size,
+        batch,
+        args,
+        |requests| match fused {
+            true => generate(model, requests, &options, |_| {}),
+            false => generate_unfused(model, requests, &options),
+        },
+    )
+}
+
+/// `generate` over `batch` requests, timed: a warm-up of the same shapes and two decode steps
+/// (kernels compiled, matmuls tuned), then `--steps` decode steps.
+fn timed(
+    vocab: usize,
+    batch: usize,
+    args: &Args,
+    generate: impl Fn(&[Request]) -> Result<(Vec<Generated>, Stats), GenerateError>,
+) -> Stats {
+    generate(&requests(batch, args.prompt, 2, vocab)).expect("warm-up");
+    generate(&requests(batch, args.prompt, args.steps, vocab))
+        .expect("run")
+        .1
 }
 
 fn main() {
