@@ -315,8 +315,9 @@ impl cubecl::logging::LaunchObserver for Launches {
     }
 }
 
-/// Profiles `STEPS` decode steps of `batch` sequences (prompts prefilled first): launches and
-/// device time by kernel, the device's busy time against the steps' wall time.
+/// Profiles `STEPS` decode steps of `batch` sequences (prompts prefilled first), then the
+/// prefill of the same prompts into fresh pools: launches and device time by kernel, the
+/// device's busy time against the wall time.
 fn profile(model: &Decoder, batch: usize, args: &Args) {
     const STEPS: usize = 4;
     let vocab = model.config.vocab_size;
@@ -343,7 +344,7 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
                 })
         })
         .collect();
-    let mut next = step(&mut cache, prefill);
+    let mut next = step(&mut cache, prefill.clone());
     let mut position = args.prompt;
     let decode_tokens = |next: &[u32], position: usize| -> Vec<StepToken> {
         next.iter()
@@ -369,7 +370,40 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
             position += 1;
         }
     }
-    let wall = start.elapsed().as_secs_f64() / STEPS as f64;
+    let wall = start.elapsed().as_secs_f64();
+    print_profile(
+        &format!("batch {batch}: {STEPS} decode steps"),
+        &launches,
+        wall,
+        STEPS,
+    );
+    // The prefill again, into fresh pools (its kernels compiled by the first one).
+    drop(cache);
+    let mut cache = model
+        .new_cache(batch * (args.prompt + STEPS + 4))
+        .expect("pools");
+    let launches = std::sync::Arc::new(Launches::default());
+    let start = std::time::Instant::now();
+    {
+        let _watch = cubecl::logging::LaunchObservation::new(launches.clone());
+        step(&mut cache, prefill);
+    }
+    let wall = start.elapsed().as_secs_f64();
+    print_profile(
+        &format!(
+            "batch {batch}: the prefill of {} tokens",
+            batch * args.prompt
+        ),
+        &launches,
+        wall,
+        1,
+    );
+}
+
+/// Prints what `launches` recorded over `steps` steps of `wall` seconds: launches and device time
+/// by kernel, the device's busy time against the wall time.
+fn print_profile(what: &str, launches: &Launches, wall: f64, steps: usize) {
+    let wall = wall / steps as f64;
     let launches = std::mem::take(&mut *launches.0.lock().unwrap());
     let count = launches.len();
     let mut by_kernel: std::collections::BTreeMap<String, (usize, f64)> = Default::default();
@@ -396,13 +430,13 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
         }
     }
     println!(
-        "\nprofile, batch {batch}: {STEPS} decode steps, {:.2} ms wall per step (launch \
-         timing on), {:.1} launches per step, device busy {:.2} ms per step ({:.0}% of the \
-         wall); {untimed} launches untimed, {system} timed by the host clock",
+        "\nprofile, {what}: {:.2} ms wall per step (launch timing on), {:.1} launches per step, \
+         device busy {:.2} ms per step ({:.0}% of the wall); {untimed} launches untimed, {system} \
+         timed by the host clock",
         wall * 1e3,
-        count as f64 / STEPS as f64,
-        busy * 1e3 / STEPS as f64,
-        100.0 * busy / STEPS as f64 / wall
+        count as f64 / steps as f64,
+        busy * 1e3 / steps as f64,
+        100.0 * busy / steps as f64 / wall
     );
     println!("| kernel | launches per step | device µs per step | µs per launch |");
     println!("| --- | ---: | ---: | ---: |");
@@ -411,8 +445,8 @@ fn profile(model: &Decoder, batch: usize, args: &Args) {
     for (name, (n, t)) in rows {
         println!(
             "| {name} | {:.1} | {:.1} | {:.1} |",
-            n as f64 / STEPS as f64,
-            t * 1e6 / STEPS as f64,
+            n as f64 / steps as f64,
+            t * 1e6 / steps as f64,
             t * 1e6 / n.max(1) as f64
         );
     }

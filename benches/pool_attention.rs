@@ -12,8 +12,13 @@
 //! the host time of building a step's plan (its arrays and the indices' upload), paid once per
 //! step for all layers.
 //!
+//! Prefill rows also give the attention's rate in TFLOPS (two products of 2 flops a visible
+//! (query, key) pair per head element). `--query-tiles on|off` forces the query-tile kernel
+//! for every row or keeps it off (`PoolAttentionConfig::query_tiles`); the default is the normal
+//! launch.
+//!
 //! `cargo bench --bench pool_attention -- [--device wgpu] [--dtypes f16,f32] [--quick]
-//!  [--json OUT.json]`
+//!  [--decode-only | --prefill-only] [--query-tiles auto|on|off] [--json OUT.json]`
 
 #![allow(clippy::single_range_in_vec_init)] // `slice([a..b])` slices the first axis
 
@@ -48,10 +53,16 @@ struct Args {
     /// Decode rows only.
     #[arg(long)]
     decode_only: bool,
+    /// Prefill rows only.
+    #[arg(long)]
+    prefill_only: bool,
     /// Pools of fp8 e4m3 (queries in each of `--dtypes`): rows `F16 fp8`, floor at one byte a
     /// pool element; checked against the gather path over the decoded pools.
     #[arg(long)]
     fp8: bool,
+    /// `auto` (the normal launch), `on` (the query-tile kernel for every row) or `off`.
+    #[arg(long, default_value = "auto")]
+    query_tiles: String,
     /// Also write the rows as JSON.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -129,6 +140,7 @@ struct Row {
     gb_per_s: f64,
     floor_us: f64,
     floor_pct: f64,
+    tflops: f64,
     gather_us: Option<f64>,
     host_us_per_call: f64,
     plan_us: f64,
@@ -270,10 +282,18 @@ fn main() {
         one_launch.as_secs_f64() * 1e6
     );
     println!(
-        "| kind | dtype | batch | keys | queries | device µs | GB/s | floor µs | % of floor | gather µs | host µs/call | plan µs |"
+        "| kind | dtype | batch | keys | queries | device µs | GB/s | floor µs | % of floor | TFLOPS | gather µs | host µs/call | plan µs |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    let config = PoolAttentionConfig::new(HQ, HKV, D);
+    println!(
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let query_tiles = match args.query_tiles.as_str() {
+        "auto" => None,
+        "on" => Some(true),
+        "off" => Some(false),
+        other => panic!("--query-tiles takes auto, on or off, got `{other}`"),
+    };
+    let config = PoolAttentionConfig::new(HQ, HKV, D).with_query_tiles(query_tiles);
     let mut rng = Rng::from_state(0x5eed_a77e);
     let mut rows = Vec::new();
     for dtype in args.dtypes.split(',') {
@@ -283,7 +303,8 @@ fn main() {
             continue;
         }
         for shape in SHAPES {
-            if args.decode_only && shape.queries > 1 {
+            if (args.decode_only && shape.queries > 1) || (args.prefill_only && shape.queries == 1)
+            {
                 continue;
             }
             let b = batch(&device, dtype, shape, args.fp8, &mut rng);
@@ -338,6 +359,11 @@ fn main() {
             let bytes =
                 2 * shape.seqs * shape.keys * HKV * D * pool_elem + 2 * tokens * HQ * D * elem;
             let floor = bytes as f64 / bandwidth;
+            // Causal: query i of n over L keys sees L - n + i + 1 of them.
+            let visible: usize = (0..shape.queries)
+                .map(|i| shape.keys - shape.queries + i + 1)
+                .sum();
+            let flops = 4.0 * (shape.seqs * visible * HQ * D) as f64;
             let row = Row {
                 kind: shape.name,
                 dtype: format!("{dtype:?}{}", if args.fp8 { " fp8" } else { "" }),
@@ -348,12 +374,13 @@ fn main() {
                 gb_per_s: bytes as f64 / t / 1e9,
                 floor_us: floor * 1e6,
                 floor_pct: 100.0 * floor / t,
+                tflops: flops / t / 1e12,
                 gather_us: gather.map(|g| g * 1e6),
                 host_us_per_call: host.wall * 1e6,
                 plan_us,
             };
             println!(
-                "| {} | {} | {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0}% | {} | {:.1} | {:.0} |",
+                "| {} | {} | {} | {} | {} | {:.1} | {:.0} | {:.1} | {:.0}% | {:.1} | {} | {:.1} | {:.0} |",
                 row.kind,
                 row.dtype,
                 row.batch,
@@ -363,6 +390,7 @@ fn main() {
                 row.gb_per_s,
                 row.floor_us,
                 row.floor_pct,
+                row.tflops,
                 row.gather_us.map_or("-".into(), |g| format!("{g:.1}")),
                 row.host_us_per_call,
                 row.plan_us

@@ -111,6 +111,10 @@ case "${1:-run}" in
     fi
     /tmp/attention-vulkan --device vulkan --json "$out/attention-vulkan.json" "$@" 2>"$out/attention.log" |
       tee "$out/attention-vulkan.md"
+    # The prefill rows again without the query-tile kernel (the per-row kernels), f16: the A/B.
+    /tmp/attention-vulkan --device vulkan --prefill-only --no-gather --dtypes f16 --query-tiles off \
+      --json "$out/attention-vulkan-no-tiles.json" 2>>"$out/attention.log" |
+      tee "$out/attention-vulkan-no-tiles.md"
     /tmp/attention --device wgpu --json "$out/attention-wgpu.json" "$@" 2>>"$out/attention.log" |
       tee "$out/attention-wgpu.md"
     if [ -f "$pack/pool_attention_anchor.py" ] && [ -z "${SKIP_ANCHOR:-}" ]; then

@@ -49,3 +49,9 @@ impl LaunchTuning {
         }
     }
 }
+
+// The kernel tests' adapter lookup (a missing adapter fails a test unless
+// ROPE_POOL_ALLOW_NO_GPU=1, which skips it and says so), for the unit tests that compile kernels.
+#[cfg(test)]
+#[path = "../tests/common/mod.rs"]
+mod test_common;

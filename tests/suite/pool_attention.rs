@@ -98,9 +98,31 @@ fn random_batch(rng: &mut Rng, pool: usize, max_len: u64, causal: bool) -> Batch
     }
 }
 
+/// Which CubeCL attention kernel a test runs (Flex has one path for all three).
+#[derive(Clone, Copy, Debug)]
+enum Kernel {
+    /// The normal launch.
+    Normal,
+    /// `PoolAttentionConfig::portable_kernel`.
+    Portable,
+    /// `PoolAttentionConfig::query_tiles`: the query-tile kernel for every call it takes.
+    QueryTiles,
+}
+
+impl Kernel {
+    fn config(self, config: PoolAttentionConfig) -> PoolAttentionConfig {
+        match self {
+            Kernel::Normal => config,
+            Kernel::Portable => config.with_portable_kernel(true),
+            Kernel::QueryTiles => config.with_query_tiles(Some(true)),
+        }
+    }
+}
+
 #[test]
 fn random_batches_match_the_reference() {
-    random_batches(false);
+    random_batches(Kernel::Normal);
+    fp8_pools(Kernel::Normal);
 }
 
 /// The portable attention kernel, which a GPU with plane operations never picks by itself,
@@ -108,14 +130,25 @@ fn random_batches_match_the_reference() {
 /// the random batches above, then fp8 pools, against the reference.
 #[test]
 fn the_portable_kernel_matches_the_reference_on_every_device() {
-    random_batches(true);
-    fp8_pools(true);
+    random_batches(Kernel::Portable);
+    fp8_pools(Kernel::Portable);
+}
+
+/// The query-tile kernel, which runs by itself only for f16 prefill on devices with tensor-core
+/// tiles, forced for every call on every device (`PoolAttentionConfig::query_tiles`; its tile
+/// products on tensor cores for f16 where the device has them, by the units elsewhere; on Flex
+/// the normal path): decode rows, prefill rows, tiles that straddle sequences, against the
+/// reference.
+#[test]
+fn the_query_tile_kernel_matches_the_reference_on_every_device() {
+    random_batches(Kernel::QueryTiles);
+    fp8_pools(Kernel::QueryTiles);
 }
 
 /// Random ragged batches of every head_dim of the contract (GQA groups large enough to split
 /// heads over cubes, windows, caps, long contexts that split, f32/f16/bf16) against the
-/// reference; with `portable_kernel`, through the portable attention kernel.
-fn random_batches(portable_kernel: bool) {
+/// reference, through `kernel`.
+fn random_batches(kernel: Kernel) {
     let head_dims = [16usize, 64, 80, 96, 128, 256, 512];
     let mut rng = Rng::new(20_261_204);
     for (device_name, device) in devices() {
@@ -130,9 +163,8 @@ fn random_batches(portable_kernel: bool) {
             };
             let hq = hkv * group;
             let causal = rng.below(4) != 0;
-            let mut config = PoolAttentionConfig::new(hq, hkv, d)
-                .with_causal(causal)
-                .with_portable_kernel(portable_kernel);
+            let mut config =
+                kernel.config(PoolAttentionConfig::new(hq, hkv, d).with_causal(causal));
             if rng.below(3) == 0 {
                 // Small windows, and windows past any position (no wrap-around).
                 config.sliding_window = Some(match rng.below(6) {
@@ -211,9 +243,9 @@ fn random_batches(portable_kernel: bool) {
     }
 }
 
-/// Random batches over fp8 pools (e4m3 words, the kernels decode them in registers) against the
-/// reference over the decoded pools; with `portable_kernel`, through the portable kernel.
-fn fp8_pools(portable_kernel: bool) {
+/// Random batches over fp8 pools (e4m3 words, the kernels decode them in registers), f32 and f16
+/// queries, against the reference over the decoded pools, through `kernel`.
+fn fp8_pools(kernel: Kernel) {
     let mut rng = Rng::new(0x0f8a_77e0);
     for (device_name, device) in devices() {
         for case in 0..8 {
@@ -221,9 +253,12 @@ fn fp8_pools(portable_kernel: bool) {
             let hkv = 1 + rng.below(2) as usize;
             let hq = hkv * (1 + rng.below(4) as usize);
             let causal = rng.below(4) != 0;
-            let config = PoolAttentionConfig::new(hq, hkv, d)
-                .with_causal(causal)
-                .with_portable_kernel(portable_kernel);
+            let config = kernel.config(PoolAttentionConfig::new(hq, hkv, d).with_causal(causal));
+            // f16 queries every other case where the device has f16 (prefill's tensor-core path).
+            let dtype = match case % 4 >= 2 && device.supports_dtype(DType::F16) {
+                true => DType::F16,
+                false => DType::F32,
+            };
             let pool = 8 + rng.below(40) as usize;
             // Long contexts every other case: split launches and their merge.
             let max_len = if case % 2 == 1 { 700 } else { 24 };
@@ -231,7 +266,7 @@ fn fp8_pools(portable_kernel: bool) {
             let q: Vec<f64> = rng
                 .values(batch.num_tokens * hq * d)
                 .iter()
-                .map(|&x| round_to(x, DType::F32))
+                .map(|&x| round_to(x, dtype))
                 .collect();
             // Pools of e4m3 codes of `x / scale`; the reference reads their exact values.
             let (k_scale, v_scale) = (1.0 / 64.0, 1.0 / 32.0);
@@ -266,12 +301,14 @@ fn fp8_pools(portable_kernel: bool) {
                 )
             };
             let inputs = PoolAttentionInputs::new(
-                float_tensor(&q, [batch.num_tokens, hq, d], &device, DType::F32),
+                float_tensor(&q, [batch.num_tokens, hq, d], &device, dtype),
                 words(&k_words, k_scale),
                 words(&v_words, v_scale),
             );
-            let what =
-                format!("{device_name} fp8 case {case} (d {d}, {hq}/{hkv} heads, {config:?})");
+            let what = format!(
+                "{device_name} fp8 case {case} ({dtype:?} queries, d {d}, {hq}/{hkv} heads, \
+                 {config:?})"
+            );
             let out =
                 pool_attention(inputs, &plan, &config).unwrap_or_else(|e| panic!("{what}: {e}"));
             let expected = pool_attention_reference(
@@ -286,9 +323,10 @@ fn fp8_pools(portable_kernel: bool) {
             );
             let out_host: Vec<f64> = out.out.into_data().iter::<f64>().collect();
             let lse_host: Vec<f64> = out.lse.into_data().iter::<f64>().collect();
+            let tolerance = if dtype == DType::F16 { 1e-2 } else { 1e-4 };
             for (i, (a, e)) in out_host.iter().zip(&expected.out).enumerate() {
                 assert!(
-                    (a - e).abs() <= 1e-4,
+                    (a - e).abs() <= tolerance,
                     "{what}: out[{i}] = {a}, expected {e}"
                 );
             }

@@ -4,11 +4,12 @@
 use super::plane::attention_plane_kernel;
 use super::portable::attention_kernel;
 use super::split::attention_merge;
+use super::tiles::{LANES, TILE, attention_tiles_kernel};
 use crate::common::fp8::FP8_VECTOR;
-use crate::common::launch::widest_vector;
+use crate::common::launch::{has_tiles, widest_vector};
 use cubecl::client::Client;
 use cubecl::features::Plane;
-use cubecl::ir::{AddressType, ElemType, UIntKind};
+use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
 use cubecl::prelude::*;
 use cubecl::{CubeDim, calculate_cube_count_elemwise};
 
@@ -36,6 +37,13 @@ pub struct AttentionTuning {
     /// The portable kernel even where planes exist (`ROPE_POOL_ATTENTION_PORTABLE=1`; the root
     /// crate's tests set it to run the portable kernel on every device).
     pub portable: bool,
+    /// The query-tile kernel: `Some(true)` for every call it can take (its tile products on
+    /// tensor cores where the device has them for the call's float, in f32 by the units
+    /// elsewhere: the root crate's tests run it on every device this way), `Some(false)` never,
+    /// `None` where it is the normal launch (f16 calls on devices with 16 × 16 × 16 tensor-core
+    /// tiles whose sequences average a tile of query rows or more: prefill)
+    /// (`ROPE_POOL_ATTENTION_TILES=1` / `0`). [`Self::portable`] wins over it.
+    pub query_tiles: Option<bool>,
 }
 
 #[cfg(feature = "tuning")]
@@ -53,6 +61,7 @@ impl AttentionTuning {
             steps: number("ROPE_POOL_ATTENTION_STEPS"),
             lanes: number("ROPE_POOL_ATTENTION_LANES"),
             portable: flag("ROPE_POOL_ATTENTION_PORTABLE"),
+            query_tiles: number::<usize>("ROPE_POOL_ATTENTION_TILES").map(|v| v == 1),
         })
     }
 }
@@ -75,6 +84,9 @@ pub struct AttentionGeometry {
     /// The pools are fp8 words ([`AttentionArgs::fp8_scales`]): rows are read in vectors of
     /// four, one word each.
     pub fp8_pools: bool,
+    /// Sequences in the batch (the query rows are theirs, each sequence's rows adjacent): with
+    /// `num_tokens`, how many query rows a key range serves on average.
+    pub sequences: usize,
 }
 
 /// Which kernel runs a call.
@@ -95,6 +107,17 @@ pub(crate) enum AttentionKernel {
     /// operations (or when [`AttentionTuning::portable`] asks for it): one key per unit per tile
     /// of `units` keys.
     Portable,
+    /// [`attention_tiles_kernel`](fn@super::tiles::attention_tiles_kernel): tiles of query rows
+    /// (16 per plane) over tiles of `block_keys` keys, one cube of `planes` planes per (row tile,
+    /// head block), never split.
+    Tiles {
+        /// Planes per cube (each 16 (row, head) pairs).
+        planes: usize,
+        /// Keys per key tile (a multiple of 16).
+        block_keys: usize,
+        /// The tile products on `cmma` tensor-core tiles (else in f32 by the units).
+        tensor_cores: bool,
+    },
 }
 
 /// How a call is launched: derived from its geometry, the device and the knobs by
@@ -159,15 +182,17 @@ fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {
 }
 
 impl AttentionLaunch {
-    /// The launch of `geometry` for `elem_size`-byte elements on `client`'s device, with
-    /// `tuning`'s overrides ([`AttentionTuning::default`] in normal use: the plane kernel where
-    /// the device has plane operations, the portable one elsewhere).
+    /// The launch of `geometry` for queries of `float` on `client`'s device, with `tuning`'s
+    /// overrides ([`AttentionTuning::default`] in normal use: the query-tile kernel for prefill
+    /// where the device has tensor-core tiles for `float`, else the plane kernel where the
+    /// device has plane operations, the portable one elsewhere).
     pub fn tuned(
         client: &Client,
-        elem_size: usize,
+        float: ElemType,
         geometry: AttentionGeometry,
         tuning: &AttentionTuning,
     ) -> Self {
+        let elem_size = float.size();
         let d = geometry.head_dim.max(1);
         let vector = match geometry.fp8_pools {
             true => FP8_VECTOR,
@@ -179,6 +204,9 @@ impl AttentionLaunch {
         let shared = properties.hardware.max_shared_memory_size;
         let plane_size = properties.hardware.plane_size_min as usize;
         let vector_bytes = vector * 4;
+        if let Some(launch) = Self::tiles(client, float, geometry, tuning, vector) {
+            return launch;
+        }
         let plane = properties.features.plane.contains(Plane::Ops)
             && plane_size.is_power_of_two()
             && !tuning.portable;
@@ -259,6 +287,70 @@ impl AttentionLaunch {
     }
 }
 
+/// Query-tile kernel: the (planes, keys per key tile) tried in turn, the first whose shared memory
+/// fits the device.
+const TILE_SHAPES: [(usize, usize); 4] = [(4, 32), (2, 32), (2, 16), (1, 16)];
+
+impl AttentionLaunch {
+    /// The query-tile launch of `geometry` (see [`AttentionTuning::query_tiles`]), or `None`
+    /// when it is not the call's kernel: not asked for and not the normal launch, a head that is
+    /// not a whole number of 16-element tiles, or no tile shape whose shared memory fits.
+    fn tiles(
+        client: &Client,
+        float: ElemType,
+        geometry: AttentionGeometry,
+        tuning: &AttentionTuning,
+        vector: usize,
+    ) -> Option<Self> {
+        let d = geometry.head_dim;
+        if tuning.portable || tuning.query_tiles == Some(false) || d == 0 || !d.is_multiple_of(TILE) {
+            return None;
+        }
+        let properties = client.properties();
+        let hardware = &properties.hardware;
+        let tensor_cores = float == ElemType::Float(FloatKind::F16)
+            && hardware.plane_size_min as usize == LANES
+            && hardware.plane_size_max as usize == LANES
+            && hardware.max_units_per_cube as usize >= LANES * TILE_SHAPES[0].0
+            && has_tiles(client, float, [TILE as u32; 3]);
+        let prefill = geometry.num_tokens >= TILE * geometry.sequences.max(1);
+        if tuning.query_tiles != Some(true) && !(tensor_cores && prefill) {
+            return None;
+        }
+        let elem = float.size();
+        // Key and value tiles, per plane the scores and weights, the keys' pool rows, three
+        // words per unit (range bounds, pair sums), per row a factor, the rescale flag.
+        let bytes = |planes: usize, keys: usize| {
+            2 * keys * d * elem
+                + planes * TILE * keys * (4 + elem)
+                + 4 * keys
+                + 12 * LANES * planes
+                + 4 * TILE * planes
+                + 4
+        };
+        let shared = hardware.max_shared_memory_size;
+        let (planes, block_keys) = TILE_SHAPES.into_iter().find(|&(planes, keys)| {
+            bytes(planes, keys) <= shared
+                && LANES * planes <= hardware.max_units_per_cube as usize
+                && (!tensor_cores || TILE * planes <= 2 * keys)
+        })?;
+        let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
+        let heads = largest_divisor(group, |h| planes.is_multiple_of(h));
+        Some(Self {
+            kernel: AttentionKernel::Tiles {
+                planes,
+                block_keys,
+                tensor_cores,
+            },
+            vector,
+            units: LANES * planes,
+            heads,
+            chunks: 1,
+            chunk_keys: geometry.max_keys.max(1),
+        })
+    }
+}
+
 /// The device tensors of one call: `q [T, Hq, D]`, `k_pool`, `v_pool [P, Hkv, D]` (float `F`,
 /// contiguous), `kv_indices [nnz]` and `ranges [T, 2]` (i32, contiguous), `out [T, Hq, D]` (`F`)
 /// and `lse [T, Hq]` (f32), written; with a split launch, `part_out [chunks, T, Hq, D]` and
@@ -333,8 +425,20 @@ pub unsafe fn launch_attention(
     let row_vectors = head_dim / vector;
     let head_blocks = num_qo_heads / num_kv_heads / heads;
     let split = chunks > 1;
-    let cubes = num_tokens * num_kv_heads * head_blocks * chunks;
-    let cube_dim = CubeDim::new_1d(units as u32);
+    let (cubes, cube_dim) = match kernel {
+        AttentionKernel::Tiles { planes, .. } => {
+            let tile_rows = planes / heads * TILE;
+            let tiles = num_tokens.div_ceil(tile_rows);
+            (
+                tiles * num_kv_heads * head_blocks,
+                CubeDim::new_2d(LANES as u32, planes as u32),
+            )
+        }
+        _ => (
+            num_tokens * num_kv_heads * head_blocks * chunks,
+            CubeDim::new_1d(units as u32),
+        ),
+    };
     let cube_count = calculate_cube_count_elemwise(client, cubes * units, cube_dim);
     let len = (geometry.pool_size.max(num_tokens) * num_qo_heads.max(num_kv_heads) * head_dim)
         .max(chunks * num_tokens * num_qo_heads * head_dim);
@@ -384,6 +488,42 @@ pub unsafe fn launch_attention(
                 steps,
                 row_vectors,
                 split,
+                scalars.soft_cap.is_some(),
+                fp8,
+                [float, pool_elem],
+            );
+        },
+        AttentionKernel::Tiles {
+            planes,
+            block_keys,
+            tensor_cores,
+        } => unsafe {
+            attention_tiles_kernel::launch_unchecked(
+                client,
+                cube_count,
+                cube_dim,
+                AddressType::from_len(len),
+                vector,
+                pool_vector,
+                first.q,
+                first.k_pool,
+                first.v_pool,
+                first.kv_indices,
+                first.ranges,
+                first.out,
+                first.lse,
+                scalars.sm_scale,
+                soft_cap,
+                f32::NEG_INFINITY,
+                head_blocks as u32,
+                k_scale,
+                v_scale,
+                heads,
+                planes,
+                block_keys,
+                head_dim,
+                row_vectors,
+                tensor_cores,
                 scalars.soft_cap.is_some(),
                 fp8,
                 [float, pool_elem],

@@ -5,6 +5,8 @@
 //!   runs on;
 //! - `portable.rs`: the kernel for devices without them (also run anywhere on request:
 //!   [`AttentionTuning::portable`]);
+//! - `tiles.rs`: the query-tile kernel for prefill (many rows of a sequence per cube sharing each
+//!   key and value tile; tensor-core products where the device has them);
 //! - `split.rs`: the split of long contexts shared by both (each cube's share, the merge of the
 //!   chunks);
 //! - `launch.rs`: the host side — which kernel and what shape ([`AttentionLaunch`]), the
@@ -14,6 +16,7 @@ mod launch;
 mod plane;
 mod portable;
 mod split;
+mod tiles;
 
 pub use launch::{
     AttentionArgs, AttentionGeometry, AttentionLaunch, AttentionScalars, AttentionTuning,

@@ -1,6 +1,8 @@
 //! Launch helpers shared by the rooms.
 
 use cubecl::client::Client;
+use cubecl::features::MmaConfig;
+use cubecl::ir::{ElemType, FloatKind};
 
 /// The widest vector, in elements, that `client`'s device loads well for `elem_size`-byte
 /// elements and that `fits` accepts (1 when none does).
@@ -13,4 +15,18 @@ pub(crate) fn widest_vector(
         .io_optimized_vector_sizes(elem_size)
         .find(|&n| n > 0 && fits(n))
         .unwrap_or(1)
+}
+
+/// Whether `client`'s device multiplies tensor-core tiles of `float` of `m × n × k` with f32
+/// accumulation (CubeCL's `cmma`).
+pub fn has_tiles(client: &Client, float: ElemType, [m, n, k]: [u32; 3]) -> bool {
+    let tiles = MmaConfig {
+        a_type: float,
+        b_type: float,
+        cd_type: ElemType::Float(FloatKind::F32),
+        m,
+        n,
+        k,
+    };
+    client.properties().features.matmul.cmma.contains(&tiles)
 }

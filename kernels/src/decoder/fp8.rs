@@ -133,12 +133,6 @@ pub(crate) fn dequantize_fp8_kernel<F: Float, N: Size>(
     out[word] = Vector::<F, N>::cast_from(unpack_e4m3::<N>(codes[word], scale));
 }
 
-// The kernel tests' adapter lookup (a missing adapter fails a test unless
-// ROPE_POOL_ALLOW_NO_GPU=1, which skips it and says so).
-#[cfg(test)]
-#[path = "../../tests/common/mod.rs"]
-mod test_common;
-
 #[cfg(test)]
 mod tests {
     //! No device here need have plane operations: the matrix-vector kernels (fp8 and float) and
@@ -149,7 +143,7 @@ mod tests {
     //! `fp8_projections_match_float64` where they run.
 
     use super::super::matvec::matvec_kernel;
-    use super::test_common as common;
+    use crate::test_common as common;
     use super::{dequantize_fp8_kernel, matvec_fp8_kernel};
     use cubecl::Compiler as _;
     use cubecl::ir::{AddressType, ElemType, FloatKind};

@@ -7,9 +7,9 @@ use super::fp8::{dequantize_fp8_kernel, matvec_fp8_kernel};
 use super::matvec::{TILE, few_rows_kernel, matvec_kernel};
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
 use crate::common::fp8::FP8_VECTOR;
-use crate::common::launch::widest_vector;
+use crate::common::launch::{has_tiles, widest_vector};
 use cubecl::client::Client;
-use cubecl::features::{MmaConfig, Plane};
+use cubecl::features::Plane;
 use cubecl::ir::{AddressType, ElemType, FloatKind};
 use cubecl::prelude::*;
 use cubecl::{CubeDim, calculate_cube_count_elemwise};
@@ -237,20 +237,6 @@ pub fn few_rows_fits(client: &Client, float: ElemType, rows: usize, k: usize, n:
         && (hardware.max_units_per_cube as usize)
             >= hardware.plane_size_min as usize * FEW_ROWS_PLANES
         && has_tiles(client, float, [tile; 3])
-}
-
-/// Whether `client`'s device multiplies tensor-core tiles of `float` of `m × n × k` with f32
-/// accumulation (CubeCL's `cmma`).
-pub fn has_tiles(client: &Client, float: ElemType, [m, n, k]: [u32; 3]) -> bool {
-    let tiles = MmaConfig {
-        a_type: float,
-        b_type: float,
-        cd_type: ElemType::Float(FloatKind::F32),
-        m,
-        n,
-        k,
-    };
-    client.properties().features.matmul.cmma.contains(&tiles)
 }
 
 /// Enqueues the few-rows kernel (`decoder/matvec.rs`): `out [rows, n] = x [rows, k] · wᵀ` for

@@ -16,8 +16,8 @@ mod launch;
 mod matvec;
 mod norm;
 
+pub use crate::common::launch::has_tiles;
 pub use launch::{
-    DecoderTuning, MATVEC_MAX_ROWS, few_rows_fits, has_tiles, launch_dequantize_fp8,
-    launch_few_rows, launch_matvec, launch_matvec_fp8, launch_rms_norm, launch_silu_mul,
-    matvec_fits,
+    DecoderTuning, MATVEC_MAX_ROWS, few_rows_fits, launch_dequantize_fp8, launch_few_rows,
+    launch_matvec, launch_matvec_fp8, launch_rms_norm, launch_silu_mul, matvec_fits,
 };

@@ -48,6 +48,12 @@ pub struct PoolAttentionConfig {
     /// results within f32 rounding, slower). Flex has one path and ignores it.
     #[config(default = false)]
     pub portable_kernel: bool,
+    /// Tests and diagnostics: on CubeCL devices, `Some(true)` runs the query-tile kernel for
+    /// every call (its tile products on tensor cores where the device has them for q's dtype, in
+    /// f32 by the GPU's units elsewhere), `Some(false)` never; `None`, the normal launch, runs it
+    /// for f16 prefill on devices with tensor-core tiles. `portable_kernel` wins over it. Flex
+    /// has one path and ignores it.
+    pub query_tiles: Option<bool>,
 }
 
 impl PoolAttentionConfig {
@@ -266,7 +272,9 @@ pub fn pool_attention(
         sm_scale: config.scale() as f32,
         soft_cap: config.logits_soft_cap.map(|c| c as f32),
         max_keys: ranges.max_keys,
+        sequences: plan.batch(),
         portable_kernel: config.portable_kernel,
+        query_tiles: config.query_tiles,
     };
     let (out, lse) = <Dispatch as PoolAttentionBackend>::pool_attention(tensors, params);
     Ok(PoolAttentionOutputs {

@@ -51,17 +51,19 @@ impl PoolAttentionBackend for CubeBackend {
             pool_size: ps[0],
             max_keys: params.max_keys,
             fp8_pools: fp8_scales.is_some(),
+            sequences: params.sequences,
         };
         let out = empty(&q, qs.clone(), q.dtype);
         let lse = empty(&q, Shape::new([qs[0], qs[1]]), DType::F32);
         let mut knobs = tuning().attention;
         knobs.portable |= params.portable_kernel;
-        let launch = AttentionLaunch::tuned(&q.client, q.dtype.size(), geometry, &knobs);
+        knobs.query_tiles = params.query_tiles.or(knobs.query_tiles);
+        let float = dtype_to_storage_type(q.dtype);
+        let launch = AttentionLaunch::tuned(&q.client, float, geometry, &knobs);
         let chunks = if launch.chunks > 1 { launch.chunks } else { 0 };
         let part_out = empty(&q, Shape::new([chunks, qs[0], qs[1], qs[2]]), DType::F32);
         let part_lse = empty(&q, Shape::new([chunks, qs[0], qs[1]]), DType::F32);
         let client = q.client.clone();
-        let float = dtype_to_storage_type(q.dtype);
         let scalars = AttentionScalars {
             sm_scale: params.sm_scale,
             soft_cap: params.soft_cap,

@@ -1,0 +1,606 @@
+//! Attention over the token-slot pool in query tiles (flash-attention style), for prefill: many
+//! query rows of one sequence share each key and value tile, so the tile's products are matrix
+//! products — on tensor cores (CubeCL's `cmma`, 16 × 16 × 16, f32 accumulation) where the device
+//! has them.
+//!
+//! One cube owns one (tile of query rows, block of `heads` q heads of one kv head). Its `planes`
+//! planes of [`LANES`] units each own 16 (row, head) pairs: plane `p` takes head `p % heads` of
+//! rows `16 · (p / heads)` to `16 · (p / heads) + 15` of the tile, so the heads of a GQA group
+//! share the cube's key and value tiles. The cube walks the union of its rows' key ranges (entries
+//! of `kv_indices`) in tiles of `block_keys` keys:
+//! 1. the tile's pool rows and their key and value rows, staged in shared memory in `F` (fp8
+//!    pools decoded; a row outside the pool, or past the range, as zeros and masked);
+//! 2. scores: each plane's `16 × block_keys` product of its queries and the keys, f32;
+//! 3. online softmax: two units a row, each half of the tile's keys — scale, soft cap, the row's
+//!    own range as the mask (causal, sliding window, the sequence's keys), the new maximum, the
+//!    weights rounded to `F`, the running sums rescaled;
+//! 4. values: each plane's `16 × head_dim` product of its weights and the value tile, added to
+//!    its running output.
+//!
+//! With `tensor_cores` the two products are `cmma` tiles: the queries stay in registers as
+//! fragments, the running output in accumulator fragments, rescaled through shared memory only
+//! in the tiles where some row's maximum grew. Without it the same tiles are multiplied by the
+//! units in f32 (each unit owning the elements the staged accumulators would give it): the same
+//! staging, masks and rounding, so the kernel's logic runs and is tested on devices without
+//! tensor cores. Every unit of a cube reaches every `sync_cube`: the loop bounds and the rescale
+//! decision are the cube's, not a unit's.
+//!
+//! Rows of one tile may belong to different sequences (the kernel masks each row with its own
+//! range): correct, but the cube then walks the union of their ranges, so the launch uses this
+//! kernel only for batches whose sequences average a tile of rows or more.
+
+use crate::common::fp8::load_pool;
+use cubecl::prelude::*;
+
+/// The side of a tensor-core tile.
+pub(crate) const TILE: usize = 16;
+/// Units per plane the kernel is written for (a 16 × 16 tile's fragments spread over 32 lanes).
+pub(crate) const LANES: usize = 32;
+
+/// Elements of one staged `TILE × TILE` accumulator.
+const TILE_ELEMS: usize = TILE * TILE;
+
+/// The pool row of entry `e` of `kv_indices`, or -1 when `e` is at or past `end` or the row is
+/// outside the pool (masked, never read).
+#[cube]
+fn entry_row(kv_indices: &Tensor<i32>, e: usize, end: usize, pool_size: usize) -> i32 {
+    let mut row = i32::new(-1);
+    if e < end {
+        let r = kv_indices[e];
+        if r >= 0 && usize::cast_from(r) < pool_size {
+            row = r;
+        }
+    }
+    row
+}
+
+/// The attention of one (tile of query rows, head block) per cube (see the module doc). Shapes:
+/// `q [T, Hq, D]` and `out [T, Hq, D]` (`F`, as scalars), pools `[P, Hkv, D]` (as vectors of `M`:
+/// float vectors of `N = M` elements, or fp8 words, `M = 1`, `N = 4`), `kv_indices [nnz]` i32,
+/// `ranges [T, 2]` i32 (first entry in `kv_indices`, visible keys), `lse [T, Hq]` f32. The cube is
+/// `LANES × planes` units; `planes` is a multiple of `heads`, `head_blocks` blocks of `heads` q
+/// heads make a kv head's group, `head_dim` and `block_keys` are multiples of 16, `row_vectors` is
+/// `head_dim / N`, and with `tensor_cores` `16 · planes ≤ 2 · block_keys` (the queries are staged
+/// where the key and value tiles go). `neg_inf` is `f32::NEG_INFINITY`, passed at run time (WGSL
+/// has no infinity literal).
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
+    q: &Tensor<F>,
+    k_pool: &Tensor<Vector<P, M>>,
+    v_pool: &Tensor<Vector<P, M>>,
+    kv_indices: &Tensor<i32>,
+    ranges: &Tensor<i32>,
+    out: &mut Tensor<F>,
+    lse: &mut Tensor<f32>,
+    sm_scale: f32,
+    soft_cap: f32,
+    neg_inf: f32,
+    head_blocks: u32,
+    k_scale: f32,
+    v_scale: f32,
+    #[comptime] heads: usize,
+    #[comptime] planes: usize,
+    #[comptime] block_keys: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] row_vectors: usize,
+    #[comptime] tensor_cores: bool,
+    #[comptime] capped: bool,
+    #[comptime] fp8: bool,
+    #[define(F, P)] _dtypes: [ElemType; 2],
+) {
+    let num_tokens = q.shape(0);
+    let num_qo_heads = q.shape(1);
+    let pool_size = k_pool.shape(0);
+    let num_kv_heads = k_pool.shape(1);
+    let tile_rows = comptime!(planes / heads * TILE);
+    let tiles = num_tokens.div_ceil(tile_rows);
+    // The whole cube leaves together: the syncs below stay uniform.
+    if CUBE_POS >= tiles * num_kv_heads * head_blocks as usize {
+        terminate!();
+    }
+    // The last row tiles (the most keys, causal) first.
+    let tile = tiles - 1 - CUBE_POS % tiles;
+    let block = CUBE_POS / tiles;
+    let g = block / head_blocks as usize;
+    let lane = UNIT_POS_X as usize;
+    let plane = UNIT_POS_Y as usize;
+    let u = plane * LANES + lane;
+    let units = comptime!(planes * LANES);
+    let head = block * heads + plane % heads;
+    let t0 = tile * tile_rows + plane / heads * TILE;
+    // Two units a row: this unit's row of the plane and its half of each key tile.
+    let i = lane / 2;
+    let half = lane % 2;
+    let t = t0 + i;
+    let mut lo = 0usize;
+    let mut hi = 0usize;
+    if t < num_tokens {
+        lo = usize::cast_from(ranges[2 * t]);
+        hi = lo + usize::cast_from(ranges[2 * t + 1]);
+    }
+
+    let kv_elems = comptime!(block_keys * head_dim);
+    let score_elems = comptime!(TILE * block_keys);
+    let half_keys = comptime!(block_keys / 2);
+    let key_tiles = comptime!(block_keys / TILE);
+    let d_tiles = comptime!(head_dim / TILE);
+    // Key tile, then value tile (at the start, the planes' queries).
+    let mut kv_s = Shared::<[F]>::new_slice(comptime!(2 * kv_elems));
+    // Per plane: the scores (or a staged accumulator), and the weights.
+    let mut s_s = Shared::<[f32]>::new_slice(comptime!(planes * score_elems));
+    let mut p_s = Shared::<[F]>::new_slice(comptime!(planes * score_elems));
+    let mut rows_s = Shared::<[i32]>::new_slice(block_keys);
+    // The units' range bounds, then each pair's partial maxima and sums.
+    let mut lo_s = Shared::<[u32]>::new_slice(units);
+    let mut hi_s = Shared::<[u32]>::new_slice(units);
+    let mut pair_s = Shared::<[f32]>::new_slice(units);
+    // Per plane and row: the tile's rescale factor, at the end the sum of weights.
+    let mut alpha_s = Shared::<[f32]>::new_slice(comptime!(planes * TILE));
+    let mut flag_s = Shared::<[u32]>::new_slice(1usize);
+
+    // The cube's entries of `kv_indices`: the union of its rows' ranges.
+    lo_s[u] = select(hi > lo, u32::cast_from(lo), u32::MAX);
+    hi_s[u] = u32::cast_from(hi);
+    sync_cube();
+    let mut first = lo_s[0];
+    let mut last = hi_s[0];
+    for x in 1..units {
+        first = first.min(lo_s[x]);
+        last = last.max(hi_s[x]);
+    }
+    let s_base = plane * score_elems;
+
+    // The queries as fragments (tensor cores), the running output: accumulator fragments, or
+    // this unit's elements of them (row `i`, columns `8 · half` to `8 · half + 7` of each
+    // 16-column tile).
+    let mut q_frags = Sequence::<cmma::Matrix<F>>::new();
+    let mut o_accs = Sequence::<cmma::Matrix<f32>>::new();
+    let mut o = Array::<f32>::new(comptime!(if tensor_cores { 1 } else { head_dim / 2 }));
+    if comptime!(tensor_cores) {
+        let q_base = plane * TILE * head_dim;
+        for e in range_stepped(lane, comptime!(TILE * head_dim), LANES) {
+            let tt = t0 + e / head_dim;
+            let mut x = F::new(0.0);
+            if tt < num_tokens {
+                x = q[(tt * num_qo_heads + head) * head_dim + e % head_dim];
+            }
+            kv_s[q_base + e] = x;
+        }
+        sync_cube();
+        #[unroll]
+        for kc in 0..d_tiles {
+            let at = q_base + kc * TILE;
+            q_frags.push(cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::A,
+                TILE,
+                TILE,
+                TILE,
+                cmma::MatrixLayout::RowMajor,
+                kv_s.slice(at, at + (TILE - 1) * head_dim + TILE),
+                head_dim as u32,
+            ));
+            o_accs.push(cmma::Matrix::<f32>::from_value(
+                cmma::MatrixIdent::Accumulator,
+                TILE,
+                TILE,
+                TILE,
+                cmma::MatrixLayout::Undefined,
+                f32::new(0.0),
+            ));
+        }
+        sync_cube();
+    } else {
+        #[unroll]
+        for x in 0..comptime!(head_dim / 2) {
+            o[x] = f32::new(0.0);
+        }
+    }
+
+    // This unit's row: its running maximum and its half's running sum of weights.
+    let mut m = neg_inf;
+    let mut l = f32::new(0.0);
+    let end = last as usize;
+    let mut base = first as usize;
+    while base < end {
+        // 1. The tile's pool rows, key rows and value rows.
+        if u < block_keys {
+            rows_s[u] = entry_row(kv_indices, base + u, end, pool_size);
+        }
+        if u == 0 {
+            flag_s[0] = 0;
+        }
+        for x in range_stepped(u, comptime!(block_keys * row_vectors), units) {
+            let j = x / row_vectors;
+            let v = x % row_vectors;
+            let row = entry_row(kv_indices, base + j, end, pool_size);
+            let mut kx = Vector::<f32, N>::new(f32::new(0.0));
+            let mut vx = Vector::<f32, N>::new(f32::new(0.0));
+            if row >= 0 {
+                let at = (usize::cast_from(row) * num_kv_heads + g) * row_vectors + v;
+                kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8);
+                vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8);
+            }
+            let at = j * head_dim + v * N::value();
+            #[unroll]
+            for c in 0..N::value() {
+                kv_s[at + c] = F::cast_from(kx.extract(c));
+                kv_s[kv_elems + at + c] = F::cast_from(vx.extract(c));
+            }
+        }
+        sync_cube();
+
+        // 2. Scores: the plane's 16 × block_keys product.
+        if comptime!(tensor_cores) {
+            #[unroll]
+            for kt in 0..key_tiles {
+                let acc = cmma::Matrix::<f32>::from_value(
+                    cmma::MatrixIdent::Accumulator,
+                    TILE,
+                    TILE,
+                    TILE,
+                    cmma::MatrixLayout::Undefined,
+                    f32::new(0.0),
+                );
+                #[unroll]
+                for kc in 0..d_tiles {
+                    let at = kt * TILE * head_dim + kc * TILE;
+                    let b = cmma::Matrix::<F>::from_slice(
+                        cmma::MatrixIdent::B,
+                        TILE,
+                        TILE,
+                        TILE,
+                        cmma::MatrixLayout::ColMajor,
+                        kv_s.slice(at, at + (TILE - 1) * head_dim + TILE),
+                        head_dim as u32,
+                    );
+                    cmma::execute(q_frags.index(kc), &b, &acc, &acc);
+                }
+                let at = s_base + kt * TILE;
+                cmma::store(
+                    s_s.slice_mut(at, at + (TILE - 1) * block_keys + TILE),
+                    &acc,
+                    block_keys as u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+            }
+        } else {
+            for x in range_stepped(lane, score_elems, LANES) {
+                let tt = t0 + x / block_keys;
+                let k0 = (x % block_keys) * head_dim;
+                let mut dot = f32::new(0.0);
+                if tt < num_tokens {
+                    let q0 = (tt * num_qo_heads + head) * head_dim;
+                    // 16 elements an iteration (a software Vulkan caps a unit's loop
+                    // iterations).
+                    for d0 in range_stepped(0, head_dim, TILE) {
+                        #[unroll]
+                        for d in 0..TILE {
+                            dot +=
+                                f32::cast_from(q[q0 + d0 + d]) * f32::cast_from(kv_s[k0 + d0 + d]);
+                        }
+                    }
+                }
+                s_s[s_base + x] = dot;
+            }
+        }
+        sync_cube();
+
+        // 3. Online softmax, two units a row.
+        let row_at = s_base + i * block_keys + half * half_keys;
+        let mut tile_max = neg_inf;
+        for jj in 0..half_keys {
+            let j = half * half_keys + jj;
+            let e = base + j;
+            let mut s = s_s[row_at + jj] * sm_scale;
+            if capped {
+                s = soft_cap * f32::tanh(s / soft_cap);
+            }
+            s = select(rows_s[j] >= 0 && e >= lo && e < hi, s, neg_inf);
+            s_s[row_at + jj] = s;
+            tile_max = select(s > tile_max, s, tile_max);
+        }
+        pair_s[u] = tile_max;
+        sync_cube();
+        let other = pair_s[u ^ 1];
+        tile_max = select(other > tile_max, other, tile_max);
+        let m_new = select(tile_max > m, tile_max, m);
+        // Nothing seen yet (m = -inf): nothing to rescale.
+        let alpha = select(m == neg_inf, f32::new(1.0), f32::exp(m - m_new));
+        m = m_new;
+        l *= alpha;
+        for jj in 0..half_keys {
+            let s = s_s[row_at + jj];
+            let p = select(s == neg_inf, f32::new(0.0), f32::exp(s - m_new));
+            l += p;
+            p_s[row_at + jj] = F::cast_from(p);
+        }
+        if half == 0 {
+            alpha_s[plane * TILE + i] = alpha;
+            if alpha != 1.0 {
+                flag_s[0] = 1;
+            }
+        }
+        sync_cube();
+
+        // 4. Values: rescale the running output, then add the plane's weights × values.
+        if comptime!(tensor_cores) {
+            if flag_s[0] == 1 {
+                rescale_accumulators(
+                    &mut o_accs,
+                    &mut s_s,
+                    &alpha_s,
+                    s_base,
+                    plane,
+                    lane,
+                    block_keys,
+                    d_tiles,
+                );
+            }
+            #[unroll]
+            for kt in 0..key_tiles {
+                let at = s_base + kt * TILE;
+                let a = cmma::Matrix::<F>::from_slice(
+                    cmma::MatrixIdent::A,
+                    TILE,
+                    TILE,
+                    TILE,
+                    cmma::MatrixLayout::RowMajor,
+                    p_s.slice(at, at + (TILE - 1) * block_keys + TILE),
+                    block_keys as u32,
+                );
+                #[unroll]
+                for dt in 0..d_tiles {
+                    let at = kv_elems + kt * TILE * head_dim + dt * TILE;
+                    let b = cmma::Matrix::<F>::from_slice(
+                        cmma::MatrixIdent::B,
+                        TILE,
+                        TILE,
+                        TILE,
+                        cmma::MatrixLayout::RowMajor,
+                        kv_s.slice(at, at + (TILE - 1) * head_dim + TILE),
+                        head_dim as u32,
+                    );
+                    let acc = o_accs.index(dt);
+                    cmma::execute(&a, &b, acc, acc);
+                }
+            }
+        } else {
+            let w_at = s_base + i * block_keys;
+            let v0 = kv_elems + half * (TILE / 2);
+            #[unroll]
+            for x in 0..comptime!(head_dim / 2) {
+                o[x] *= alpha;
+            }
+            for j in 0..block_keys {
+                let p = f32::cast_from(p_s[w_at + j]);
+                #[unroll]
+                for dt in 0..d_tiles {
+                    #[unroll]
+                    for c in 0..comptime!(TILE / 2) {
+                        let v = f32::cast_from(kv_s[v0 + j * head_dim + dt * TILE + c]);
+                        o[dt * (TILE / 2) + c] += p * v;
+                    }
+                }
+            }
+        }
+        sync_cube();
+        base += block_keys;
+    }
+
+    // The row's sum of weights (the pair's halves), its log-sum-exp, then the output.
+    pair_s[u] = l;
+    sync_cube();
+    let total = l + pair_s[u ^ 1];
+    let seen = total > 0.0;
+    if half == 0 {
+        alpha_s[plane * TILE + i] = total;
+        if t < num_tokens {
+            lse[t * num_qo_heads + head] = select(
+                seen,
+                m + f32::ln(select(seen, total, f32::new(1.0))),
+                neg_inf,
+            );
+        }
+    }
+    sync_cube();
+    if comptime!(tensor_cores) {
+        let per_round = comptime!(block_keys / TILE);
+        #[unroll]
+        for round in 0..comptime!(d_tiles.div_ceil(per_round)) {
+            #[unroll]
+            for k in 0..per_round {
+                let dt = comptime!(round * per_round + k);
+                if comptime!(dt < d_tiles) {
+                    let at = s_base + k * TILE_ELEMS;
+                    cmma::store(
+                        s_s.slice_mut(at, at + TILE_ELEMS),
+                        o_accs.index(dt),
+                        TILE as u32,
+                        cmma::MatrixLayout::RowMajor,
+                    );
+                }
+            }
+            sync_cube();
+            for x in range_stepped(lane, comptime!(per_round * TILE_ELEMS), LANES) {
+                let dt = round * per_round + x / TILE_ELEMS;
+                let r = (x % TILE_ELEMS) / TILE;
+                let tt = t0 + r;
+                if dt < d_tiles && tt < num_tokens {
+                    let sum = alpha_s[plane * TILE + r];
+                    let value = select(sum > 0.0, s_s[s_base + x] / sum, f32::new(0.0));
+                    out[(tt * num_qo_heads + head) * head_dim + dt * TILE + x % TILE] =
+                        F::cast_from(value);
+                }
+            }
+            sync_cube();
+        }
+    } else if t < num_tokens {
+        let at = (t * num_qo_heads + head) * head_dim + half * (TILE / 2);
+        #[unroll]
+        for dt in 0..d_tiles {
+            #[unroll]
+            for c in 0..comptime!(TILE / 2) {
+                let value = select(seen, o[dt * (TILE / 2) + c] / total, f32::new(0.0));
+                out[at + dt * TILE + c] = F::cast_from(value);
+            }
+        }
+    }
+}
+
+/// Multiplies each row of the plane's running output (its `d_tiles` accumulator fragments) by
+/// that row's factor in `alpha_s`, through the plane's staging area of `s_s` (`block_keys / 16`
+/// fragments at a time). Called by every unit of the cube (it syncs).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn rescale_accumulators(
+    o_accs: &mut Sequence<cmma::Matrix<f32>>,
+    s_s: &mut Shared<[f32]>,
+    alpha_s: &Shared<[f32]>,
+    s_base: usize,
+    plane: usize,
+    lane: usize,
+    #[comptime] block_keys: usize,
+    #[comptime] d_tiles: usize,
+) {
+    let per_round = comptime!(block_keys / TILE);
+    #[unroll]
+    for round in 0..comptime!(d_tiles.div_ceil(per_round)) {
+        #[unroll]
+        for k in 0..per_round {
+            let dt = comptime!(round * per_round + k);
+            if comptime!(dt < d_tiles) {
+                let at = s_base + k * TILE_ELEMS;
+                cmma::store(
+                    s_s.slice_mut(at, at + TILE_ELEMS),
+                    o_accs.index(dt),
+                    TILE as u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+            }
+        }
+        sync_cube();
+        for x in range_stepped(lane, comptime!(per_round * TILE_ELEMS), LANES) {
+            let r = (x % TILE_ELEMS) / TILE;
+            s_s[s_base + x] *= alpha_s[plane * TILE + r];
+        }
+        sync_cube();
+        #[unroll]
+        for k in 0..per_round {
+            let dt = comptime!(round * per_round + k);
+            if comptime!(dt < d_tiles) {
+                let at = s_base + k * TILE_ELEMS;
+                cmma::load_with_layout(
+                    o_accs.index_mut(dt),
+                    s_s.slice(at, at + TILE_ELEMS),
+                    TILE as u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+            }
+        }
+        sync_cube();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The tensor-core variant runs only where a device has `cmma` tiles (none of this crate's
+    //! test machines without a GPU): it is expanded here for the launch shapes the query-tile
+    //! launch picks and compiled to CUDA C++ by CubeCL's C++ compiler (`cmma` becomes `wmma`), so
+    //! an expansion or type error shows without a GPU. Its results are checked against float64
+    //! by the root crate's `the_query_tile_kernel_matches_the_reference_on_every_device` where it
+    //! runs; the same kernel without tensor cores runs in those tests everywhere.
+
+    use super::attention_tiles_kernel;
+    use crate::test_common as common;
+    use cubecl::Compiler as _;
+    use cubecl::features::MmaConfig;
+    use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
+    use cubecl::prelude::*;
+    use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
+    use cubecl_cpp::target::Cuda;
+    use std::sync::Arc;
+
+    #[test]
+    fn tensor_core_variant_expands_and_compiles_to_cuda() {
+        // The arguments are built on a wgpu client (its properties); any adapter will do.
+        let Some(client) = common::any_client("query-tile kernel's CUDA check") else {
+            return;
+        };
+        let tensor = |dims: &[usize]| {
+            let len: usize = dims.iter().product();
+            let handle = client.empty(len * 4);
+            let mut strides = vec![1usize; dims.len()];
+            for i in (0..dims.len().saturating_sub(1)).rev() {
+                strides[i] = strides[i + 1] * dims[i + 1];
+            }
+            unsafe { TensorArg::from_raw_parts(handle, strides.into(), dims.to_vec().into()) }
+        };
+        // (head_dim, planes, heads, block_keys, fp8, capped): Llama's 128 with its GQA group of
+        // 4, a head of 80 (an odd number of 16-column tiles), Gemma's 256 with a soft cap, and
+        // fp8 pools.
+        let shapes = [
+            (128usize, 4usize, 4usize, 32usize, false, false),
+            (80, 4, 2, 32, false, false),
+            (256, 2, 2, 16, false, true),
+            (128, 4, 1, 32, true, false),
+        ];
+        // The properties of a device with f16 16 × 16 × 16 tensor-core tiles (f32 accumulation),
+        // which the C++ compiler checks the kernel's fragments against.
+        let mut properties = client.properties().clone();
+        properties.features.matmul.cmma.insert(MmaConfig {
+            a_type: ElemType::Float(FloatKind::F16),
+            b_type: ElemType::Float(FloatKind::F16),
+            cd_type: ElemType::Float(FloatKind::F32),
+            m: 16,
+            n: 16,
+            k: 16,
+        });
+        let properties = Arc::new(properties);
+        for (d, planes, heads, block_keys, fp8, capped) in shapes {
+            let (pool_vector, words, pool_elem) = match fp8 {
+                true => (1usize, d / 4, ElemType::UInt(UIntKind::U32)),
+                false => (4, d, ElemType::Float(FloatKind::F16)),
+            };
+            let kernel = attention_tiles_kernel::create_dummy_kernel(
+                properties.clone(),
+                Arc::new(client.target_properties().clone()),
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_2d(32, planes as u32),
+                AddressType::U32,
+                4,
+                pool_vector,
+                tensor(&[40, 8, d]),
+                tensor(&[64, 2, words]),
+                tensor(&[64, 2, words]),
+                tensor(&[100]),
+                tensor(&[40, 2]),
+                tensor(&[40, 8, d]),
+                tensor(&[40, 8]),
+                0.1,
+                30.0,
+                f32::NEG_INFINITY,
+                (4 / heads) as u32,
+                1.0,
+                1.0,
+                heads,
+                planes,
+                block_keys,
+                d,
+                d / 4,
+                true,
+                capped,
+                fp8,
+                [ElemType::Float(FloatKind::F16), pool_elem],
+            );
+            let source = CppCompiler::<Cuda>::default()
+                .compile(kernel.define(), &CompilationOptions::default())
+                .expect("attention_tiles_kernel compiles to CUDA C++")
+                .to_string();
+            assert!(
+                source.contains("wmma::mma_sync"),
+                "head_dim {d}, {planes} planes: no tensor-core product in\n{source}"
+            );
+        }
+    }
+}
