@@ -111,6 +111,12 @@ case "${1:-run}" in
     fi
     /tmp/attention-vulkan --device vulkan --json "$out/attention-vulkan.json" "$@" 2>"$out/attention.log" |
       tee "$out/attention-vulkan.md"
+    # fp8 pools decoded through the integer codec and through CubeCL's fp8 type: the A/B.
+    for native in 0 1; do
+      ROPE_POOL_ATTENTION_NATIVE_FP8=$native /tmp/attention-vulkan --device vulkan --fp8 --no-gather \
+        --dtypes f16 --json "$out/attention-vulkan-fp8-native$native.json" 2>>"$out/attention.log" |
+        tee "$out/attention-vulkan-fp8-native$native.md"
+    done
     # The prefill rows again without the query-tile kernel (the per-row kernels), f16: the A/B.
     /tmp/attention-vulkan --device vulkan --prefill-only --no-gather --dtypes f16 --query-tiles off \
       --json "$out/attention-vulkan-no-tiles.json" 2>>"$out/attention.log" |

@@ -98,27 +98,31 @@ fn kernel_codec_matches_the_golden_file() {
         let ok = got == code || (x.is_nan() && got & 0x7F == 0x7F);
         assert!(ok, "kernel encode({x:e}) = {got:#04x}, want {code:#04x}");
     }
-    // Decode: all 256 codes, in 64 words, scale 1.
+    // Decode: all 256 codes, in 64 words, scale 1, through the integer codec and through
+    // CubeCL's fp8 type (the device's conversion, or CubeCL's software codec where it has none).
     let codes: Vec<u8> = (0..=255).collect();
-    let w = client.create_from_slice(&codes);
-    let out = client.empty(256 * 4);
-    unsafe {
-        decode_e4m3_kernel::launch_unchecked(
-            &client,
-            CubeCount::Static(1, 1, 1),
-            CubeDim::new_1d(64),
-            AddressType::U32,
-            4,
-            TensorArg::from_raw_parts(w, [1].into(), [64].into()),
-            TensorArg::from_raw_parts(out.clone(), [1].into(), [256].into()),
-            1.0,
-        );
-    }
-    let values = f32::from_bytes(&client.read_one(out).unwrap()).to_vec();
-    for (code, (got, want)) in values.iter().zip(&g.decoded).enumerate() {
-        assert!(
-            same(*got, *want),
-            "kernel decode({code:#04x}) = {got:e}, want {want:e}"
-        );
+    for native in [false, true] {
+        let w = client.create_from_slice(&codes);
+        let out = client.empty(256 * 4);
+        unsafe {
+            decode_e4m3_kernel::launch_unchecked(
+                &client,
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_1d(64),
+                AddressType::U32,
+                4,
+                TensorArg::from_raw_parts(w, [1].into(), [64].into()),
+                TensorArg::from_raw_parts(out.clone(), [1].into(), [256].into()),
+                1.0,
+                native,
+            );
+        }
+        let values = f32::from_bytes(&client.read_one(out).unwrap()).to_vec();
+        for (code, (got, want)) in values.iter().zip(&g.decoded).enumerate() {
+            assert!(
+                same(*got, *want),
+                "kernel decode({code:#04x}, native {native}) = {got:e}, want {want:e}"
+            );
+        }
     }
 }

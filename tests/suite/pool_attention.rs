@@ -122,7 +122,18 @@ impl Kernel {
 #[test]
 fn random_batches_match_the_reference() {
     random_batches(Kernel::Normal);
-    fp8_pools(Kernel::Normal);
+    fp8_pools(Kernel::Normal, None);
+}
+
+/// fp8 pools decoded through CubeCL's fp8 type (the device's conversion where it has one,
+/// CubeCL's software codec elsewhere) and through this crate's integer codec, each forced
+/// (`PoolAttentionConfig::native_fp8`), through every kernel, against the reference.
+#[test]
+fn fp8_pools_decode_alike_through_either_codec() {
+    for kernel in [Kernel::Normal, Kernel::Portable, Kernel::QueryTiles] {
+        fp8_pools(kernel, Some(true));
+    }
+    fp8_pools(Kernel::Normal, Some(false));
 }
 
 /// The portable attention kernel, which a GPU with plane operations never picks by itself,
@@ -131,7 +142,7 @@ fn random_batches_match_the_reference() {
 #[test]
 fn the_portable_kernel_matches_the_reference_on_every_device() {
     random_batches(Kernel::Portable);
-    fp8_pools(Kernel::Portable);
+    fp8_pools(Kernel::Portable, None);
 }
 
 /// The query-tile kernel, which runs by itself only for f16 prefill on devices with tensor-core
@@ -142,7 +153,7 @@ fn the_portable_kernel_matches_the_reference_on_every_device() {
 #[test]
 fn the_query_tile_kernel_matches_the_reference_on_every_device() {
     random_batches(Kernel::QueryTiles);
-    fp8_pools(Kernel::QueryTiles);
+    fp8_pools(Kernel::QueryTiles, None);
 }
 
 /// Random ragged batches of every head_dim of the contract (GQA groups large enough to split
@@ -244,8 +255,9 @@ fn random_batches(kernel: Kernel) {
 }
 
 /// Random batches over fp8 pools (e4m3 words, the kernels decode them in registers), f32 and f16
-/// queries, against the reference over the decoded pools, through `kernel`.
-fn fp8_pools(kernel: Kernel) {
+/// queries, against the reference over the decoded pools, through `kernel` and the decoding
+/// `native` asks for (`PoolAttentionConfig::native_fp8`).
+fn fp8_pools(kernel: Kernel, native: Option<bool>) {
     let mut rng = Rng::new(0x0f8a_77e0);
     for (device_name, device) in devices() {
         for case in 0..8 {
@@ -253,7 +265,11 @@ fn fp8_pools(kernel: Kernel) {
             let hkv = 1 + rng.below(2) as usize;
             let hq = hkv * (1 + rng.below(4) as usize);
             let causal = rng.below(4) != 0;
-            let config = kernel.config(PoolAttentionConfig::new(hq, hkv, d).with_causal(causal));
+            let config = kernel.config(
+                PoolAttentionConfig::new(hq, hkv, d)
+                    .with_causal(causal)
+                    .with_native_fp8(native),
+            );
             // f16 queries every other case where the device has f16 (prefill's tensor-core path).
             let dtype = match case % 4 >= 2 && device.supports_dtype(DType::F16) {
                 true => DType::F16,

@@ -6,7 +6,7 @@ use super::portable::attention_kernel;
 use super::split::attention_merge;
 use super::tiles::{LANES, TILE, attention_tiles_kernel};
 use crate::common::fp8::FP8_VECTOR;
-use crate::common::launch::{has_tiles, widest_vector};
+use crate::common::launch::{converts_fp8, has_tiles, widest_vector};
 use cubecl::client::Client;
 use cubecl::features::Plane;
 use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
@@ -41,9 +41,16 @@ pub struct AttentionTuning {
     /// tensor cores where the device has them for the call's float, in f32 by the units
     /// elsewhere: the root crate's tests run it on every device this way), `Some(false)` never,
     /// `None` where it is the normal launch (f16 calls on devices with 16 × 16 × 16 tensor-core
-    /// tiles whose sequences average a tile of query rows or more: prefill)
+    /// tiles whose sequences all have a tile of query rows or more: prefill; see
+    /// `AttentionLaunch::tiles_pay`)
     /// (`ROPE_POOL_ATTENTION_TILES=1` / `0`). [`Self::portable`] wins over it.
     pub query_tiles: Option<bool>,
+    /// fp8 pools: `Some(true)` decodes them through CubeCL's fp8 type (the device's conversion
+    /// where it has one, CubeCL's software codec elsewhere: the root crate's tests run it on
+    /// every device this way), `Some(false)` through the crate's integer codec; `None`, the
+    /// normal launch, takes the fp8 type where the device likely converts in hardware
+    /// ([`converts_fp8`]) (`ROPE_POOL_ATTENTION_NATIVE_FP8=1` / `0`).
+    pub native_fp8: Option<bool>,
 }
 
 #[cfg(feature = "tuning")]
@@ -62,6 +69,7 @@ impl AttentionTuning {
             lanes: number("ROPE_POOL_ATTENTION_LANES"),
             portable: flag("ROPE_POOL_ATTENTION_PORTABLE"),
             query_tiles: number::<usize>("ROPE_POOL_ATTENTION_TILES").map(|v| v == 1),
+            native_fp8: number::<usize>("ROPE_POOL_ATTENTION_NATIVE_FP8").map(|v| v == 1),
         })
     }
 }
@@ -84,9 +92,9 @@ pub struct AttentionGeometry {
     /// The pools are fp8 words ([`AttentionArgs::fp8_scales`]): rows are read in vectors of
     /// four, one word each.
     pub fp8_pools: bool,
-    /// Sequences in the batch (the query rows are theirs, each sequence's rows adjacent): with
-    /// `num_tokens`, how many query rows a key range serves on average.
-    pub sequences: usize,
+    /// The fewest query rows of any sequence of the batch that has queries (each sequence's rows
+    /// adjacent; 0 for none): whether a tile of query rows serves one key range.
+    pub min_query_rows: usize,
 }
 
 /// Which kernel runs a call.
@@ -137,6 +145,8 @@ pub struct AttentionLaunch {
     pub chunks: usize,
     /// Keys per chunk (a multiple of the kernel's keys per iteration).
     pub(crate) chunk_keys: usize,
+    /// fp8 pools are decoded through CubeCL's fp8 type ([`AttentionTuning::native_fp8`]).
+    pub(crate) native_fp8: bool,
 }
 
 /// Portable kernel: the most cubes a split aims for (more chunks cost the merge more than they
@@ -193,6 +203,7 @@ impl AttentionLaunch {
         tuning: &AttentionTuning,
     ) -> Self {
         let elem_size = float.size();
+        let native_fp8 = tuning.native_fp8.unwrap_or_else(|| converts_fp8(client));
         let d = geometry.head_dim.max(1);
         let vector = match geometry.fp8_pools {
             true => FP8_VECTOR,
@@ -204,7 +215,7 @@ impl AttentionLaunch {
         let shared = properties.hardware.max_shared_memory_size;
         let plane_size = properties.hardware.plane_size_min as usize;
         let vector_bytes = vector * 4;
-        if let Some(launch) = Self::tiles(client, float, geometry, tuning, vector) {
+        if let Some(launch) = Self::tiles(client, float, geometry, tuning, vector, native_fp8) {
             return launch;
         }
         let plane = properties.features.plane.contains(Plane::Ops)
@@ -283,6 +294,7 @@ impl AttentionLaunch {
             heads,
             chunks: keys.div_ceil(chunk_keys),
             chunk_keys,
+            native_fp8,
         }
     }
 }
@@ -290,8 +302,26 @@ impl AttentionLaunch {
 /// Query-tile kernel: the (planes, keys per key tile) tried in turn, the first whose shared memory
 /// fits the device.
 const TILE_SHAPES: [(usize, usize); 4] = [(4, 32), (2, 32), (2, 16), (1, 16)];
+/// Query-tile kernel, normal launch: the largest head (its queries and running output stay in
+/// registers as fragments: 128 registers a unit at 128).
+const TILES_MAX_HEAD_DIM: usize = 128;
+/// Query-tile kernel, normal launch: the fewest (row tile, kv head) pairs, about one per
+/// multiprocessor of a large GPU: it has no split of long contexts (not measured: a guard against
+/// a few long walks, such as a short chunk over a long prefix).
+const TILES_MIN_CUBES: usize = 128;
 
 impl AttentionLaunch {
+    /// Whether the query-tile kernel is the normal launch of `geometry` on a device with
+    /// tensor-core tiles: every sequence with queries has a tile's worth of rows (16), so no tile
+    /// walks the keys of many sequences (a step that mixes a prompt with decoding sequences keeps
+    /// the other kernels); a head of at most [`TILES_MAX_HEAD_DIM`]; and
+    /// [`TILES_MIN_CUBES`] row tiles and kv heads or more.
+    fn tiles_pay(geometry: AttentionGeometry) -> bool {
+        geometry.min_query_rows >= TILE
+            && geometry.head_dim <= TILES_MAX_HEAD_DIM
+            && geometry.num_tokens.div_ceil(TILE) * geometry.num_kv_heads >= TILES_MIN_CUBES
+    }
+
     /// The query-tile launch of `geometry` (see [`AttentionTuning::query_tiles`]), or `None`
     /// when it is not the call's kernel: not asked for and not the normal launch, a head that is
     /// not a whole number of 16-element tiles, or no tile shape whose shared memory fits.
@@ -301,9 +331,11 @@ impl AttentionLaunch {
         geometry: AttentionGeometry,
         tuning: &AttentionTuning,
         vector: usize,
+        native_fp8: bool,
     ) -> Option<Self> {
         let d = geometry.head_dim;
-        if tuning.portable || tuning.query_tiles == Some(false) || d == 0 || !d.is_multiple_of(TILE) {
+        if tuning.portable || tuning.query_tiles == Some(false) || d == 0 || !d.is_multiple_of(TILE)
+        {
             return None;
         }
         let properties = client.properties();
@@ -313,8 +345,7 @@ impl AttentionLaunch {
             && hardware.plane_size_max as usize == LANES
             && hardware.max_units_per_cube as usize >= LANES * TILE_SHAPES[0].0
             && has_tiles(client, float, [TILE as u32; 3]);
-        let prefill = geometry.num_tokens >= TILE * geometry.sequences.max(1);
-        if tuning.query_tiles != Some(true) && !(tensor_cores && prefill) {
+        if tuning.query_tiles != Some(true) && !(tensor_cores && Self::tiles_pay(geometry)) {
             return None;
         }
         let elem = float.size();
@@ -347,6 +378,7 @@ impl AttentionLaunch {
             heads,
             chunks: 1,
             chunk_keys: geometry.max_keys.max(1),
+            native_fp8,
         })
     }
 }
@@ -421,6 +453,7 @@ pub unsafe fn launch_attention(
         heads,
         chunks,
         chunk_keys,
+        native_fp8,
     } = launch;
     let row_vectors = head_dim / vector;
     let head_blocks = num_qo_heads / num_kv_heads / heads;
@@ -490,6 +523,7 @@ pub unsafe fn launch_attention(
                 split,
                 scalars.soft_cap.is_some(),
                 fp8,
+                fp8 && native_fp8,
                 [float, pool_elem],
             );
         },
@@ -526,6 +560,7 @@ pub unsafe fn launch_attention(
                 tensor_cores,
                 scalars.soft_cap.is_some(),
                 fp8,
+                fp8 && native_fp8,
                 [float, pool_elem],
             );
         },
@@ -560,6 +595,7 @@ pub unsafe fn launch_attention(
                 split,
                 scalars.soft_cap.is_some(),
                 fp8,
+                fp8 && native_fp8,
                 [float, pool_elem],
             );
         },
@@ -588,5 +624,43 @@ pub unsafe fn launch_attention(
                 float,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AttentionGeometry, AttentionLaunch};
+
+    /// Llama-3-8B's attention geometry for `num_tokens` query rows, the fewest a sequence has
+    /// being `min_query_rows`.
+    fn llama(num_tokens: usize, min_query_rows: usize, head_dim: usize) -> AttentionGeometry {
+        AttentionGeometry {
+            num_tokens,
+            num_qo_heads: 32,
+            num_kv_heads: 8,
+            head_dim,
+            pool_size: 1 << 20,
+            max_keys: 32_768,
+            fp8_pools: false,
+            min_query_rows,
+        }
+    }
+
+    #[test]
+    fn query_tiles_are_the_normal_launch_of_prefill_only() {
+        // One 512-token prompt, 64 of them, a 4096-token one: prefill.
+        assert!(AttentionLaunch::tiles_pay(llama(512, 512, 128)));
+        assert!(AttentionLaunch::tiles_pay(llama(64 * 512, 512, 128)));
+        assert!(AttentionLaunch::tiles_pay(llama(4096, 4096, 128)));
+        // Decode batches, and a prompt joining 31 decoding sequences.
+        assert!(!AttentionLaunch::tiles_pay(llama(1, 1, 128)));
+        assert!(!AttentionLaunch::tiles_pay(llama(64, 1, 128)));
+        assert!(!AttentionLaunch::tiles_pay(llama(512 + 31, 1, 128)));
+        // A 64-token chunk (4 row tiles × 8 kv heads: too few cubes without a split).
+        assert!(!AttentionLaunch::tiles_pay(llama(64, 64, 128)));
+        // Gemma's head of 256: the fragments would not fit the registers.
+        assert!(!AttentionLaunch::tiles_pay(llama(4096, 4096, 256)));
+        // No sequence with queries.
+        assert!(!AttentionLaunch::tiles_pay(llama(0, 0, 128)));
     }
 }

@@ -72,6 +72,7 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     #[comptime] split: bool,
     #[comptime] capped: bool,
     #[comptime] fp8: bool,
+    #[comptime] native_fp8: bool,
     #[define(F, P)] _dtypes: [ElemType; 2],
 ) {
     let num_tokens = q.shape(0);
@@ -148,8 +149,8 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 if row >= 0 && e < row_vectors {
                     let at = (usize::cast_from(row) * num_kv_heads + g) * row_vectors + e;
                     // fp8: k's scale is in the queries and v's goes into the output.
-                    kx = load_pool::<P, N, M>(k_pool, at, 1.0, fp8);
-                    vx = load_pool::<P, N, M>(v_pool, at, 1.0, fp8);
+                    kx = load_pool::<P, N, M>(k_pool, at, 1.0, fp8, native_fp8);
+                    vx = load_pool::<P, N, M>(v_pool, at, 1.0, fp8, native_fp8);
                 }
                 ks[s * vecs + i] = kx;
                 vs[s * vecs + i] = vx;

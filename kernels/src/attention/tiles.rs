@@ -26,8 +26,12 @@
 //! decision are the cube's, not a unit's.
 //!
 //! Rows of one tile may belong to different sequences (the kernel masks each row with its own
-//! range): correct, but the cube then walks the union of their ranges, so the launch uses this
-//! kernel only for batches whose sequences average a tile of rows or more.
+//! range): correct, but the cube then walks the union of their ranges, so the normal launch
+//! uses this kernel only when every sequence with queries has a tile's worth of rows or more.
+//! A key in the walk that a row does not see still meets that row's zero weight in the values'
+//! product: a non-finite value there (never written by `rope_pool_fused`, whose rows the walk
+//! covers in the engine's steps) would reach the row as NaN, where the other kernels never read
+//! it (CONTRACT, `pool_attention`, Math).
 
 use crate::common::fp8::load_pool;
 use cubecl::prelude::*;
@@ -87,6 +91,7 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     #[comptime] tensor_cores: bool,
     #[comptime] capped: bool,
     #[comptime] fp8: bool,
+    #[comptime] native_fp8: bool,
     #[define(F, P)] _dtypes: [ElemType; 2],
 ) {
     let num_tokens = q.shape(0);
@@ -126,10 +131,11 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let key_tiles = comptime!(block_keys / TILE);
     let d_tiles = comptime!(head_dim / TILE);
     // Key tile, then value tile (at the start, the planes' queries).
-    let mut kv_s = Shared::<[F]>::new_slice(comptime!(2 * kv_elems));
+    // (Tensor-core fragments load from and store to these: 128-byte aligned.)
+    let mut kv_s = Shared::<[F]>::new_aligned_slice(comptime!(2 * kv_elems), 128usize);
     // Per plane: the scores (or a staged accumulator), and the weights.
-    let mut s_s = Shared::<[f32]>::new_slice(comptime!(planes * score_elems));
-    let mut p_s = Shared::<[F]>::new_slice(comptime!(planes * score_elems));
+    let mut s_s = Shared::<[f32]>::new_aligned_slice(comptime!(planes * score_elems), 128usize);
+    let mut p_s = Shared::<[F]>::new_aligned_slice(comptime!(planes * score_elems), 128usize);
     let mut rows_s = Shared::<[i32]>::new_slice(block_keys);
     // The units' range bounds, then each pair's partial maxima and sums.
     let mut lo_s = Shared::<[u32]>::new_slice(units);
@@ -140,8 +146,9 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let mut flag_s = Shared::<[u32]>::new_slice(1usize);
 
     // The cube's entries of `kv_indices`: the union of its rows' ranges.
+    // (A row that sees no key widens nothing.)
     lo_s[u] = select(hi > lo, u32::cast_from(lo), u32::MAX);
-    hi_s[u] = u32::cast_from(hi);
+    hi_s[u] = select(hi > lo, u32::cast_from(hi), 0);
     sync_cube();
     let mut first = lo_s[0];
     let mut last = hi_s[0];
@@ -218,8 +225,8 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
             let mut vx = Vector::<f32, N>::new(f32::new(0.0));
             if row >= 0 {
                 let at = (usize::cast_from(row) * num_kv_heads + g) * row_vectors + v;
-                kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8);
-                vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8);
+                kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8, native_fp8);
+                vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8, native_fp8);
             }
             let at = j * head_dim + v * N::value();
             #[unroll]
@@ -538,7 +545,7 @@ mod tests {
         };
         // (head_dim, planes, heads, block_keys, fp8, capped): Llama's 128 with its GQA group of
         // 4, a head of 80 (an odd number of 16-column tiles), Gemma's 256 with a soft cap, and
-        // fp8 pools.
+        // fp8 pools (decoded through CubeCL's fp8 type).
         let shapes = [
             (128usize, 4usize, 4usize, 32usize, false, false),
             (80, 4, 2, 32, false, false),
@@ -590,6 +597,7 @@ mod tests {
                 d / 4,
                 true,
                 capped,
+                fp8,
                 fp8,
                 [ElemType::Float(FloatKind::F16), pool_elem],
             );

@@ -9,7 +9,9 @@
 //!
 //! [`encode_host`] and [`decode_host`] are the same arithmetic on the host.
 
+use cubecl::e4m3;
 use cubecl::prelude::*;
+use half::f16;
 
 /// The vector width of a call with fp8 pools: four elements, one word of codes.
 pub const FP8_VECTOR: usize = 4;
@@ -100,17 +102,35 @@ const MIN_NORMAL: f32 = 0.015_625;
 /// 2^-7.
 const HALF_MIN_NORMAL: f32 = 0.007_812_5;
 
+/// The four values of a word of e4m3 codes (a vector of four), times `scale`, through CubeCL's
+/// fp8 type: the device's own conversion where it has one (elsewhere CubeCL rewrites the casts
+/// into a software codec). Through f16, which holds every e4m3 value exactly (Vulkan's float8
+/// extension keeps subnormal codes only when converting to f16). The same values as
+/// [`unpack_e4m3`], NaN codes included.
+#[cube]
+pub(crate) fn convert_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
+    let codes = Vector::<e4m3, N>::reinterpret(word);
+    Vector::<f32, N>::cast_from(Vector::<f16, N>::cast_from(codes)) * Vector::new(scale)
+}
+
 /// Vector `at` of a pool as f32: a float pool's vector (`P` its float type, `M = N`), or with
-/// `fp8` one word of four e4m3 codes times `scale` (`P` = u32, `M = 1`, `N = 4`).
+/// `fp8` one word of four e4m3 codes times `scale` (`P` = u32, `M = 1`, `N = 4`), decoded by
+/// [`convert_e4m3`] with `native`, else by [`unpack_e4m3`].
 #[cube]
 pub(crate) fn load_pool<P: Numeric, N: Size, M: Size>(
     pool: &Tensor<Vector<P, M>>,
     at: usize,
     scale: f32,
     #[comptime] fp8: bool,
+    #[comptime] native: bool,
 ) -> Vector<f32, N> {
     if comptime!(fp8) {
-        unpack_e4m3::<N>(u32::cast_from(pool[at].extract(0usize)), scale)
+        let word = u32::cast_from(pool[at].extract(0usize));
+        if comptime!(native) {
+            convert_e4m3::<N>(word, scale)
+        } else {
+            unpack_e4m3::<N>(word, scale)
+        }
     } else {
         Vector::<f32, N>::cast_from(pool[at])
     }
@@ -148,16 +168,21 @@ pub fn encode_e4m3_kernel<N: Size>(
 }
 
 /// Decodes `words` (one per four elements) times `scale` into `out` (f32 in vectors of four): an
-/// fp8 pool read
-/// back as floats.
+/// fp8 pool read back as floats, through CubeCL's fp8 type with `native` (`convert_e4m3()`),
+/// else through the integer codec (`unpack_e4m3()`).
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn decode_e4m3_kernel<N: Size>(
     words: &Tensor<u32>,
     out: &mut Tensor<Vector<f32, N>>,
     scale: f32,
+    #[comptime] native: bool,
 ) {
     if ABSOLUTE_POS < words.len() {
-        out[ABSOLUTE_POS] = unpack_e4m3::<N>(words[ABSOLUTE_POS], scale);
+        out[ABSOLUTE_POS] = if comptime!(native) {
+            convert_e4m3::<N>(words[ABSOLUTE_POS], scale)
+        } else {
+            unpack_e4m3::<N>(words[ABSOLUTE_POS], scale)
+        };
     }
 }
 

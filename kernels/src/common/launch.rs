@@ -30,3 +30,17 @@ pub fn has_tiles(client: &Client, float: ElemType, [m, n, k]: [u32; 3]) -> bool 
     };
     client.properties().features.matmul.cmma.contains(&tiles)
 }
+
+/// Whether `client`'s device likely converts fp8 e4m3 in hardware. CubeCL reports no such flag
+/// (`supports_type(e4m3)` holds almost everywhere, through its software codec), so this reads the
+/// proxies it does expose: an e4m3 tensor-core configuration, which Vulkan drivers list only with
+/// float8 support and CUDA's C++ backend on sm_89 and later.
+pub(crate) fn converts_fp8(client: &Client) -> bool {
+    let e4m3 = ElemType::Float(FloatKind::E4M3);
+    let matmul = &client.properties().features.matmul;
+    matmul
+        .cmma
+        .iter()
+        .chain(&matmul.mma)
+        .any(|c| c.a_type == e4m3)
+}

@@ -143,8 +143,8 @@ mod tests {
     //! `fp8_projections_match_float64` where they run.
 
     use super::super::matvec::matvec_kernel;
-    use crate::test_common as common;
     use super::{dequantize_fp8_kernel, matvec_fp8_kernel};
+    use crate::test_common as common;
     use cubecl::Compiler as _;
     use cubecl::ir::{AddressType, ElemType, FloatKind};
     use cubecl::prelude::*;

@@ -54,6 +54,12 @@ pub struct PoolAttentionConfig {
     /// for f16 prefill on devices with tensor-core tiles. `portable_kernel` wins over it. Flex
     /// has one path and ignores it.
     pub query_tiles: Option<bool>,
+    /// Tests and diagnostics: fp8 pools on CubeCL devices decoded through CubeCL's fp8 type
+    /// (`Some(true)`: the device's conversion where it has one, CubeCL's software codec
+    /// elsewhere) or through this crate's integer codec (`Some(false)`); `None`, the normal
+    /// launch, takes the fp8 type where the device likely converts in hardware. The same values
+    /// either way. Flex has one path and ignores it.
+    pub native_fp8: Option<bool>,
 }
 
 impl PoolAttentionConfig {
@@ -272,9 +278,10 @@ pub fn pool_attention(
         sm_scale: config.scale() as f32,
         soft_cap: config.logits_soft_cap.map(|c| c as f32),
         max_keys: ranges.max_keys,
-        sequences: plan.batch(),
+        min_query_rows: plan.min_query_rows(),
         portable_kernel: config.portable_kernel,
         query_tiles: config.query_tiles,
+        native_fp8: config.native_fp8,
     };
     let (out, lse) = <Dispatch as PoolAttentionBackend>::pool_attention(tensors, params);
     Ok(PoolAttentionOutputs {

@@ -39,13 +39,15 @@ pub struct AttentionParams {
     pub soft_cap: Option<f32>,
     /// The largest visible key count of any query (sizes the split of long contexts).
     pub max_keys: usize,
-    /// Sequences in the batch (with the query count, the rows a key range serves).
-    pub sequences: usize,
+    /// The fewest query rows of any sequence with queries (0 for none).
+    pub min_query_rows: usize,
     /// [`PoolAttentionConfig::portable_kernel`](crate::pool::PoolAttentionConfig): CubeCL runs
     /// the portable kernel even where the device has plane operations (Flex has one path).
     pub portable_kernel: bool,
     /// [`PoolAttentionConfig::query_tiles`](crate::pool::PoolAttentionConfig).
     pub query_tiles: Option<bool>,
+    /// [`PoolAttentionConfig::native_fp8`](crate::pool::PoolAttentionConfig).
+    pub native_fp8: Option<bool>,
 }
 
 /// Burn backends that implement attention over the token-slot pool.

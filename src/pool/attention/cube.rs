@@ -51,13 +51,14 @@ impl PoolAttentionBackend for CubeBackend {
             pool_size: ps[0],
             max_keys: params.max_keys,
             fp8_pools: fp8_scales.is_some(),
-            sequences: params.sequences,
+            min_query_rows: params.min_query_rows,
         };
         let out = empty(&q, qs.clone(), q.dtype);
         let lse = empty(&q, Shape::new([qs[0], qs[1]]), DType::F32);
         let mut knobs = tuning().attention;
         knobs.portable |= params.portable_kernel;
         knobs.query_tiles = params.query_tiles.or(knobs.query_tiles);
+        knobs.native_fp8 = params.native_fp8.or(knobs.native_fp8);
         let float = dtype_to_storage_type(q.dtype);
         let launch = AttentionLaunch::tuned(&q.client, float, geometry, &knobs);
         let chunks = if launch.chunks > 1 { launch.chunks } else { 0 };

@@ -101,6 +101,17 @@ impl PoolAttentionPlan {
         self.qo_indptr.values.len().saturating_sub(1)
     }
 
+    /// The fewest queries of any sequence that has queries (0 for none, or a malformed plan).
+    pub(crate) fn min_query_rows(&self) -> usize {
+        self.qo_indptr
+            .values
+            .windows(2)
+            .map(|w| w[1].saturating_sub(w[0]))
+            .filter(|&n| n > 0)
+            .min()
+            .map_or(0, |n| usize::try_from(n).unwrap_or(0))
+    }
+
     pub(crate) fn indices_on_device(&self) -> &Tensor<1, Int> {
         &self.indices_on_device
     }
