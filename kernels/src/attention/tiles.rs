@@ -34,10 +34,10 @@
 //! it (CONTRACT, `pool_attention`, Math).
 
 use crate::common::fp8::load_pool;
+pub(crate) use crate::common::fragment::TILE;
+use crate::common::fragment::{load_fragment, zero_accumulator};
 use cubecl::prelude::*;
 
-/// The side of a tensor-core tile.
-pub(crate) const TILE: usize = 16;
 /// Units per plane the kernel is written for (a 16 × 16 tile's fragments spread over 32 lanes).
 pub(crate) const LANES: usize = 32;
 
@@ -178,23 +178,13 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         #[unroll]
         for kc in 0..d_tiles {
             let at = q_base + kc * TILE;
-            q_frags.push(cmma::Matrix::<F>::from_slice(
+            q_frags.push(load_fragment::<F>(
                 cmma::MatrixIdent::A,
-                TILE,
-                TILE,
-                TILE,
                 cmma::MatrixLayout::RowMajor,
                 kv_s.slice(at, at + (TILE - 1) * head_dim + TILE),
                 head_dim as u32,
             ));
-            o_accs.push(cmma::Matrix::<f32>::from_value(
-                cmma::MatrixIdent::Accumulator,
-                TILE,
-                TILE,
-                TILE,
-                cmma::MatrixLayout::Undefined,
-                f32::new(0.0),
-            ));
+            o_accs.push(zero_accumulator());
         }
         sync_cube();
     } else {
@@ -241,22 +231,12 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         if comptime!(tensor_cores) {
             #[unroll]
             for kt in 0..key_tiles {
-                let acc = cmma::Matrix::<f32>::from_value(
-                    cmma::MatrixIdent::Accumulator,
-                    TILE,
-                    TILE,
-                    TILE,
-                    cmma::MatrixLayout::Undefined,
-                    f32::new(0.0),
-                );
+                let acc = zero_accumulator();
                 #[unroll]
                 for kc in 0..d_tiles {
                     let at = kt * TILE * head_dim + kc * TILE;
-                    let b = cmma::Matrix::<F>::from_slice(
+                    let b = load_fragment::<F>(
                         cmma::MatrixIdent::B,
-                        TILE,
-                        TILE,
-                        TILE,
                         cmma::MatrixLayout::ColMajor,
                         kv_s.slice(at, at + (TILE - 1) * head_dim + TILE),
                         head_dim as u32,
@@ -347,11 +327,8 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
             #[unroll]
             for kt in 0..key_tiles {
                 let at = s_base + kt * TILE;
-                let a = cmma::Matrix::<F>::from_slice(
+                let a = load_fragment::<F>(
                     cmma::MatrixIdent::A,
-                    TILE,
-                    TILE,
-                    TILE,
                     cmma::MatrixLayout::RowMajor,
                     p_s.slice(at, at + (TILE - 1) * block_keys + TILE),
                     block_keys as u32,
@@ -359,11 +336,8 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 #[unroll]
                 for dt in 0..d_tiles {
                     let at = kv_elems + kt * TILE * head_dim + dt * TILE;
-                    let b = cmma::Matrix::<F>::from_slice(
+                    let b = load_fragment::<F>(
                         cmma::MatrixIdent::B,
-                        TILE,
-                        TILE,
-                        TILE,
                         cmma::MatrixLayout::RowMajor,
                         kv_s.slice(at, at + (TILE - 1) * head_dim + TILE),
                         head_dim as u32,
@@ -415,19 +389,7 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         let per_round = comptime!(block_keys / TILE);
         #[unroll]
         for round in 0..comptime!(d_tiles.div_ceil(per_round)) {
-            #[unroll]
-            for k in 0..per_round {
-                let dt = comptime!(round * per_round + k);
-                if comptime!(dt < d_tiles) {
-                    let at = s_base + k * TILE_ELEMS;
-                    cmma::store(
-                        s_s.slice_mut(at, at + TILE_ELEMS),
-                        o_accs.index(dt),
-                        TILE as u32,
-                        cmma::MatrixLayout::RowMajor,
-                    );
-                }
-            }
+            stage_round(&o_accs, &mut s_s, s_base, round, block_keys, d_tiles);
             sync_cube();
             for x in range_stepped(lane, comptime!(per_round * TILE_ELEMS), LANES) {
                 let dt = round * per_round + x / TILE_ELEMS;
@@ -455,6 +417,34 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     }
 }
 
+/// Stores round `round` of the plane's running output — accumulator fragments
+/// `round · block_keys / 16` onwards, as many as the staging area holds — row-major into the
+/// plane's staging area of `s_s` (fragment `k` of the round at `s_base + 256 k`).
+#[cube]
+fn stage_round(
+    o_accs: &Sequence<cmma::Matrix<f32>>,
+    s_s: &mut Shared<[f32]>,
+    s_base: usize,
+    #[comptime] round: usize,
+    #[comptime] block_keys: usize,
+    #[comptime] d_tiles: usize,
+) {
+    let per_round = comptime!(block_keys / TILE);
+    #[unroll]
+    for k in 0..per_round {
+        let dt = comptime!(round * per_round + k);
+        if comptime!(dt < d_tiles) {
+            let at = s_base + k * TILE_ELEMS;
+            cmma::store(
+                s_s.slice_mut(at, at + TILE_ELEMS),
+                o_accs.index(dt),
+                TILE as u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+        }
+    }
+}
+
 /// Multiplies each row of the plane's running output (its `d_tiles` accumulator fragments) by
 /// that row's factor in `alpha_s`, through the plane's staging area of `s_s` (`block_keys / 16`
 /// fragments at a time). Called by every unit of the cube (it syncs).
@@ -473,19 +463,7 @@ fn rescale_accumulators(
     let per_round = comptime!(block_keys / TILE);
     #[unroll]
     for round in 0..comptime!(d_tiles.div_ceil(per_round)) {
-        #[unroll]
-        for k in 0..per_round {
-            let dt = comptime!(round * per_round + k);
-            if comptime!(dt < d_tiles) {
-                let at = s_base + k * TILE_ELEMS;
-                cmma::store(
-                    s_s.slice_mut(at, at + TILE_ELEMS),
-                    o_accs.index(dt),
-                    TILE as u32,
-                    cmma::MatrixLayout::RowMajor,
-                );
-            }
-        }
+        stage_round(&*o_accs, s_s, s_base, round, block_keys, d_tiles);
         sync_cube();
         for x in range_stepped(lane, comptime!(per_round * TILE_ELEMS), LANES) {
             let r = (x % TILE_ELEMS) / TILE;
@@ -521,7 +499,6 @@ mod tests {
     use super::attention_tiles_kernel;
     use crate::test_common as common;
     use cubecl::Compiler as _;
-    use cubecl::features::MmaConfig;
     use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
     use cubecl::prelude::*;
     use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
@@ -534,15 +511,7 @@ mod tests {
         let Some(client) = common::any_client("query-tile kernel's CUDA check") else {
             return;
         };
-        let tensor = |dims: &[usize]| {
-            let len: usize = dims.iter().product();
-            let handle = client.empty(len * 4);
-            let mut strides = vec![1usize; dims.len()];
-            for i in (0..dims.len().saturating_sub(1)).rev() {
-                strides[i] = strides[i + 1] * dims[i + 1];
-            }
-            unsafe { TensorArg::from_raw_parts(handle, strides.into(), dims.to_vec().into()) }
-        };
+        let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
         // (head_dim, planes, heads, block_keys, fp8, capped): Llama's 128 with its GQA group of
         // 4, a head of 80 (an odd number of 16-column tiles), Gemma's 256 with a soft cap, and
         // fp8 pools (decoded through CubeCL's fp8 type).
@@ -552,18 +521,7 @@ mod tests {
             (256, 2, 2, 16, false, true),
             (128, 4, 1, 32, true, false),
         ];
-        // The properties of a device with f16 16 × 16 × 16 tensor-core tiles (f32 accumulation),
-        // which the C++ compiler checks the kernel's fragments against.
-        let mut properties = client.properties().clone();
-        properties.features.matmul.cmma.insert(MmaConfig {
-            a_type: ElemType::Float(FloatKind::F16),
-            b_type: ElemType::Float(FloatKind::F16),
-            cd_type: ElemType::Float(FloatKind::F32),
-            m: 16,
-            n: 16,
-            k: 16,
-        });
-        let properties = Arc::new(properties);
+        let properties = common::properties_with_f16_tiles(&client);
         for (d, planes, heads, block_keys, fp8, capped) in shapes {
             let (pool_vector, words, pool_elem) = match fp8 {
                 true => (1usize, d / 4, ElemType::UInt(UIntKind::U32)),

@@ -1,8 +1,10 @@
 //! What the rooms share: the fp8 e4m3 codec of the pools ([`fp8`], public: the root crate's
-//! host paths and tests use its host twins), lane and cube-wide reductions, the widest vector a
+//! host paths and tests use its host twins), tensor-core fragments, lane and cube-wide
+//! reductions, the widest vector a
 //! device loads, and the parsing of the `ROPE_POOL_*` launch knobs of `tuning` builds.
 
 pub mod fp8;
+pub(crate) mod fragment;
 pub(crate) mod launch;
 pub(crate) mod reduce;
 #[cfg(feature = "tuning")]

@@ -158,11 +158,7 @@ mod tests {
         let Some(client) = common::any_client("matrix-vector kernels' MSL check") else {
             return;
         };
-        let tensor = |dims: [usize; 2]| {
-            let handle = client.empty(dims[0] * dims[1] * 4);
-            let strides = [dims[1], 1];
-            unsafe { TensorArg::from_raw_parts(handle, strides.into(), dims.into()) }
-        };
+        let tensor = |dims: [usize; 2]| common::dummy_tensor(&client, &dims);
         for float in [FloatKind::F32, FloatKind::F16] {
             for (rows, cols, unroll) in [(1usize, 1usize, 4usize), (3, 2, 2), (16, 1, 4)] {
                 for (w_vector, block_words) in [(4usize, 32usize), (2, 8), (1, 1), (4, 65), (4, 2)]
@@ -240,5 +236,38 @@ mod tests {
                 .to_string();
             assert!(source.contains("[[kernel]] void dequantize_fp8_kernel"));
         }
+    }
+
+    /// The few-rows kernel's tensor-core fragments, expanded and compiled to CUDA C++ (`cmma`
+    /// becomes `wmma`) against the properties of a device with f16 16 × 16 × 16 tiles; its
+    /// arithmetic is checked by the root crate's projection tests where it runs.
+    #[test]
+    fn few_rows_kernel_expands_and_compiles_to_cuda() {
+        use super::super::matvec::few_rows_kernel;
+        use cubecl_cpp::shared::CppCompiler;
+        use cubecl_cpp::target::Cuda;
+        let Some(client) = common::any_client("few-rows kernel's CUDA check") else {
+            return;
+        };
+        let (m, n, k) = (24usize, 64usize, 256usize);
+        let kernel = few_rows_kernel::create_dummy_kernel(
+            common::properties_with_f16_tiles(&client),
+            Arc::new(client.target_properties().clone()),
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_2d(32, 8),
+            AddressType::U32,
+            common::dummy_tensor(&client, &[m, k]),
+            common::dummy_tensor(&client, &[n, k]),
+            common::dummy_tensor(&client, &[m, n]),
+            2,
+            2,
+            8,
+            ElemType::Float(FloatKind::F16),
+        );
+        let source = CppCompiler::<Cuda>::default()
+            .compile(kernel.define(), &CompilationOptions::default())
+            .expect("few_rows_kernel compiles to CUDA C++")
+            .to_string();
+        assert!(source.contains("wmma::mma_sync"), "no tensor-core product");
     }
 }

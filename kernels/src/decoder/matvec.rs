@@ -9,13 +9,11 @@
 //! read of the weight through tensor-core tiles. See benches/NOTES.md, 'Projections per row
 //! count'. Their launches are in [`super::launch`].
 
+pub(crate) use crate::common::fragment::TILE;
+use crate::common::fragment::{load_fragment, zero_accumulator};
 use crate::common::reduce::lane_sum;
 use cubecl::ir::ElemType;
 use cubecl::prelude::*;
-
-/// The side of a tensor-core tile ([`few_rows_kernel`](fn@few_rows_kernel)): 16 × 16 × 16, f32
-/// accumulation.
-pub(crate) const TILE: usize = 16;
 
 /// `out [rows, n] = x [rows, k] · wᵀ`, `w [n, k]`; `x` and `w` as vectors of `N`, a row
 /// `k_vectors` of them. The cube is `(plane size, planes)` units; plane `UNIT_POS_Y` of cube
@@ -116,7 +114,7 @@ pub(crate) fn store_plane_sums<F: Float, N: Size>(
 /// time, are added in f32 and rounded once. The last row tile starts at `m - 16` (it overlaps the
 /// one before when 16 does not divide `m`; its rows already written are skipped), so no read
 /// passes `x`.
-#[cube(launch_unchecked, address_type = "dynamic")]
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 pub(crate) fn few_rows_kernel<F: Float>(
     x: &Tensor<F>,
     w: &Tensor<F>,
@@ -137,14 +135,7 @@ pub(crate) fn few_rows_kernel<F: Float>(
     let mut accs = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
     for _ in 0..m_tiles * cols {
-        accs.push(cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            TILE,
-            TILE,
-            TILE,
-            cmma::MatrixLayout::Undefined,
-            f32::new(0.0),
-        ));
+        accs.push(zero_accumulator());
     }
     let k_tiles = k / TILE;
     let stride = k as u32;
@@ -155,11 +146,8 @@ pub(crate) fn few_rows_kernel<F: Float>(
         #[unroll]
         for c in 0..cols {
             let w0 = (n0 + c * TILE) * k + k0;
-            bs.push(cmma::Matrix::<F>::from_slice(
+            bs.push(load_fragment::<F>(
                 cmma::MatrixIdent::B,
-                TILE,
-                TILE,
-                TILE,
                 cmma::MatrixLayout::ColMajor,
                 w.slice(w0, w0 + (TILE - 1) * k + TILE),
                 stride,
@@ -168,11 +156,8 @@ pub(crate) fn few_rows_kernel<F: Float>(
         #[unroll]
         for r in 0..m_tiles {
             let x0 = usize::min(r * TILE, m - TILE) * k + k0;
-            let a = cmma::Matrix::<F>::from_slice(
+            let a = load_fragment::<F>(
                 cmma::MatrixIdent::A,
-                TILE,
-                TILE,
-                TILE,
                 cmma::MatrixLayout::RowMajor,
                 x.slice(x0, x0 + (TILE - 1) * k + TILE),
                 stride,

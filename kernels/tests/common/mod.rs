@@ -4,6 +4,7 @@
 use cubecl::Device;
 use cubecl::client::Client;
 use cubecl::device::WgpuDeviceKind;
+use cubecl::prelude::TensorArg;
 use cubecl::wgpu::WgpuDevice;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -83,4 +84,34 @@ pub fn client(what: &str) -> Option<Client> {
         );
     }
     Some(client)
+}
+
+/// A contiguous tensor argument of `dims` over a fresh buffer of 4-byte elements, for kernels
+/// that are expanded and compiled but not run.
+pub fn dummy_tensor(client: &Client, dims: &[usize]) -> TensorArg {
+    let handle = client.empty(dims.iter().product::<usize>().max(1) * 4);
+    let mut strides = vec![1usize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * dims[i + 1];
+    }
+    // Safety: the buffer holds every element of `dims` at those strides.
+    unsafe { TensorArg::from_raw_parts(handle, strides.into(), dims.to_vec().into()) }
+}
+
+/// `client`'s device properties with f16 16 × 16 × 16 tensor-core tiles (f32 accumulation) added,
+/// for compiling tensor-core kernels to CUDA C++ where no device has them: CubeCL's C++ compiler
+/// checks a kernel's fragments against these.
+pub fn properties_with_f16_tiles(client: &Client) -> std::sync::Arc<cubecl::ir::DeviceProperties> {
+    use cubecl::features::MmaConfig;
+    use cubecl::ir::{ElemType, FloatKind};
+    let mut properties = client.properties().clone();
+    properties.features.matmul.cmma.insert(MmaConfig {
+        a_type: ElemType::Float(FloatKind::F16),
+        b_type: ElemType::Float(FloatKind::F16),
+        cd_type: ElemType::Float(FloatKind::F32),
+        m: 16,
+        n: 16,
+        k: 16,
+    });
+    std::sync::Arc::new(properties)
 }

@@ -1,0 +1,32 @@
+//! Tensor-core tiles shared by the rooms: CubeCL `cmma` fragments of 16 × 16 × 16 with f32
+//! accumulation (the decoder's few-rows products, prefill attention's query tiles).
+
+use cubecl::prelude::*;
+
+/// The side of a tensor-core tile.
+pub(crate) const TILE: usize = 16;
+
+/// A `TILE × TILE` operand fragment (`ident` A or B) loaded from `slice` (rows or columns
+/// `stride` elements apart, as `layout` says).
+#[cube]
+pub(crate) fn load_fragment<F: CubePrimitive>(
+    #[comptime] ident: cmma::MatrixIdent,
+    layout: cmma::MatrixLayout,
+    slice: &[F],
+    stride: u32,
+) -> cmma::Matrix<F> {
+    cmma::Matrix::<F>::from_slice(ident, TILE, TILE, TILE, layout, slice, stride)
+}
+
+/// A `TILE × TILE` f32 accumulator fragment of zeros.
+#[cube]
+pub(crate) fn zero_accumulator() -> cmma::Matrix<f32> {
+    cmma::Matrix::<f32>::from_value(
+        cmma::MatrixIdent::Accumulator,
+        TILE,
+        TILE,
+        TILE,
+        cmma::MatrixLayout::Undefined,
+        f32::new(0.0),
+    )
+}
