@@ -48,8 +48,9 @@ pub struct AttentionTuning {
     /// fp8 pools: `Some(true)` decodes them through CubeCL's fp8 type (the device's conversion
     /// where it has one, CubeCL's software codec elsewhere: the root crate's tests run it on
     /// every device this way), `Some(false)` through the crate's integer codec; `None`, the
-    /// normal launch, takes the fp8 type where the device likely converts in hardware
-    /// ([`converts_fp8`]) (`ROPE_POOL_ATTENTION_NATIVE_FP8=1` / `0`).
+    /// normal launch, takes the fp8 type where the device likely converts in hardware (it lists
+    /// e4m3 tensor-core tiles) (`ROPE_POOL_ATTENTION_NATIVE_FP8=1` / `0`). Devices without f16
+    /// always take the codec (the fp8 type's decode goes through f16).
     pub native_fp8: Option<bool>,
 }
 
@@ -203,7 +204,11 @@ impl AttentionLaunch {
         tuning: &AttentionTuning,
     ) -> Self {
         let elem_size = float.size();
-        let native_fp8 = tuning.native_fp8.unwrap_or_else(|| converts_fp8(client));
+        // (The fp8 type's decode goes through f16: never on a device without it.)
+        let native_fp8 = tuning.native_fp8.unwrap_or_else(|| converts_fp8(client))
+            && client
+                .properties()
+                .supports_type(ElemType::Float(FloatKind::F16));
         let d = geometry.head_dim.max(1);
         let vector = match geometry.fp8_pools {
             true => FP8_VECTOR,
@@ -312,14 +317,15 @@ const TILES_MIN_CUBES: usize = 128;
 
 impl AttentionLaunch {
     /// Whether the query-tile kernel is the normal launch of `geometry` on a device with
-    /// tensor-core tiles: every sequence with queries has a tile's worth of rows (16), so no tile
-    /// walks the keys of many sequences (a step that mixes a prompt with decoding sequences keeps
-    /// the other kernels); a head of at most [`TILES_MAX_HEAD_DIM`]; and
-    /// [`TILES_MIN_CUBES`] row tiles and kv heads or more.
-    fn tiles_pay(geometry: AttentionGeometry) -> bool {
-        geometry.min_query_rows >= TILE
+    /// tensor-core tiles, for tiles of `tile_rows` query rows and `head_blocks` cubes per kv head
+    /// and row tile: every sequence with queries has a tile's worth of rows, so no tile walks the
+    /// keys of many sequences (a step that mixes a prompt with decoding sequences keeps the other
+    /// kernels); a head of at most [`TILES_MAX_HEAD_DIM`]; and [`TILES_MIN_CUBES`] cubes or more.
+    fn tiles_pay(geometry: AttentionGeometry, tile_rows: usize, head_blocks: usize) -> bool {
+        geometry.min_query_rows >= tile_rows
             && geometry.head_dim <= TILES_MAX_HEAD_DIM
-            && geometry.num_tokens.div_ceil(TILE) * geometry.num_kv_heads >= TILES_MIN_CUBES
+            && geometry.num_tokens.div_ceil(tile_rows.max(1)) * geometry.num_kv_heads * head_blocks
+                >= TILES_MIN_CUBES
     }
 
     /// The query-tile launch of `geometry` (see [`AttentionTuning::query_tiles`]), or `None`
@@ -345,9 +351,6 @@ impl AttentionLaunch {
             && hardware.plane_size_max as usize == LANES
             && hardware.max_units_per_cube as usize >= LANES * TILE_SHAPES[0].0
             && has_tiles(client, float, [TILE as u32; 3]);
-        if tuning.query_tiles != Some(true) && !(tensor_cores && Self::tiles_pay(geometry)) {
-            return None;
-        }
         let elem = float.size();
         // Key and value tiles, per plane the scores and weights, the keys' pool rows, three
         // words per unit (range bounds, pair sums), per row a factor, the rescale flag.
@@ -367,6 +370,12 @@ impl AttentionLaunch {
         })?;
         let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
         let heads = largest_divisor(group, |h| planes.is_multiple_of(h));
+        let tile_rows = planes / heads * TILE;
+        if tuning.query_tiles != Some(true)
+            && !(tensor_cores && Self::tiles_pay(geometry, tile_rows, group / heads))
+        {
+            return None;
+        }
         Some(Self {
             kernel: AttentionKernel::Tiles {
                 planes,
@@ -648,19 +657,24 @@ mod tests {
 
     #[test]
     fn query_tiles_are_the_normal_launch_of_prefill_only() {
+        // Llama's group of 4 on 4 planes: tiles of 16 rows, one cube per row tile and kv head.
+        let pays = |g: AttentionGeometry| AttentionLaunch::tiles_pay(g, 16, 1);
         // One 512-token prompt, 64 of them, a 4096-token one: prefill.
-        assert!(AttentionLaunch::tiles_pay(llama(512, 512, 128)));
-        assert!(AttentionLaunch::tiles_pay(llama(64 * 512, 512, 128)));
-        assert!(AttentionLaunch::tiles_pay(llama(4096, 4096, 128)));
+        assert!(pays(llama(512, 512, 128)));
+        assert!(pays(llama(64 * 512, 512, 128)));
+        assert!(pays(llama(4096, 4096, 128)));
         // Decode batches, and a prompt joining 31 decoding sequences.
-        assert!(!AttentionLaunch::tiles_pay(llama(1, 1, 128)));
-        assert!(!AttentionLaunch::tiles_pay(llama(64, 1, 128)));
-        assert!(!AttentionLaunch::tiles_pay(llama(512 + 31, 1, 128)));
+        assert!(!pays(llama(1, 1, 128)));
+        assert!(!pays(llama(64, 1, 128)));
+        assert!(!pays(llama(512 + 31, 1, 128)));
         // A 64-token chunk (4 row tiles × 8 kv heads: too few cubes without a split).
-        assert!(!AttentionLaunch::tiles_pay(llama(64, 64, 128)));
+        assert!(!pays(llama(64, 64, 128)));
         // Gemma's head of 256: the fragments would not fit the registers.
-        assert!(!AttentionLaunch::tiles_pay(llama(4096, 4096, 256)));
+        assert!(!pays(llama(4096, 4096, 256)));
         // No sequence with queries.
-        assert!(!AttentionLaunch::tiles_pay(llama(0, 0, 128)));
+        assert!(!pays(llama(0, 0, 128)));
+        // Tiles of 64 rows (no GQA group on 4 planes): sequences of 16 rows would share tiles.
+        assert!(!AttentionLaunch::tiles_pay(llama(4096, 16, 128), 64, 1));
+        assert!(AttentionLaunch::tiles_pay(llama(4096, 64, 128), 64, 1));
     }
 }
