@@ -491,8 +491,9 @@ fn rescale_accumulators(
 mod tests {
     //! The tensor-core variant runs only where a device has `cmma` tiles (none of this crate's
     //! test machines without a GPU): it is expanded here for the launch shapes the query-tile
-    //! launch picks and compiled to CUDA C++ by CubeCL's C++ compiler (`cmma` becomes `wmma`), so
-    //! an expansion or type error shows without a GPU. Its results are checked against float64
+    //! launch picks and compiled to CUDA C++ by CubeCL's C++ compiler (`cmma` becomes `wmma`) and
+    //! to SPIR-V by its Vulkan compiler (cooperative matrices), so an expansion or lowering error
+    //! shows without a GPU. Its results are checked against float64
     //! by the root crate's `the_query_tile_kernel_matches_the_reference_on_every_device` where it
     //! runs; the same kernel without tensor cores runs in those tests everywhere.
 
@@ -503,10 +504,11 @@ mod tests {
     use cubecl::prelude::*;
     use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
     use cubecl_cpp::target::Cuda;
+    use cubecl_spirv::SpirvCompiler;
     use std::sync::Arc;
 
     #[test]
-    fn tensor_core_variant_expands_and_compiles_to_cuda() {
+    fn tensor_core_variant_expands_and_compiles_to_cuda_and_spirv() {
         // The arguments are built on a wgpu client (its properties); any adapter will do.
         let Some(client) = common::any_client("query-tile kernel's CUDA check") else {
             return;
@@ -567,6 +569,11 @@ mod tests {
                 source.contains("wmma::mma_sync"),
                 "head_dim {d}, {planes} planes: no tensor-core product in\n{source}"
             );
+            // And to SPIR-V, as the default build compiles it for Vulkan's cooperative matrices.
+            let spirv = SpirvCompiler
+                .compile(kernel.define(), &common::vulkan_options())
+                .expect("attention_tiles_kernel compiles to SPIR-V");
+            assert!(!spirv.assembled_module.is_empty());
         }
     }
 }

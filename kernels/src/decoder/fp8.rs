@@ -242,7 +242,7 @@ mod tests {
     /// becomes `wmma`) against the properties of a device with f16 16 × 16 × 16 tiles; its
     /// arithmetic is checked by the root crate's projection tests where it runs.
     #[test]
-    fn few_rows_kernel_expands_and_compiles_to_cuda() {
+    fn few_rows_kernel_expands_and_compiles_to_cuda_and_spirv() {
         use super::super::matvec::few_rows_kernel;
         use cubecl_cpp::shared::CppCompiler;
         use cubecl_cpp::target::Cuda;
@@ -269,5 +269,9 @@ mod tests {
             .expect("few_rows_kernel compiles to CUDA C++")
             .to_string();
         assert!(source.contains("wmma::mma_sync"), "no tensor-core product");
+        let spirv = cubecl_spirv::SpirvCompiler
+            .compile(kernel.define(), &common::vulkan_options())
+            .expect("few_rows_kernel compiles to SPIR-V");
+        assert!(!spirv.assembled_module.is_empty());
     }
 }

@@ -115,3 +115,20 @@ pub fn properties_with_f16_tiles(client: &Client) -> std::sync::Arc<cubecl::ir::
     });
     std::sync::Arc::new(properties)
 }
+
+/// The SPIR-V compiler's options of a Vulkan device like the H200's (SPIR-V 1.6, explicit
+/// shared-memory layouts, float8), for compiling kernels to SPIR-V where no such device is.
+pub fn vulkan_options() -> cubecl::WgpuCompilationOptions {
+    cubecl::WgpuCompilationOptions {
+        supports_u64: true,
+        supports_vulkan_compiler: true,
+        supports_msl_compiler: false,
+        vulkan: cubecl::VulkanCompilationOptions {
+            supports_explicit_smem: true,
+            supports_float8: true,
+            max_spirv_version: (1, 6),
+            max_vector_size: 4,
+            ..Default::default()
+        },
+    }
+}
