@@ -7,7 +7,8 @@
 # the same paths of a checkout on the GPU machine and run `scripts/h200.sh run` there.
 # `scripts/h200.sh sweep` runs the tuning-knob sweep instead. `pack-attention` / `run-attention`
 # do the same for the pool_attention bench and its anchor, `pack-decode` / `run-decode` for the
-# decode bench (f16, fp8 caches, fp8 weights), the decoder's tests and the CUDA-graph anchor.
+# decode bench (f16, fp8 caches, fp8 weights; prefill with and without the query-tile attention),
+# the decoder's tests and the CUDA-graph anchor.
 # The anchors are optional: set ROPE_POOL_ANCHORS to a folder holding the PyTorch anchor scripts
 # (`h200_anchor_bench.py`, `pool_attention_anchor.py`) and `pack` copies them into the pack.
 set -euo pipefail
@@ -95,6 +96,12 @@ case "${1:-run}" in
     fi
     /tmp/decode --device vulkan --fused-only --fp8-cache 0.05,0.05 --fp8-weights \
       --json "$out/decode.json" "$@" 2>"$out/decode.log" | tee "$out/decode.md"
+    # Prefill without the query-tile attention (the per-row kernels): the A/B of its rows.
+    if [ -z "${SKIP_AB:-}" ]; then
+      ROPE_POOL_ATTENTION_TILES=0 /tmp/decode --device vulkan --fused-only --steps 2 \
+        --batches 1,64 --json "$out/decode-no-tiles.json" 2>>"$out/decode.log" |
+        tee "$out/decode-no-tiles.md"
+    fi
     if [ -f "$pack/graph_decode_anchor.py" ] && [ -z "${SKIP_ANCHOR:-}" ]; then
       PYTHONUNBUFFERED=1 python3 "$pack/graph_decode_anchor.py" > "$out/anchor.txt" 2>&1 || true
       tail -20 "$out/anchor.txt"
