@@ -57,7 +57,8 @@ struct Args {
     /// The rows `--matmul-probe` times.
     #[arg(long, value_delimiter = ',', default_values_t = [24usize, 64, 512, 32_768])]
     probe_rows: Vec<usize>,
-    /// After the table, profile a few decode steps per batch: every kernel launched, its
+    /// After the table, profile a few decode steps per batch, then the prefill of the same
+    /// prompts into fresh pools: every kernel launched, its
     /// device time (CubeCL's launch observer, device timestamps), by kernel; and the step's
     /// wall time against the time the device was busy.
     #[arg(long)]

@@ -85,7 +85,8 @@ case "${1:-run}" in
   run-decode)
     # On the GPU: the decoder's kernel and checkpoint tests (TESTS, a filter of the suite; unset:
     # projections, fp8 and the checkpoints), the decode bench with fp8 caches and fp8 weights
-    # beside f16 (extra arguments go to it), then the CUDA-graph anchor, in one call.
+    # beside f16 (extra arguments go to it, not to the A/B), its prefill rows again without the
+    # query-tile attention (SKIP_AB=1 skips them), then the CUDA-graph anchor, in one call.
     unpack decode suite
     out=${OUT:-/tmp}
     shift || true
@@ -108,7 +109,9 @@ case "${1:-run}" in
     fi
     ;;
   run-attention)
-    # Both builds of the pool_attention bench, then PyTorch's gather + SDPA anchor, in one call.
+    # Both builds of the pool_attention bench (extra arguments go to them), the fp8 rows with
+    # either decode and the f16 prefill rows without the query-tile kernel (the A/B runs, with
+    # their own arguments), then PyTorch's gather + SDPA anchor, in one call.
     unpack attention attention-vulkan suite
     out=${OUT:-/tmp}
     shift || true

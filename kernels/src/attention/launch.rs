@@ -37,12 +37,12 @@ pub struct AttentionTuning {
     /// The portable kernel even where planes exist (`ROPE_POOL_ATTENTION_PORTABLE=1`; the root
     /// crate's tests set it to run the portable kernel on every device).
     pub portable: bool,
-    /// The query-tile kernel: `Some(true)` for every call it can take (its tile products on
-    /// tensor cores where the device has them for the call's float, in f32 by the units
-    /// elsewhere: the root crate's tests run it on every device this way), `Some(false)` never,
-    /// `None` where it is the normal launch (f16 calls on devices with 16 × 16 × 16 tensor-core
-    /// tiles whose sequences all have a tile of query rows or more: prefill; see
-    /// `AttentionLaunch::tiles_pay`)
+    /// The query-tile kernel: `Some(true)` for every call it can take (a `head_dim` multiple of
+    /// 16, a tile shape that fits shared memory; its tile products on tensor cores for f16 calls
+    /// on devices with f16 16 × 16 × 16 tiles and planes of 32, in f32 by the units otherwise:
+    /// the root crate's tests run it on every device this way), `Some(false)` never, `None` where
+    /// it is the normal launch (f16 calls on such devices whose sequences all have a row tile of
+    /// queries or more: prefill; see `AttentionLaunch::tiles_pay`)
     /// (`ROPE_POOL_ATTENTION_TILES=1` / `0`). [`Self::portable`] wins over it.
     pub query_tiles: Option<bool>,
     /// fp8 pools: `Some(true)` decodes them through CubeCL's fp8 type (the device's conversion
@@ -194,8 +194,8 @@ fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {
 
 impl AttentionLaunch {
     /// The launch of `geometry` for queries of `float` on `client`'s device, with `tuning`'s
-    /// overrides ([`AttentionTuning::default`] in normal use: the query-tile kernel for prefill
-    /// where the device has tensor-core tiles for `float`, else the plane kernel where the
+    /// overrides ([`AttentionTuning::default`] in normal use: the query-tile kernel for f16
+    /// prefill where the device has f16 tensor-core tiles, else the plane kernel where the
     /// device has plane operations, the portable one elsewhere).
     pub fn tuned(
         client: &Client,
@@ -308,9 +308,9 @@ impl AttentionLaunch {
 /// fits the device.
 const TILE_SHAPES: [(usize, usize); 4] = [(4, 32), (2, 32), (2, 16), (1, 16)];
 /// Query-tile kernel, normal launch: the largest head (its queries and running output stay in
-/// registers as fragments: 128 registers a unit at 128).
+/// registers as fragments: 128 values a unit at 128).
 const TILES_MAX_HEAD_DIM: usize = 128;
-/// Query-tile kernel, normal launch: the fewest (row tile, kv head) pairs, about one per
+/// Query-tile kernel, normal launch: the fewest cubes (row tile, head block), about one per
 /// multiprocessor of a large GPU: it has no split of long contexts (not measured: a guard against
 /// a few long walks, such as a short chunk over a long prefix).
 const TILES_MIN_CUBES: usize = 128;

@@ -49,15 +49,17 @@ pub struct PoolAttentionConfig {
     #[config(default = false)]
     pub portable_kernel: bool,
     /// Tests and diagnostics: on CubeCL devices, `Some(true)` runs the query-tile kernel for
-    /// every call (its tile products on tensor cores where the device has them for q's dtype, in
-    /// f32 by the GPU's units elsewhere), `Some(false)` never; `None`, the normal launch, runs it
-    /// for f16 prefill on devices with tensor-core tiles. `portable_kernel` wins over it. Flex
-    /// has one path and ignores it.
+    /// every call whose `head_dim` is a multiple of 16 (its tile products on tensor cores for f16
+    /// queries on devices with f16 16 × 16 × 16 tiles and planes of 32, in f32 by the GPU's units
+    /// otherwise), `Some(false)` never; `None`, the normal launch, runs it for f16 prefill on
+    /// such devices (the conditions: CONTRACT, `pool_attention`, Math). `portable_kernel` wins
+    /// over it. Flex has one path and ignores it.
     pub query_tiles: Option<bool>,
     /// Tests and diagnostics: fp8 pools on CubeCL devices decoded through CubeCL's fp8 type
     /// (`Some(true)`: the device's conversion where it has one, CubeCL's software codec
     /// elsewhere) or through this crate's integer codec (`Some(false)`); `None`, the normal
-    /// launch, takes the fp8 type where the device likely converts in hardware. The same values
+    /// launch, takes the fp8 type where the device lists e4m3 tensor-core tiles (a sign of a
+    /// hardware conversion). A device without f16 always takes the codec. The same values
     /// either way. Flex has one path and ignores it.
     pub native_fp8: Option<bool>,
 }
