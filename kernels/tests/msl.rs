@@ -18,16 +18,8 @@ use std::sync::Arc;
 const VECTOR: usize = 4;
 
 fn msl(client: &Client, float: FloatKind, variant: RopeVariant, fp8: bool) -> String {
-    let tensor = |dims: [usize; 3]| {
-        let len = dims.iter().product::<usize>();
-        let handle = client.empty(len * 4);
-        let strides = [dims[1] * dims[2], dims[2], 1];
-        unsafe { TensorArg::from_raw_parts(handle, strides.into(), dims.into()) }
-    };
-    let vector = |len: usize| {
-        let handle = client.empty(len * 4);
-        unsafe { TensorArg::from_raw_parts(handle, [1].into(), [len].into()) }
-    };
+    let tensor = |dims: [usize; 3]| common::dummy_tensor(client, &dims);
+    let vector = |len: usize| common::dummy_tensor(client, &[len]);
     let (pool_row, pool_elem) = match fp8 {
         true => (2, ElemType::UInt(UIntKind::U32)),
         false => (8, ElemType::Float(float)),

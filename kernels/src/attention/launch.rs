@@ -204,8 +204,10 @@ impl AttentionLaunch {
         tuning: &AttentionTuning,
     ) -> Self {
         let elem_size = float.size();
-        // (The fp8 type's decode goes through f16: never on a device without it.)
-        let native_fp8 = tuning.native_fp8.unwrap_or_else(|| converts_fp8(client))
+        // Float pools need no decode. (The fp8 type's decode goes through f16: never on a
+        // device without it.)
+        let native_fp8 = geometry.fp8_pools
+            && tuning.native_fp8.unwrap_or_else(|| converts_fp8(client))
             && client
                 .properties()
                 .supports_type(ElemType::Float(FloatKind::F16));
@@ -532,7 +534,7 @@ pub unsafe fn launch_attention(
                 split,
                 scalars.soft_cap.is_some(),
                 fp8,
-                fp8 && native_fp8,
+                native_fp8,
                 [float, pool_elem],
             );
         },
@@ -569,7 +571,7 @@ pub unsafe fn launch_attention(
                 tensor_cores,
                 scalars.soft_cap.is_some(),
                 fp8,
-                fp8 && native_fp8,
+                native_fp8,
                 [float, pool_elem],
             );
         },
@@ -604,7 +606,7 @@ pub unsafe fn launch_attention(
                 split,
                 scalars.soft_cap.is_some(),
                 fp8,
-                fp8 && native_fp8,
+                native_fp8,
                 [float, pool_elem],
             );
         },

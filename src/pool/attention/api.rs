@@ -280,7 +280,7 @@ pub fn pool_attention(
         sm_scale: config.scale() as f32,
         soft_cap: config.logits_soft_cap.map(|c| c as f32),
         max_keys: ranges.max_keys,
-        min_query_rows: plan.min_query_rows(),
+        min_query_rows: ranges.min_query_rows,
         portable_kernel: config.portable_kernel,
         query_tiles: config.query_tiles,
         native_fp8: config.native_fp8,

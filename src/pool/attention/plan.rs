@@ -30,11 +30,13 @@ impl HostIndex {
 }
 
 /// What the kernels read for one (token count, causal, window): each query's first entry in
-/// `kv_indices` and its number of visible keys, `[T, 2]` i32, and the largest such count.
+/// `kv_indices` and its number of visible keys, `[T, 2]` i32, the largest such count, and the
+/// fewest queries of any sequence that has queries (0 for none).
 #[derive(Clone, Debug)]
 pub(crate) struct Ranges {
     pub ranges: Tensor<2, Int>,
     pub max_keys: usize,
+    pub min_query_rows: usize,
 }
 
 type RangesKey = (usize, bool, Option<usize>);
@@ -99,17 +101,6 @@ impl PoolAttentionPlan {
     /// Sequences in the batch (`qo_indptr`'s entries minus one; 0 for a malformed plan).
     pub fn batch(&self) -> usize {
         self.qo_indptr.values.len().saturating_sub(1)
-    }
-
-    /// The fewest queries of any sequence that has queries (0 for none, or a malformed plan).
-    pub(crate) fn min_query_rows(&self) -> usize {
-        self.qo_indptr
-            .values
-            .windows(2)
-            .map(|w| w[1].saturating_sub(w[0]))
-            .filter(|&n| n > 0)
-            .min()
-            .map_or(0, |n| usize::try_from(n).unwrap_or(0))
     }
 
     pub(crate) fn indices_on_device(&self) -> &Tensor<1, Int> {
@@ -214,6 +205,14 @@ impl PoolAttentionPlan {
         }
         let host = self.query_ranges(causal, window);
         let max_keys = host.iter().map(|r| r[1] as usize).max().unwrap_or(0);
+        let min_query_rows = self
+            .qo_indptr
+            .values
+            .windows(2)
+            .map(|w| w[1].saturating_sub(w[0]))
+            .filter(|&n| n > 0)
+            .min()
+            .map_or(0, |n| usize::try_from(n).unwrap_or(0));
         // Entries and counts fit i32: nnz entries were uploaded as i32 indices.
         let flat: Vec<i32> = host
             .iter()
@@ -224,6 +223,7 @@ impl PoolAttentionPlan {
         let ranges = Arc::new(Ranges {
             ranges: Tensor::from_data(TensorData::new(flat, [rows, 2]), (&self.device, DType::I32)),
             max_keys,
+            min_query_rows,
         });
         // A model may alternate a few settings (sliding and global layers): keep the last few.
         if cached.len() == CACHED_RANGES {
