@@ -131,8 +131,10 @@ case "${1:-run}" in
     /tmp/attention-vulkan --device vulkan --prefill-only --no-gather --dtypes f16 --query-tiles off \
       --json "$out/attention-vulkan-no-tiles.json" 2>>"$out/attention.log" |
       tee "$out/attention-vulkan-no-tiles.md"
-    /tmp/attention --device wgpu --json "$out/attention-wgpu.json" "$@" 2>>"$out/attention.log" |
-      tee "$out/attention-wgpu.md"
+    if [ -x /tmp/attention ]; then # the WGSL build, when packed
+      /tmp/attention --device wgpu --json "$out/attention-wgpu.json" "$@" 2>>"$out/attention.log" |
+        tee "$out/attention-wgpu.md"
+    fi
     if [ -f "$pack/pool_attention_anchor.py" ] && [ -z "${SKIP_ANCHOR:-}" ]; then
       python3 "$pack/pool_attention_anchor.py" 2>&1 | tee "$out/attention-anchor.txt"
     fi

@@ -10,3 +10,20 @@ pub(crate) fn tuning() -> LaunchTuning {
     #[cfg(not(feature = "tuning"))]
     LaunchTuning::default()
 }
+
+/// Benchmark builds (feature `tuning`) with `ROPE_POOL_TRACE` set: `what` on stderr, once per
+/// distinct text (which launch each shape of a run took, and the device's tensor-core tiles).
+#[cfg(feature = "tuning")]
+pub(crate) fn trace(what: impl FnOnce() -> String) {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    if std::env::var_os("ROPE_POOL_TRACE").is_none() {
+        return;
+    }
+    let text = what();
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.get_or_insert_with(HashSet::new).insert(text.clone()) {
+        eprintln!("{text}");
+    }
+}

@@ -4,7 +4,7 @@
 use super::plane::attention_plane_kernel;
 use super::portable::attention_kernel;
 use super::split::attention_merge;
-use super::tiles::{LANES, TILE, attention_tiles_kernel};
+use super::tiles::{KV_PAD, LANES, P_PAD, S_PAD, TILE, attention_tiles_kernel};
 use crate::common::fp8::FP8_VECTOR;
 use crate::common::launch::{converts_fp8, has_tiles, widest_vector};
 use cubecl::client::Client;
@@ -354,11 +354,12 @@ impl AttentionLaunch {
             && hardware.max_units_per_cube as usize >= LANES * TILE_SHAPES[0].0
             && has_tiles(client, float, [TILE as u32; 3]);
         let elem = float.size();
-        // Key and value tiles, per plane the scores and weights, the keys' pool rows, three
+        // Key and value tiles, per plane the scores and weights (rows padded as the kernel
+        // pads them), the keys' pool rows, three
         // words per unit (range bounds, pair sums), per row a factor, the rescale flag.
         let bytes = |planes: usize, keys: usize| {
-            2 * keys * d * elem
-                + planes * TILE * keys * (4 + elem)
+            2 * keys * (d + KV_PAD) * elem
+                + planes * TILE * ((keys + S_PAD) * 4 + (keys + P_PAD) * elem)
                 + 4 * keys
                 + 12 * LANES * planes
                 + 4 * TILE * planes

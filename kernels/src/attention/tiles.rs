@@ -11,7 +11,7 @@
 //! 1. the tile's pool rows and their key and value rows, staged in shared memory in `F` (fp8
 //!    pools decoded; a row outside the pool, or past the range, as zeros and masked);
 //! 2. scores: each plane's `16 × block_keys` product of its queries and the keys, f32;
-//! 3. online softmax: two units a row, each half of the tile's keys — scale, soft cap, the row's
+//! 3. online softmax: two units a row, each every other key of the tile — scale, soft cap, the row's
 //!    own range as the mask (causal, sliding window, the sequence's keys), the new maximum, the
 //!    weights rounded to `F`, the running sums rescaled;
 //! 4. values: each plane's `16 × head_dim` product of its weights and the value tile, added to
@@ -43,6 +43,16 @@ pub(crate) const LANES: usize = 32;
 
 /// Elements of one staged `TILE × TILE` accumulator.
 const TILE_ELEMS: usize = TILE * TILE;
+
+/// Padding of a staged key, value or query row (elements): rows `head_dim + 8` apart, so the
+/// 16 rows of a fragment's load start in different shared-memory banks (a head of 128 f16 is
+/// 256 bytes, a whole number of bank rounds); a multiple of 8 keeps each row 16-byte aligned, as
+/// tensor-core loads require.
+pub(crate) const KV_PAD: usize = 8;
+/// Padding of a score row (f32 elements; a multiple of 4 keeps rows 16-byte aligned).
+pub(crate) const S_PAD: usize = 4;
+/// Padding of a weight row (`F` elements).
+pub(crate) const P_PAD: usize = 8;
 
 /// The pool row of entry `e` of `kv_indices`, or -1 when `e` is at or past `end` or the row is
 /// outside the pool (masked, never read).
@@ -125,8 +135,14 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         hi = lo + usize::cast_from(ranges[2 * t + 1]);
     }
 
-    let kv_elems = comptime!(block_keys * head_dim);
-    let score_elems = comptime!(TILE * block_keys);
+    // Padded rows (see `KV_PAD`): the staged key, value and query rows, the score rows, the
+    // weight rows.
+    let kv_row = comptime!(head_dim + KV_PAD);
+    let s_row = comptime!(block_keys + S_PAD);
+    let p_row = comptime!(block_keys + P_PAD);
+    let kv_elems = comptime!(block_keys * kv_row);
+    let score_elems = comptime!(TILE * s_row);
+    let weight_elems = comptime!(TILE * p_row);
     let half_keys = comptime!(block_keys / 2);
     let key_tiles = comptime!(block_keys / TILE);
     let d_tiles = comptime!(head_dim / TILE);
@@ -135,7 +151,7 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let mut kv_s = Shared::<[F]>::new_aligned_slice(comptime!(2 * kv_elems), 128usize);
     // Per plane: the scores (or a staged accumulator), and the weights.
     let mut s_s = Shared::<[f32]>::new_aligned_slice(comptime!(planes * score_elems), 128usize);
-    let mut p_s = Shared::<[F]>::new_aligned_slice(comptime!(planes * score_elems), 128usize);
+    let mut p_s = Shared::<[F]>::new_aligned_slice(comptime!(planes * weight_elems), 128usize);
     let mut rows_s = Shared::<[i32]>::new_slice(block_keys);
     // The units' range bounds, then each pair's partial maxima and sums.
     let mut lo_s = Shared::<[u32]>::new_slice(units);
@@ -157,6 +173,7 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         last = last.max(hi_s[x]);
     }
     let s_base = plane * score_elems;
+    let p_base = plane * weight_elems;
 
     // The queries as fragments (tensor cores), the running output: accumulator fragments, or
     // this unit's elements of them (row `i`, columns `8 · half` to `8 · half + 7` of each
@@ -165,14 +182,14 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let mut o_accs = Sequence::<cmma::Matrix<f32>>::new();
     let mut o = Array::<f32>::new(comptime!(if tensor_cores { 1 } else { head_dim / 2 }));
     if comptime!(tensor_cores) {
-        let q_base = plane * TILE * head_dim;
+        let q_base = plane * TILE * kv_row;
         for e in range_stepped(lane, comptime!(TILE * head_dim), LANES) {
             let tt = t0 + e / head_dim;
             let mut x = F::new(0.0);
             if tt < num_tokens {
                 x = q[(tt * num_qo_heads + head) * head_dim + e % head_dim];
             }
-            kv_s[q_base + e] = x;
+            kv_s[q_base + e / head_dim * kv_row + e % head_dim] = x;
         }
         sync_cube();
         #[unroll]
@@ -181,8 +198,8 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
             q_frags.push(load_fragment::<F>(
                 cmma::MatrixIdent::A,
                 cmma::MatrixLayout::RowMajor,
-                kv_s.slice(at, at + (TILE - 1) * head_dim + TILE),
-                head_dim as u32,
+                kv_s.slice(at, at + (TILE - 1) * kv_row + TILE),
+                kv_row as u32,
             ));
             o_accs.push(zero_accumulator());
         }
@@ -218,7 +235,7 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8, native_fp8);
                 vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8, native_fp8);
             }
-            let at = j * head_dim + v * N::value();
+            let at = j * kv_row + v * N::value();
             #[unroll]
             for c in 0..N::value() {
                 kv_s[at + c] = F::cast_from(kx.extract(c));
@@ -234,27 +251,27 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 let acc = zero_accumulator();
                 #[unroll]
                 for kc in 0..d_tiles {
-                    let at = kt * TILE * head_dim + kc * TILE;
+                    let at = kt * TILE * kv_row + kc * TILE;
                     let b = load_fragment::<F>(
                         cmma::MatrixIdent::B,
                         cmma::MatrixLayout::ColMajor,
-                        kv_s.slice(at, at + (TILE - 1) * head_dim + TILE),
-                        head_dim as u32,
+                        kv_s.slice(at, at + (TILE - 1) * kv_row + TILE),
+                        kv_row as u32,
                     );
                     cmma::execute(q_frags.index(kc), &b, &acc, &acc);
                 }
                 let at = s_base + kt * TILE;
                 cmma::store(
-                    s_s.slice_mut(at, at + (TILE - 1) * block_keys + TILE),
+                    s_s.slice_mut(at, at + (TILE - 1) * s_row + TILE),
                     &acc,
-                    block_keys as u32,
+                    s_row as u32,
                     cmma::MatrixLayout::RowMajor,
                 );
             }
         } else {
-            for x in range_stepped(lane, score_elems, LANES) {
+            for x in range_stepped(lane, comptime!(TILE * block_keys), LANES) {
                 let tt = t0 + x / block_keys;
-                let k0 = (x % block_keys) * head_dim;
+                let k0 = (x % block_keys) * kv_row;
                 let mut dot = f32::new(0.0);
                 if tt < num_tokens {
                     let q0 = (tt * num_qo_heads + head) * head_dim;
@@ -268,23 +285,25 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                         }
                     }
                 }
-                s_s[s_base + x] = dot;
+                s_s[s_base + x / block_keys * s_row + x % block_keys] = dot;
             }
         }
         sync_cube();
 
-        // 3. Online softmax, two units a row.
-        let row_at = s_base + i * block_keys + half * half_keys;
+        // 3. Online softmax, two units a row, each every other key of the tile (the pair's
+        // neighbouring words: fewer shared-memory bank conflicts than halves of the row).
+        let row_at = s_base + i * s_row + half;
+        let weights_at = p_base + i * p_row + half;
         let mut tile_max = neg_inf;
         for jj in 0..half_keys {
-            let j = half * half_keys + jj;
+            let j = 2 * jj + half;
             let e = base + j;
-            let mut s = s_s[row_at + jj] * sm_scale;
+            let mut s = s_s[row_at + 2 * jj] * sm_scale;
             if capped {
                 s = soft_cap * f32::tanh(s / soft_cap);
             }
             s = select(rows_s[j] >= 0 && e >= lo && e < hi, s, neg_inf);
-            s_s[row_at + jj] = s;
+            s_s[row_at + 2 * jj] = s;
             tile_max = select(s > tile_max, s, tile_max);
         }
         pair_s[u] = tile_max;
@@ -297,10 +316,10 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         m = m_new;
         l *= alpha;
         for jj in 0..half_keys {
-            let s = s_s[row_at + jj];
+            let s = s_s[row_at + 2 * jj];
             let p = select(s == neg_inf, f32::new(0.0), f32::exp(s - m_new));
             l += p;
-            p_s[row_at + jj] = F::cast_from(p);
+            p_s[weights_at + 2 * jj] = F::cast_from(p);
         }
         if half == 0 {
             alpha_s[plane * TILE + i] = alpha;
@@ -326,28 +345,28 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
             }
             #[unroll]
             for kt in 0..key_tiles {
-                let at = s_base + kt * TILE;
+                let at = p_base + kt * TILE;
                 let a = load_fragment::<F>(
                     cmma::MatrixIdent::A,
                     cmma::MatrixLayout::RowMajor,
-                    p_s.slice(at, at + (TILE - 1) * block_keys + TILE),
-                    block_keys as u32,
+                    p_s.slice(at, at + (TILE - 1) * p_row + TILE),
+                    p_row as u32,
                 );
                 #[unroll]
                 for dt in 0..d_tiles {
-                    let at = kv_elems + kt * TILE * head_dim + dt * TILE;
+                    let at = kv_elems + kt * TILE * kv_row + dt * TILE;
                     let b = load_fragment::<F>(
                         cmma::MatrixIdent::B,
                         cmma::MatrixLayout::RowMajor,
-                        kv_s.slice(at, at + (TILE - 1) * head_dim + TILE),
-                        head_dim as u32,
+                        kv_s.slice(at, at + (TILE - 1) * kv_row + TILE),
+                        kv_row as u32,
                     );
                     let acc = o_accs.index(dt);
                     cmma::execute(&a, &b, acc, acc);
                 }
             }
         } else {
-            let w_at = s_base + i * block_keys;
+            let w_at = p_base + i * p_row;
             let v0 = kv_elems + half * (TILE / 2);
             #[unroll]
             for x in 0..comptime!(head_dim / 2) {
@@ -359,7 +378,7 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 for dt in 0..d_tiles {
                     #[unroll]
                     for c in 0..comptime!(TILE / 2) {
-                        let v = f32::cast_from(kv_s[v0 + j * head_dim + dt * TILE + c]);
+                        let v = f32::cast_from(kv_s[v0 + j * kv_row + dt * TILE + c]);
                         o[dt * (TILE / 2) + c] += p * v;
                     }
                 }

@@ -61,6 +61,16 @@ impl PoolAttentionBackend for CubeBackend {
         knobs.native_fp8 = params.native_fp8.or(knobs.native_fp8);
         let float = dtype_to_storage_type(q.dtype);
         let launch = AttentionLaunch::tuned(&q.client, float, geometry, &knobs);
+        #[cfg(feature = "tuning")]
+        crate::common::cube::trace(|| {
+            let properties = q.client.properties();
+            format!(
+                "pool_attention {float:?} {geometry:?}\n  -> {launch:?}\n  planes {}..{}, cmma {:?}",
+                properties.hardware.plane_size_min,
+                properties.hardware.plane_size_max,
+                properties.features.matmul.cmma
+            )
+        });
         let chunks = if launch.chunks > 1 { launch.chunks } else { 0 };
         let part_out = empty(&q, Shape::new([chunks, qs[0], qs[1], qs[2]]), DType::F32);
         let part_lse = empty(&q, Shape::new([chunks, qs[0], qs[1]]), DType::F32);
