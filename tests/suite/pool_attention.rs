@@ -156,6 +156,75 @@ fn the_query_tile_kernel_matches_the_reference_on_every_device() {
     fp8_pools(Kernel::QueryTiles, None);
 }
 
+/// Scores that climb along the keys — slowly, about the query-tile kernel's rescale margin per
+/// tile, and by more than it every key — so the running maximum moves in many tiles and the
+/// running output is rescaled (through shared memory on tensor cores), causal prompts of 200
+/// tokens, f32 and f16, through the normal launch and the query-tile kernel, against the
+/// reference.
+#[test]
+fn climbing_scores_rescale_the_running_output() {
+    let (tokens, heads, d) = (200usize, 2usize, 64usize);
+    let mut rng = Rng::new(7);
+    for (device_name, device) in devices() {
+        for dtype in [DType::F32, DType::F16] {
+            if !device.supports_dtype(dtype) {
+                continue;
+            }
+            for climb in [0.02, 0.3, 12.0] {
+                let round = |x: f64| round_to(x, dtype);
+                // q ≈ 1 and key j ≈ climb · j / (d · sm_scale): score j ≈ climb · j.
+                let sm_scale = 1.0 / (d as f64).sqrt();
+                let q: Vec<f64> = (0..tokens * heads * d)
+                    .map(|_| round(1.0 + 0.05 * rng.value()))
+                    .collect();
+                let k_pool: Vec<f64> = (0..tokens * d)
+                    .map(|i| round((climb * (i / d) as f64 + rng.value()) / (d as f64 * sm_scale)))
+                    .collect();
+                let v_pool: Vec<f64> = (0..tokens * d).map(|_| round(rng.value())).collect();
+                let indptr = [0i64, tokens as i64];
+                let kv_indices: Vec<i64> = (0..tokens as i64).collect();
+                let plan = PoolAttentionPlan::new(
+                    TensorData::from(indptr.as_slice()),
+                    TensorData::from(indptr.as_slice()),
+                    TensorData::from(kv_indices.as_slice()),
+                    &device,
+                );
+                for kernel in [Kernel::Normal, Kernel::QueryTiles] {
+                    let config = kernel.config(PoolAttentionConfig::new(heads, 1, d));
+                    let inputs = PoolAttentionInputs::new(
+                        float_tensor(&q, [tokens, heads, d], &device, dtype),
+                        float_tensor(&k_pool, [tokens, 1, d], &device, dtype),
+                        float_tensor(&v_pool, [tokens, 1, d], &device, dtype),
+                    );
+                    let what = format!("{device_name} {dtype:?} climb {climb} {kernel:?}");
+                    let out = pool_attention(inputs, &plan, &config)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let expected = pool_attention_reference(
+                        &config,
+                        &q,
+                        [&k_pool, &v_pool],
+                        BatchIndices {
+                            qo_indptr: &indptr,
+                            kv_indptr: &indptr,
+                            kv_indices: &kv_indices,
+                        },
+                    );
+                    let tolerance = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+                    let out_host: Vec<f64> = out.out.into_data().iter::<f64>().collect();
+                    for (i, (a, e)) in out_host.iter().zip(&expected.out).enumerate() {
+                        assert!((a - e).abs() <= tolerance, "{what}: out[{i}] = {a}, expected {e}");
+                    }
+                    let lse_host: Vec<f64> = out.lse.into_data().iter::<f64>().collect();
+                    for (i, (a, e)) in lse_host.iter().zip(&expected.lse).enumerate() {
+                        let ok = (a - e).abs() <= 1e-4 * e.abs().max(1.0);
+                        assert!(ok, "{what}: lse[{i}] = {a}, expected {e}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Random ragged batches of every head_dim of the contract (GQA groups large enough to split
 /// heads over cubes, windows, caps, long contexts that split, f32/f16/bf16) against the
 /// reference, through `kernel`.

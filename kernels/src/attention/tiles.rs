@@ -12,14 +12,15 @@
 //!    pools decoded; a row outside the pool, or past the range, as zeros and masked);
 //! 2. scores: each plane's `16 × block_keys` product of its queries and the keys, f32;
 //! 3. online softmax: two units a row, each every other key of the tile — scale, soft cap, the row's
-//!    own range as the mask (causal, sliding window, the sequence's keys), the new maximum, the
-//!    weights rounded to `F`, the running sums rescaled;
+//!    own range as the mask (causal, sliding window, the sequence's keys), the running maximum
+//!    moved only when the tile's passes it by a margin (`RESCALE_MARGIN`), the weights rounded
+//!    to `F`, the running sums rescaled;
 //! 4. values: each plane's `16 × head_dim` product of its weights and the value tile, added to
 //!    its running output.
 //!
 //! With `tensor_cores` the two products are `cmma` tiles: the queries stay in registers as
 //! fragments, the running output in accumulator fragments, rescaled through shared memory only
-//! in the tiles where some row's maximum grew. Without it the same tiles are multiplied by the
+//! in the tiles where some row's maximum moved. Without it the same tiles are multiplied by the
 //! units in f32 (each unit owning the elements the staged accumulators would give it): the same
 //! staging, masks and rounding, so the kernel's logic runs and is tested on devices without
 //! tensor cores. Every unit of a cube reaches every `sync_cube`: the loop bounds and the rescale
@@ -43,6 +44,12 @@ pub(crate) const LANES: usize = 32;
 
 /// Elements of one staged `TILE × TILE` accumulator.
 const TILE_ELEMS: usize = TILE * TILE;
+
+/// How far past a row's running maximum a tile's maximum may go before the maximum moves and
+/// the running output is rescaled (natural-log units): the weights `exp(s - m)` stay below
+/// `e^8 ≈ 2981`, well inside f16, and the normalised output is the same; the shared-memory
+/// rescale of the accumulator fragments runs in few tiles instead of whenever a maximum grows.
+const RESCALE_MARGIN: f32 = 8.0;
 
 /// Padding of a staged key, value or query row (elements): rows `head_dim + 8` apart, so the
 /// 16 rows of a fragment's load start in different shared-memory banks (a head of 128 f16 is
@@ -216,18 +223,20 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let mut l = f32::new(0.0);
     let end = last as usize;
     let mut base = first as usize;
+    // The first tile's pool rows (each tile stages the next one's).
+    if u < block_keys {
+        rows_s[u] = entry_row(kv_indices, first as usize + u, end, pool_size);
+    }
+    sync_cube();
     while base < end {
-        // 1. The tile's pool rows, key rows and value rows.
-        if u < block_keys {
-            rows_s[u] = entry_row(kv_indices, base + u, end, pool_size);
-        }
+        // 1. The tile's key rows and value rows.
         if u == 0 {
             flag_s[0] = 0;
         }
         for x in range_stepped(u, comptime!(block_keys * row_vectors), units) {
             let j = x / row_vectors;
             let v = x % row_vectors;
-            let row = entry_row(kv_indices, base + j, end, pool_size);
+            let row = rows_s[j];
             let mut kx = Vector::<f32, N>::new(f32::new(0.0));
             let mut vx = Vector::<f32, N>::new(f32::new(0.0));
             if row >= 0 {
@@ -310,26 +319,32 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         sync_cube();
         let other = pair_s[u ^ 1];
         tile_max = select(other > tile_max, other, tile_max);
-        let m_new = select(tile_max > m, tile_max, m);
-        // Nothing seen yet (m = -inf): nothing to rescale.
-        let alpha = select(m == neg_inf, f32::new(1.0), f32::exp(m - m_new));
-        m = m_new;
+        // The running maximum moves on the row's first keys (nothing to rescale yet), and
+        // after that only when the tile's passes it by more than `RESCALE_MARGIN`.
+        let unseen = m == neg_inf;
+        let grows = !unseen && tile_max > m + RESCALE_MARGIN;
+        let alpha = select(grows, f32::exp(m - tile_max), f32::new(1.0));
+        m = select(unseen || grows, tile_max, m);
         l *= alpha;
         for jj in 0..half_keys {
             let s = s_s[row_at + 2 * jj];
-            let p = select(s == neg_inf, f32::new(0.0), f32::exp(s - m_new));
+            let p = select(s == neg_inf, f32::new(0.0), f32::exp(s - m));
             l += p;
             p_s[weights_at + 2 * jj] = F::cast_from(p);
         }
         if half == 0 {
             alpha_s[plane * TILE + i] = alpha;
-            if alpha != 1.0 {
+            if grows {
                 flag_s[0] = 1;
             }
         }
         sync_cube();
 
         // 4. Values: rescale the running output, then add the plane's weights × values.
+        // (And the next tile's pool rows: this tile's were last read by the softmax.)
+        if u < block_keys {
+            rows_s[u] = entry_row(kv_indices, base + block_keys + u, end, pool_size);
+        }
         if comptime!(tensor_cores) {
             if flag_s[0] == 1 {
                 rescale_accumulators(
