@@ -233,22 +233,39 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         if u == 0 {
             flag_s[0] = 0;
         }
-        for x in range_stepped(u, comptime!(block_keys * row_vectors), units) {
-            let j = x / row_vectors;
-            let v = x % row_vectors;
-            let row = rows_s[j];
+        // Every load of the unit first (unrolled: their latencies overlap), then the stores.
+        let total = comptime!(block_keys * row_vectors);
+        let per_unit = comptime!(total.div_ceil(units));
+        let mut ks = Array::<Vector<F, N>>::new(per_unit);
+        let mut vs = Array::<Vector<F, N>>::new(per_unit);
+        #[unroll]
+        for it in 0..per_unit {
+            let x = u + it * units;
             let mut kx = Vector::<f32, N>::new(f32::new(0.0));
             let mut vx = Vector::<f32, N>::new(f32::new(0.0));
-            if row >= 0 {
-                let at = (usize::cast_from(row) * num_kv_heads + g) * row_vectors + v;
-                kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8, native_fp8);
-                vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8, native_fp8);
+            if x < total {
+                let row = rows_s[x / row_vectors];
+                if row >= 0 {
+                    let at = (usize::cast_from(row) * num_kv_heads + g) * row_vectors
+                        + x % row_vectors;
+                    kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8, native_fp8);
+                    vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8, native_fp8);
+                }
             }
-            let at = j * kv_row + v * N::value();
-            #[unroll]
-            for c in 0..N::value() {
-                kv_s[at + c] = F::cast_from(kx.extract(c));
-                kv_s[kv_elems + at + c] = F::cast_from(vx.extract(c));
+            ks[it] = Vector::<F, N>::cast_from(kx);
+            vs[it] = Vector::<F, N>::cast_from(vx);
+        }
+        #[unroll]
+        for it in 0..per_unit {
+            let x = u + it * units;
+            if x < total {
+                let at = x / row_vectors * kv_row + x % row_vectors * N::value();
+                let (kx, vx) = (ks[it], vs[it]);
+                #[unroll]
+                for c in 0..N::value() {
+                    kv_s[at + c] = kx.extract(c);
+                    kv_s[kv_elems + at + c] = vx.extract(c);
+                }
             }
         }
         sync_cube();
