@@ -212,7 +212,10 @@ fn climbing_scores_rescale_the_running_output() {
                     let tolerance = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
                     let out_host: Vec<f64> = out.out.into_data().iter::<f64>().collect();
                     for (i, (a, e)) in out_host.iter().zip(&expected.out).enumerate() {
-                        assert!((a - e).abs() <= tolerance, "{what}: out[{i}] = {a}, expected {e}");
+                        assert!(
+                            (a - e).abs() <= tolerance,
+                            "{what}: out[{i}] = {a}, expected {e}"
+                        );
                     }
                     let lse_host: Vec<f64> = out.lse.into_data().iter::<f64>().collect();
                     for (i, (a, e)) in lse_host.iter().zip(&expected.lse).enumerate() {
