@@ -223,40 +223,38 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let mut l = f32::new(0.0);
     let end = last as usize;
     let mut base = first as usize;
-    // The first tile's pool rows (each tile stages the next one's) and this unit's vectors of
-    // its key and value rows, in registers.
+    // The first tile's pool rows (each tile stages the next one's).
     if u < block_keys {
         rows_s[u] = entry_row(kv_indices, first as usize + u, end, pool_size);
     }
-    let per_unit = comptime!((block_keys * row_vectors).div_ceil(units));
-    let mut ks = Array::<Vector<F, N>>::new(per_unit);
-    let mut vs = Array::<Vector<F, N>>::new(per_unit);
-    load_tile::<F, P, N, M>(
-        k_pool,
-        v_pool,
-        kv_indices,
-        &mut ks,
-        &mut vs,
-        base,
-        end,
-        u,
-        g,
-        k_scale,
-        v_scale,
-        units,
-        block_keys,
-        row_vectors,
-        fp8,
-        native_fp8,
-    );
     sync_cube();
     while base < end {
-        // 1. The tile's key and value rows from registers into shared memory, then the next
-        // tile's loads (in flight during this tile's products).
+        // 1. The tile's key rows and value rows.
         if u == 0 {
             flag_s[0] = 0;
         }
+        // Every load of the unit first (unrolled: their latencies overlap), then the stores.
         let total = comptime!(block_keys * row_vectors);
+        let per_unit = comptime!(total.div_ceil(units));
+        let mut ks = Array::<Vector<F, N>>::new(per_unit);
+        let mut vs = Array::<Vector<F, N>>::new(per_unit);
+        #[unroll]
+        for it in 0..per_unit {
+            let x = u + it * units;
+            let mut kx = Vector::<f32, N>::new(f32::new(0.0));
+            let mut vx = Vector::<f32, N>::new(f32::new(0.0));
+            if x < total {
+                let row = rows_s[x / row_vectors];
+                if row >= 0 {
+                    let at = (usize::cast_from(row) * num_kv_heads + g) * row_vectors
+                        + x % row_vectors;
+                    kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8, native_fp8);
+                    vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8, native_fp8);
+                }
+            }
+            ks[it] = Vector::<F, N>::cast_from(kx);
+            vs[it] = Vector::<F, N>::cast_from(vx);
+        }
         #[unroll]
         for it in 0..per_unit {
             let x = u + it * units;
@@ -270,24 +268,6 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 }
             }
         }
-        load_tile::<F, P, N, M>(
-            k_pool,
-            v_pool,
-            kv_indices,
-            &mut ks,
-            &mut vs,
-            base + block_keys,
-            end,
-            u,
-            g,
-            k_scale,
-            v_scale,
-            units,
-            block_keys,
-            row_vectors,
-            fp8,
-            native_fp8,
-        );
         sync_cube();
 
         // 2. Scores: the plane's 16 × block_keys product.
@@ -485,50 +465,6 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 out[at + dt * TILE + c] = F::cast_from(value);
             }
         }
-    }
-}
-
-/// This unit's vectors (`x = u + i · units`) of the key and value rows of the tile of
-/// `block_keys` entries of `kv_indices` from `base`, in `F`, into `ks` and `vs`: zeros past `end`
-/// or for a row outside the pool. All loads are issued before any is used (unrolled).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn load_tile<F: Float, P: Numeric, N: Size, M: Size>(
-    k_pool: &Tensor<Vector<P, M>>,
-    v_pool: &Tensor<Vector<P, M>>,
-    kv_indices: &Tensor<i32>,
-    ks: &mut Array<Vector<F, N>>,
-    vs: &mut Array<Vector<F, N>>,
-    base: usize,
-    end: usize,
-    u: usize,
-    g: usize,
-    k_scale: f32,
-    v_scale: f32,
-    #[comptime] units: usize,
-    #[comptime] block_keys: usize,
-    #[comptime] row_vectors: usize,
-    #[comptime] fp8: bool,
-    #[comptime] native_fp8: bool,
-) {
-    let pool_size = k_pool.shape(0);
-    let num_kv_heads = k_pool.shape(1);
-    let total = comptime!(block_keys * row_vectors);
-    #[unroll]
-    for it in 0..comptime!(total.div_ceil(units)) {
-        let x = u + it * units;
-        let mut kx = Vector::<f32, N>::new(f32::new(0.0));
-        let mut vx = Vector::<f32, N>::new(f32::new(0.0));
-        if x < total {
-            let row = entry_row(kv_indices, base + x / row_vectors, end, pool_size);
-            if row >= 0 {
-                let at = (usize::cast_from(row) * num_kv_heads + g) * row_vectors + x % row_vectors;
-                kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8, native_fp8);
-                vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8, native_fp8);
-            }
-        }
-        ks[it] = Vector::<F, N>::cast_from(kx);
-        vs[it] = Vector::<F, N>::cast_from(vx);
     }
 }
 
