@@ -51,10 +51,10 @@ const TILE_ELEMS: usize = TILE * TILE;
 /// rescale of the accumulator fragments runs in few tiles instead of whenever a maximum grows.
 const RESCALE_MARGIN: f32 = 8.0;
 
-/// Padding of a staged key, value or query row (elements): rows `head_dim + 8` apart, so the
-/// 16 rows of a fragment's load start in different shared-memory banks (a head of 128 f16 is
-/// 256 bytes, a whole number of bank rounds); a multiple of 8 keeps each row 16-byte aligned, as
-/// tensor-core loads require.
+/// Padding of a staged key, value or query row (elements): rows `head_dim + 8` apart, so any 8
+/// consecutive rows of a fragment's load start in different shared-memory banks (a head of 128
+/// f16 is 256 bytes, a whole number of bank rounds: unpadded, every row starts in the same bank);
+/// a multiple of 8 keeps each row 16-byte aligned, as tensor-core loads require.
 pub(crate) const KV_PAD: usize = 8;
 /// Padding of a score row (f32 elements; a multiple of 4 keeps rows 16-byte aligned).
 pub(crate) const S_PAD: usize = 4;
@@ -131,7 +131,8 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let units = comptime!(planes * LANES);
     let head = block * heads + plane % heads;
     let t0 = tile * tile_rows + plane / heads * TILE;
-    // Two units a row: this unit's row of the plane and its half of each key tile.
+    // Two units a row: this unit's row of the plane and its keys of each key tile (every other
+    // one, from `half`).
     let i = lane / 2;
     let half = lane % 2;
     let t = t0 + i;
@@ -218,7 +219,7 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         }
     }
 
-    // This unit's row: its running maximum and its half's running sum of weights.
+    // This unit's row: its running maximum and the running sum of its keys' weights.
     let mut m = neg_inf;
     let mut l = f32::new(0.0);
     let end = last as usize;
@@ -246,8 +247,8 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
             if x < total {
                 let row = rows_s[x / row_vectors];
                 if row >= 0 {
-                    let at = (usize::cast_from(row) * num_kv_heads + g) * row_vectors
-                        + x % row_vectors;
+                    let at =
+                        (usize::cast_from(row) * num_kv_heads + g) * row_vectors + x % row_vectors;
                     kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8, native_fp8);
                     vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8, native_fp8);
                 }
