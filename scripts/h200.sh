@@ -9,6 +9,8 @@
 # do the same for the pool_attention bench and its anchor, `pack-decode` / `run-decode` for the
 # decode bench (f16, fp8 caches, fp8 weights; prefill with and without the query-tile attention),
 # the decoder's tests and the CUDA-graph anchor.
+# Benchmark builds print each shape's launch once (kernel, tiles, the device's tensor-core
+# configurations) with ROPE_POOL_TRACE=1.
 # The anchors are optional: set ROPE_POOL_ANCHORS to a folder holding the PyTorch anchor scripts
 # (`h200_anchor_bench.py`, `pool_attention_anchor.py`) and `pack` copies them into the pack.
 set -euo pipefail
@@ -33,6 +35,13 @@ vulkan_env() {
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
   export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
   export XDG_RUNTIME_DIR=/tmp
+}
+# Packs the files of the output folder $1 into one archive there, `results.tgz`, when there are
+# more than 8 of them (runners that copy results back may take only a few files).
+bundle() {
+  [ "$(find "$1" -maxdepth 1 -type f | wc -l)" -gt 8 ] || return 0
+  tar czf /tmp/results.tgz -C "$1" . && find "$1" -maxdepth 1 -type f -delete &&
+    mv /tmp/results.tgz "$1/"
 }
 # On the H200 machine: the Vulkan environment, the named binaries of the pack unpacked into /tmp
 # (those the pack has), and the GPU's clocks.
@@ -107,6 +116,7 @@ case "${1:-run}" in
       PYTHONUNBUFFERED=1 python3 "$pack/graph_decode_anchor.py" > "$out/anchor.txt" 2>&1 || true
       tail -20 "$out/anchor.txt"
     fi
+    bundle "$out"
     ;;
   run-attention)
     # Both builds of the pool_attention bench (extra arguments go to them), the fp8 rows with
@@ -147,6 +157,7 @@ case "${1:-run}" in
           --dtypes f16 2>>"$out/attention.log" | grep -E '^\| decode' | tee -a "$out/sweep.md"
       done
     fi
+    bundle "$out"
     ;;
   run | sweep)
     vulkan_env
