@@ -12,13 +12,16 @@ pub(crate) fn tuning() -> LaunchTuning {
 }
 
 /// Benchmark builds (feature `tuning`) with `ROPE_POOL_TRACE` set: `what` on stderr, once per
-/// distinct text (which launch each shape of a run took, and the device's tensor-core tiles).
+/// distinct text (which launch each shape of a run took, and the device's tensor-core tiles);
+/// the variable is read once per process.
 #[cfg(feature = "tuning")]
 pub(crate) fn trace(what: impl FnOnce() -> String) {
     use std::collections::HashSet;
-    use std::sync::Mutex;
+    use std::sync::{Mutex, OnceLock};
+    static ON: OnceLock<bool> = OnceLock::new();
     static SEEN: Mutex<Option<HashSet<String>>> = Mutex::new(None);
-    if std::env::var_os("ROPE_POOL_TRACE").is_none() {
+    // Read once: this sits on every call's path in the builds that time the host cost.
+    if !*ON.get_or_init(|| std::env::var_os("ROPE_POOL_TRACE").is_some()) {
         return;
     }
     let text = what();
