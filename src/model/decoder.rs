@@ -6,7 +6,7 @@
 //! together — and [`pool_attention`] reads the pool rows of each token's sequence in place (one
 //! plan per step, used by every layer).
 
-use crate::model::kernels::{add_rms_norm, rms_norm, silu_mul};
+use crate::model::kernels::{add_rms_norm, fuses, norm_project, project_add, rms_norm, silu_mul};
 use crate::model::weights::{FromCheckpoint, Layer, Linear, Weight, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
 use crate::op::{
@@ -65,11 +65,11 @@ pub struct StepToken {
     pub position: usize,
 }
 
-/// A step's residual stream between layers: `x`, and the last layer's MLP output not yet added
-/// to it (the next layer's input norm adds it).
+/// A step's residual stream between layers: `x`, and a projection's output not yet added to it
+/// (the next norm adds it).
 pub(crate) struct StepState {
     pub(crate) x: Tensor<2>,
-    pub(crate) mlp_out: Option<Tensor<2>>,
+    pub(crate) pending: Option<Tensor<2>>,
 }
 
 /// A decoder's weights on one device.
@@ -108,6 +108,61 @@ pub(crate) trait LayerOps {
         inputs: RopePoolInputs,
         config: &RopePoolConfig,
     ) -> Result<RopePoolOutputs, RefusedCall>;
+    /// The norm (weight `w`) of the residual stream, its pending output added first, then
+    /// `linear`'s projection of it and with `silu` the MLP activation of the projection's halves.
+    fn norm_project(
+        &self,
+        state: &mut StepState,
+        w: &Tensor<1>,
+        eps: f64,
+        linear: &Linear,
+        silu: bool,
+    ) -> Tensor<2> {
+        norm_project_separately(self, state, w, eps, linear, silu)
+    }
+    /// `linear`'s projection of `x` for the residual stream: left pending, for the next norm to
+    /// add.
+    fn project_residual(&self, state: &mut StepState, linear: &Linear, x: Tensor<2>) {
+        project_residual_separately(self, state, linear, x)
+    }
+}
+
+/// [`LayerOps::norm_project`] as its steps, each through `ops`.
+fn norm_project_separately(
+    ops: &(impl LayerOps + ?Sized),
+    state: &mut StepState,
+    w: &Tensor<1>,
+    eps: f64,
+    linear: &Linear,
+    silu: bool,
+) -> Tensor<2> {
+    let h = match state.pending.take() {
+        Some(y) => {
+            let (sum, h) = ops.add_rms_norm(state.x.clone(), y, w, eps);
+            state.x = sum;
+            h
+        }
+        None => ops.rms_norm(state.x.clone(), w, eps),
+    };
+    let out = ops.project(linear, h);
+    match silu {
+        true => ops.silu_mul(out),
+        false => out,
+    }
+}
+
+/// [`LayerOps::project_residual`]: the projection left pending (a pending output before it added
+/// to the stream first).
+fn project_residual_separately(
+    ops: &(impl LayerOps + ?Sized),
+    state: &mut StepState,
+    linear: &Linear,
+    x: Tensor<2>,
+) {
+    if let Some(y) = state.pending.take() {
+        state.x = state.x.clone() + y;
+    }
+    state.pending = Some(ops.project(linear, x));
 }
 
 /// The production kernels: the fused op, the norm, matrix-vector and activation kernels where
@@ -139,6 +194,35 @@ impl LayerOps for Kernels {
         config: &RopePoolConfig,
     ) -> Result<RopePoolOutputs, RefusedCall> {
         try_rope_pool_fused(inputs, config)
+    }
+    /// One launch where the matrix-vector kernel takes the rows (a float weight, no bias with
+    /// `silu`, nothing pending), the separate kernels elsewhere.
+    fn norm_project(
+        &self,
+        state: &mut StepState,
+        w: &Tensor<1>,
+        eps: f64,
+        linear: &Linear,
+        silu: bool,
+    ) -> Tensor<2> {
+        if let (None, Weight::Float(w_t)) = (&state.pending, &linear.w)
+            && (!silu || linear.b.is_none())
+            && fuses(&state.x, w_t, silu)
+        {
+            return linear.bias(norm_project(state.x.clone(), w, eps, w_t, silu));
+        }
+        norm_project_separately(self, state, w, eps, linear, silu)
+    }
+    /// Added to the stream in the projection's launch where the matrix-vector kernel takes the
+    /// rows (a float weight without bias), left pending elsewhere.
+    fn project_residual(&self, state: &mut StepState, linear: &Linear, x: Tensor<2>) {
+        if let (None, Weight::Float(w_t), None) = (&state.pending, &linear.w, &linear.b)
+            && fuses(&x, w_t, false)
+        {
+            state.x = project_add(x, w_t, state.x.clone());
+            return;
+        }
+        project_residual_separately(self, state, linear, x)
     }
 }
 
@@ -475,10 +559,11 @@ impl Decoder {
         cache: &mut KvPool,
     ) -> Result<Tensor<2>, DecoderError> {
         let mut state = self.embed_step(tokens);
-        for l in 0..self.layers.len() {
-            let o = self.attention_half(ops, l, &mut state, step, cache)?;
-            let mlp = self.mlp_half(ops, l, &mut state, o);
-            state.mlp_out = Some(mlp);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let attended = self.attention(ops, l, &mut state, step, cache)?;
+            ops.project_residual(&mut state, &layer.o, attended);
+            let act = self.mlp_in(ops, l, &mut state);
+            ops.project_residual(&mut state, &layer.down, act);
         }
         Ok(self.logits(ops, state, step))
     }
@@ -489,14 +574,28 @@ impl Decoder {
         let ids = ints(ids, [tokens.len()], &self.device);
         StepState {
             x: self.embed.clone().select(0, ids),
-            mlp_out: None,
+            pending: None,
         }
     }
 
-    /// Layer `l` up to its attention output projection: the previous MLP output added to the
-    /// residual stream, the input norm, q/k/v, the op's RoPE and pool write, attention, and `o`
-    /// (of this decoder's heads: a shard's partial sum).
+    /// Layer `l` up to its attention output projection (of this decoder's heads: a shard's
+    /// partial sum).
     pub(crate) fn attention_half(
+        &self,
+        ops: &impl LayerOps,
+        l: usize,
+        state: &mut StepState,
+        step: &StepPlan,
+        cache: &mut KvPool,
+    ) -> Result<Tensor<2>, DecoderError> {
+        let attended = self.attention(ops, l, state, step, cache)?;
+        Ok(ops.project(&self.layers[l].o, attended))
+    }
+
+    /// Layer `l`'s attention before its output projection, `[tokens, heads · head_dim]`: the
+    /// pending output added to the residual stream, the input norm, q/k/v, the op's RoPE and
+    /// pool write, attention.
+    fn attention(
         &self,
         ops: &impl LayerOps,
         l: usize,
@@ -509,16 +608,8 @@ impl Decoder {
         let rope = &self.config.rope;
         let (hq, hkv, d) = (rope.num_qo_heads, rope.num_kv_heads, rope.head_dim);
         let t = state.x.dims()[0];
-        let h = match state.mlp_out.take() {
-            Some(y) => {
-                let (sum, h) = ops.add_rms_norm(state.x.clone(), y, &layer.input_norm, eps);
-                state.x = sum;
-                h
-            }
-            None => ops.rms_norm(state.x.clone(), &layer.input_norm, eps),
-        };
         // One projection; q, k and v are views of its columns (the op reads them in place).
-        let qkv = ops.project(&layer.qkv, h);
+        let qkv = ops.norm_project(state, &layer.input_norm, eps, &layer.qkv, false);
         let (q_end, k_end) = (hq * d, (hq + hkv) * d);
         let q = qkv.clone().slice([0..t, 0..q_end]).reshape([t, hq, d]);
         let k = qkv.clone().slice([0..t, q_end..k_end]).reshape([t, hkv, d]);
@@ -541,7 +632,7 @@ impl Decoder {
                 cache.attend(l, step, q_rot, &windowed)?
             }
         };
-        Ok(ops.project(&layer.o, attended.reshape([t, hq * d])))
+        Ok(attended.reshape([t, hq * d]))
     }
 
     /// Layer `l` after attention: `o` (summed over shards) added to the residual stream, the
@@ -554,12 +645,17 @@ impl Decoder {
         state: &mut StepState,
         o: Tensor<2>,
     ) -> Tensor<2> {
+        state.pending = Some(o);
+        let act = self.mlp_in(ops, l, state);
+        ops.project(&self.layers[l].down, act)
+    }
+
+    /// Layer `l`'s MLP before its down projection: the pending output added to the residual
+    /// stream, the post-attention norm, gate/up and the activation.
+    fn mlp_in(&self, ops: &impl LayerOps, l: usize, state: &mut StepState) -> Tensor<2> {
         let layer = &self.layers[l];
         let eps = self.config.rms_norm_eps;
-        let (sum, h) = ops.add_rms_norm(state.x.clone(), o, &layer.post_norm, eps);
-        state.x = sum;
-        let mlp = ops.silu_mul(ops.project(&layer.gate_up, h));
-        ops.project(&layer.down, mlp)
+        ops.norm_project(state, &layer.post_norm, eps, &layer.gate_up, true)
     }
 
     /// The logits of each sequence's last token (of this decoder's LM head: a shard's columns).
@@ -570,7 +666,7 @@ impl Decoder {
         step: &StepPlan,
     ) -> Tensor<2> {
         let mut x = state.x;
-        if let Some(y) = state.mlp_out {
+        if let Some(y) = state.pending {
             x = x + y;
         }
         let last: Vec<i64> = step.last_tokens().iter().map(|&i| i as i64).collect();

@@ -334,7 +334,7 @@ impl ShardedDecoder {
                 .map(|((rank, state), o)| rank.mlp_half(&ops, l, state, o))
                 .collect();
             for (state, mlp) in states.iter_mut().zip(self.collective.all_reduce_sum(parts)) {
-                state.mlp_out = Some(mlp);
+                state.pending = Some(mlp);
             }
         }
         let logits = self

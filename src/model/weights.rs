@@ -104,7 +104,7 @@ impl Linear {
         }
     }
 
-    fn bias(&self, y: Tensor<2>) -> Tensor<2> {
+    pub(crate) fn bias(&self, y: Tensor<2>) -> Tensor<2> {
         match &self.b {
             Some(b) => y + b.clone().unsqueeze::<2>(),
             None => y,

@@ -770,6 +770,110 @@ fn projections_match_float64() {
     }
 }
 
+/// The decode step's fused forms of the projection (the matrix-vector kernel with the norm
+/// before it, the activation or the residual add after it, in one launch where `fuses` says so;
+/// the separate functions elsewhere) against float64 with the model's rounding at each step,
+/// across the row limits (8 with the activation, 16 without) and odd widths.
+#[test]
+fn fused_projections_match_float64() {
+    use burn_rope_pool::testing::{fuses, norm_project, project_add};
+    let mut rng = burn_rope_pool::testing::Rng::new(81);
+    for (name, device) in crate::common::devices() {
+        let mut fused = 0;
+        for (m, k, n) in [
+            (1usize, 4096usize, 300usize),
+            (3, 7, 10),
+            (8, 130, 34),
+            (9, 64, 12),
+            (16, 260, 20),
+            (17, 32, 8),
+        ] {
+            for dtype in [DType::F32, DType::F16] {
+                if !device.supports_dtype(dtype) {
+                    continue;
+                }
+                let round = |v: f64| crate::common::round_to(v, dtype);
+                let base = if dtype == DType::F32 { 1e-5 } else { 2e-3 };
+                let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();
+                let norm_w: Vec<f64> = rng.values(k).into_iter().map(round).collect();
+                let w: Vec<f64> = rng.values(n * k).into_iter().map(round).collect();
+                let res: Vec<f64> = rng.values(m * n).into_iter().map(round).collect();
+                let tensor = |v: &[f64], dims: [usize; 2]| float_tensor(v, dims, &device, dtype);
+                let (xt, wt) = (tensor(&x, [m, k]), tensor(&w, [n, k]));
+                let nt = float_tensor(&norm_w, [k], &device, dtype);
+                for silu in [false, true] {
+                    fused += fuses(&xt, &wt, silu) as usize;
+                }
+                let expect_fused = [false, true].map(|silu| fuses(&xt, &wt, silu));
+                assert!(
+                    !expect_fused[1] || m <= 8 && expect_fused[0],
+                    "{name}: {m} rows fused with the activation"
+                );
+                assert!(!expect_fused[0] || m <= 16, "{name}: {m} rows fused");
+                // (x · wᵀ)[r, c] and the sum of the magnitudes of its terms, over rows `h`.
+                let dot = |h: &[f64], r: usize, c: usize| -> (f64, f64) {
+                    let terms = (0..k).map(|i| h[r * k + i] * w[c * k + i]);
+                    terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()))
+                };
+                // The norm as transformers rounds it.
+                let mut h = vec![0.0; m * k];
+                for r in 0..m {
+                    let row = &x[r * k..][..k];
+                    let inv =
+                        1.0 / (row.iter().map(|v| v * v).sum::<f64>() / k as f64 + 1e-5).sqrt();
+                    for i in 0..k {
+                        h[r * k + i] = round(round(row[i] * inv) * norm_w[i]);
+                    }
+                }
+                let get = |t: burn::tensor::Tensor<2>| -> Vec<f64> {
+                    t.into_data().iter::<f64>().collect()
+                };
+                let normed = get(norm_project(xt.clone(), &nt, 1e-5, &wt, false));
+                let act = get(norm_project(xt.clone(), &nt, 1e-5, &wt, true));
+                let added = get(project_add(xt.clone(), &wt, tensor(&res, [m, n])));
+                assert_eq!(
+                    [normed.len(), act.len(), added.len()],
+                    [m * n, m * n / 2, m * n]
+                );
+                let half = n / 2;
+                for r in 0..m {
+                    for c in 0..n {
+                        let at = format!("{name} {dtype:?} [{m}, {k}]·[{n}, {k}]ᵀ at ({r}, {c})");
+                        let (d, scale) = dot(&h, r, c);
+                        let got = normed[r * n + c];
+                        assert!(
+                            (got - round(d)).abs() <= base * (1.0 + scale),
+                            "norm_project {at}: {got} vs {}",
+                            round(d)
+                        );
+                        let (d, scale) = dot(&x, r, c);
+                        let want = round(res[r * n + c] + round(d));
+                        let got = added[r * n + c];
+                        assert!(
+                            (got - want).abs() <= base * (1.0 + scale),
+                            "project_add {at}: {got} vs {want}"
+                        );
+                        if c < half {
+                            let ((g, sg), (u, su)) = (dot(&h, r, c), dot(&h, r, half + c));
+                            let (g, u) = (round(g), round(u));
+                            let want = round(round(g / (1.0 + (-g).exp())) * u);
+                            let got = act[r * half + c];
+                            let tol = base * (1.0 + sg + su) * (1.0 + g.abs() + u.abs());
+                            assert!(
+                                (got - want).abs() <= tol,
+                                "norm_project + silu {at}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        if name != "flex" && fused == 0 {
+            eprintln!("{name}: no product fused on this device; the separate kernels were checked");
+        }
+    }
+}
+
 /// The projection on an fp8 weight (e4m3 codes with a scale per row and block:
 /// decoded in registers for up to 16 rows where the device has the matrix-vector kernel,
 /// decoded into the run dtype and multiplied past that, dequantized in tensor ops elsewhere)

@@ -142,7 +142,7 @@ mod tests {
     //! GPU. Their arithmetic is checked against float64 by the root crate's
     //! `fp8_projections_match_float64` where they run.
 
-    use super::super::matvec::matvec_kernel;
+    use super::super::matvec::{matvec_add_kernel, matvec_kernel, matvec_norm_kernel};
     use super::{dequantize_fp8_kernel, matvec_fp8_kernel};
     use crate::test_common as common;
     use cubecl::Compiler as _;
@@ -216,6 +216,54 @@ mod tests {
                     .expect("matvec_kernel compiles to MSL")
                     .to_string();
                 assert!(source.contains("[[kernel]] void matvec_kernel"));
+                let msl = |kernel: Box<dyn CubeKernel>, what: &str| {
+                    let source = MslCompiler::default()
+                        .compile(kernel.define(), &CompilationOptions::default())
+                        .unwrap_or_else(|e| panic!("{what} compiles to MSL: {e:?}"))
+                        .to_string();
+                    assert!(source.contains(&format!("[[kernel]] void {what}")), "{what}");
+                };
+                for pairs in [1usize, 2] {
+                    let kernel = matvec_norm_kernel::create_dummy_kernel(
+                        Arc::new(client.properties().clone()),
+                        Arc::new(client.target_properties().clone()),
+                        CubeCount::Static(1, 1, 1),
+                        CubeDim::new_2d(32, 8),
+                        AddressType::U32,
+                        vector,
+                        tensor([rows, k]),
+                        tensor([1, k]),
+                        tensor([n, k]),
+                        tensor([rows, n / pairs]),
+                        1e-5,
+                        1.0 / k as f32,
+                        rows,
+                        cols,
+                        pairs,
+                        unroll,
+                        k / vector,
+                        ElemType::Float(float),
+                    );
+                    msl(Box::new(kernel), "matvec_norm_kernel");
+                }
+                let kernel = matvec_add_kernel::create_dummy_kernel(
+                    Arc::new(client.properties().clone()),
+                    Arc::new(client.target_properties().clone()),
+                    CubeCount::Static(1, 1, 1),
+                    CubeDim::new_2d(32, 8),
+                    AddressType::U32,
+                    vector,
+                    tensor([rows, k]),
+                    tensor([n, k]),
+                    tensor([rows, n]),
+                    tensor([rows, n]),
+                    rows,
+                    cols,
+                    unroll,
+                    k / vector,
+                    ElemType::Float(float),
+                );
+                msl(Box::new(kernel), "matvec_add_kernel");
             }
             let kernel = dequantize_fp8_kernel::create_dummy_kernel(
                 Arc::new(client.properties().clone()),

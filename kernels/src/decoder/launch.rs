@@ -4,7 +4,7 @@
 
 use super::act::silu_mul_kernel;
 use super::fp8::{dequantize_fp8_kernel, matvec_fp8_kernel};
-use super::matvec::{TILE, few_rows_kernel, matvec_kernel};
+use super::matvec::{TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel, matvec_norm_kernel};
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
 use crate::common::fp8::FP8_VECTOR;
 use crate::common::launch::{has_tiles, widest_vector};
@@ -29,6 +29,10 @@ pub struct DecoderTuning {
     /// another k partition sums in another order, so not bit for bit. Read here, applied by the
     /// root crate (the wide stage is cubek's matmul, not a kernel of this crate).
     pub blueprint: Option<[u32; 7]>,
+    /// Decode steps of up to 16 rows: `Some(0)` runs the norm, the projection, the activation
+    /// and the residual add as separate launches instead of fused into the matrix-vector kernel
+    /// (`ROPE_POOL_FUSED_PROJECTIONS=0`). Read here, applied by the root crate's decoder.
+    pub fused_projections: Option<usize>,
 }
 
 #[cfg(feature = "tuning")]
@@ -43,6 +47,7 @@ impl DecoderTuning {
             few_rows_cols: number("ROPE_POOL_FEW_COLS"),
             few_rows_planes: number("ROPE_POOL_FEW_PLANES"),
             blueprint: numbers("ROPE_POOL_BLUEPRINT"),
+            fused_projections: number("ROPE_POOL_FUSED_PROJECTIONS"),
         })
     }
 }
@@ -67,9 +72,21 @@ pub fn matvec_fits(client: &Client, rows: usize) -> bool {
         && hardware.plane_size_min.is_power_of_two()
 }
 
-/// The plane layout of the matrix-vector kernels for `rows` rows and `n` columns: the cube (a
-/// plane a row of it), the cube count, columns per plane and weight loads in flight per column.
-fn matvec_shape(client: &Client, rows: usize, n: usize) -> (CubeDim, CubeCount, usize, usize) {
+/// Whether [`launch_matvec_norm`] with `silu` runs `rows` rows on `client`'s device:
+/// [`matvec_fits`], and with `silu` (two accumulators a row and column) at most 8 rows.
+pub fn matvec_norm_fits(client: &Client, rows: usize, silu: bool) -> bool {
+    matvec_fits(client, rows) && rows * (1 + silu as usize) <= ACCUMULATORS
+}
+
+/// The plane layout of the matrix-vector kernels for `rows` rows and `n` output columns, each
+/// from `pairs` weight rows (2: gate and up): the cube (a plane a row of it), the cube count,
+/// columns per plane and weight loads in flight per weight row.
+fn matvec_shape(
+    client: &Client,
+    rows: usize,
+    n: usize,
+    pairs: usize,
+) -> (CubeDim, CubeCount, usize, usize) {
     let lanes = client.properties().hardware.plane_size_min;
     let cube_dim = CubeDim::new_2d(lanes, PLANES_PER_CUBE as u32);
     // Columns per plane: each load of x serves them all (x's loads, not the weight's, bound a
@@ -80,9 +97,9 @@ fn matvec_shape(client: &Client, rows: usize, n: usize) -> (CubeDim, CubeCount, 
     let cols = if rows == 1 {
         1
     } else {
-        (ACCUMULATORS / rows).clamp(1, 2)
+        (ACCUMULATORS / (rows * pairs)).clamp(1, 2)
     };
-    let unroll = (LOADS / cols).max(1);
+    let unroll = (LOADS / (cols * pairs)).max(1);
     let cubes = n.div_ceil(PLANES_PER_CUBE * cols);
     let count =
         calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim);
@@ -111,7 +128,7 @@ pub unsafe fn launch_matvec(
         return;
     }
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
-    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n);
+    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n, 1);
     unsafe {
         matvec_kernel::launch_unchecked(
             client,
@@ -121,6 +138,98 @@ pub unsafe fn launch_matvec(
             vector,
             x,
             w,
+            out,
+            rows,
+            cols,
+            unroll,
+            k / vector,
+            float,
+        );
+    }
+}
+
+/// Enqueues `out = rms_norm(x, norm_w, eps) · wᵀ` (the norm as [`launch_rms_norm`] rounds
+/// it) for `x [rows, k]`, `norm_w [k]` and `w [n, k]`; with `silu`, `w` is a stacked gate/up
+/// weight `[2m, k]` (`n = 2m`) and `out [rows, m] = cast(silu(gate)) * up` (as
+/// [`launch_silu_mul`]). All contiguous of float `float` (`elem_size` bytes). Does nothing for
+/// an empty product.
+///
+/// # Safety
+/// [`matvec_norm_fits`] must hold for `silu`, `n` must be even with `silu`; the tensors must be
+/// live and contiguous with those shapes; `out` must not alias an input.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_matvec_norm(
+    client: &Client,
+    float: ElemType,
+    elem_size: usize,
+    rows: usize,
+    k: usize,
+    n: usize,
+    eps: f32,
+    silu: bool,
+    [x, norm_w, w, out]: [TensorArg; 4],
+) {
+    if rows == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let pairs = 1 + silu as usize;
+    let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
+    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n / pairs, pairs);
+    unsafe {
+        matvec_norm_kernel::launch_unchecked(
+            client,
+            cube_count,
+            cube_dim,
+            AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+            vector,
+            x,
+            norm_w,
+            w,
+            out,
+            eps,
+            1.0 / k as f32,
+            rows,
+            cols,
+            pairs,
+            unroll,
+            k / vector,
+            float,
+        );
+    }
+}
+
+/// Enqueues `out = res + x · wᵀ` for `x [rows, k]`, `w [n, k]` and `res`, `out [rows, n]`, all
+/// contiguous of float `float` (`elem_size` bytes): the product rounded to `float`, then the
+/// residual add. Does nothing for an empty product.
+///
+/// # Safety
+/// [`matvec_fits`] must hold; the tensors must be live and contiguous with those shapes; `out`
+/// must not alias an input.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_matvec_add(
+    client: &Client,
+    float: ElemType,
+    elem_size: usize,
+    rows: usize,
+    k: usize,
+    n: usize,
+    [x, w, res, out]: [TensorArg; 4],
+) {
+    if rows == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
+    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n, 1);
+    unsafe {
+        matvec_add_kernel::launch_unchecked(
+            client,
+            cube_count,
+            cube_dim,
+            AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+            vector,
+            x,
+            w,
+            res,
             out,
             rows,
             cols,
@@ -155,7 +264,7 @@ pub unsafe fn launch_matvec_fp8(
     let words = k / FP8_VECTOR;
     // Words a load: up to four (16 bytes), as the float kernel's widest vectors.
     let w_vector = widest_vector(client, 4, |n| n <= 4 && words.is_multiple_of(n));
-    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n);
+    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n, 1);
     unsafe {
         matvec_fp8_kernel::launch_unchecked(
             client,

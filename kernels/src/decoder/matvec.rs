@@ -32,33 +32,167 @@ pub(crate) fn matvec_kernel<F: Float, N: Size>(
     #[define(F)] _dtype: ElemType,
 ) {
     let n = w.shape(0);
+    let col0 = plane_columns(n, cols);
+    // `x` stands in for the norm weight the plain product does not read.
+    let no_scales = Array::<f32>::new(1usize);
+    let acc = plane_products::<F, N>(
+        x, x, &no_scales, w, col0, n, 0, rows, cols, 1usize, unroll, k_vectors, false,
+    );
+    store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols);
+}
+
+/// [`matvec_kernel`](fn@matvec_kernel) of the RMSNorm of `x`'s rows (weight `norm_w [k]`,
+/// `eps`, `inv_hidden = 1 / k`), each normalised element rounded as the norm kernel rounds it
+/// (`norm_w * cast(x * rsqrt(mean(x²) + eps))`): the decoder's norm and the projection after it
+/// in one launch. Each plane sums its rows' squares itself (a row read once more, from cache;
+/// no shared memory). With `pairs = 2` the weight is a stacked gate/up projection `[2m, k]` and
+/// `out [rows, m] = cast(silu(gate)) * up` (as the activation kernel, `act.rs`): a plane's
+/// `cols` gate columns from `col0` and their up columns `m` further.
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matvec_norm_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    norm_w: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
+    out: &mut Tensor<F>,
+    eps: f32,
+    inv_hidden: f32,
+    #[comptime] rows: usize,
+    #[comptime] cols: usize,
+    #[comptime] pairs: usize,
+    #[comptime] unroll: usize,
+    #[comptime] k_vectors: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let n = w.shape(0) / pairs;
+    let col0 = plane_columns(n, cols);
+    let lane = UNIT_POS_X as usize;
+    let lanes = CUBE_DIM_X as usize;
+    let mut scales = Array::<f32>::new(rows);
+    #[unroll]
+    for r in 0..rows {
+        let mut squares = f32::new(0.0);
+        for i in range_stepped(lane, k_vectors, lanes) {
+            let v = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
+            squares += lane_sum::<N>(v * v);
+        }
+        scales[r] = f32::new(1.0) / f32::sqrt(plane_sum(squares) * inv_hidden + eps);
+    }
+    let acc = plane_products::<F, N>(
+        x, norm_w, &scales, w, col0, n, n, rows, cols, pairs, unroll, k_vectors, true,
+    );
+    if comptime!(pairs == 1) {
+        store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols);
+    } else {
+        #[unroll]
+        for r in 0..rows {
+            #[unroll]
+            for c in 0..cols {
+                let gate = F::cast_from(plane_sum(lane_sum::<N>(acc[r * 2 * cols + c])));
+                let up = F::cast_from(plane_sum(lane_sum::<N>(acc[r * 2 * cols + cols + c])));
+                let g = f32::cast_from(gate);
+                let s = g / (f32::new(1.0) + f32::exp(f32::new(0.0) - g));
+                if lane == 0 && col0 + c < n {
+                    out[r * n + col0 + c] = F::cast_from(s) * up;
+                }
+            }
+        }
+    }
+}
+
+/// [`matvec_kernel`](fn@matvec_kernel) added to the residual stream: `out = res + x · wᵀ`, the
+/// product rounded once to `F` and the sum rounded once more (as the model's residual add): a
+/// projection and the add after it in one launch.
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matvec_add_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
+    res: &Tensor<F>,
+    out: &mut Tensor<F>,
+    #[comptime] rows: usize,
+    #[comptime] cols: usize,
+    #[comptime] unroll: usize,
+    #[comptime] k_vectors: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let n = w.shape(0);
+    let col0 = plane_columns(n, cols);
+    let no_scales = Array::<f32>::new(1usize);
+    let acc = plane_products::<F, N>(
+        x, x, &no_scales, w, col0, n, 0, rows, cols, 1usize, unroll, k_vectors, false,
+    );
+    let lane = UNIT_POS_X as usize;
+    #[unroll]
+    for r in 0..rows {
+        #[unroll]
+        for c in 0..cols {
+            let s = F::cast_from(plane_sum(lane_sum::<N>(acc[r * cols + c])));
+            if lane == 0 && col0 + c < n {
+                let at = r * n + col0 + c;
+                out[at] = F::cast_from(f32::cast_from(res[at]) + f32::cast_from(s));
+            }
+        }
+    }
+}
+
+/// The first of the `cols` output columns (of `n`) of this unit's plane; the plane leaves when
+/// it has none (a whole plane together: the plane sums after stay uniform).
+#[cube]
+fn plane_columns(n: usize, #[comptime] cols: usize) -> usize {
     let col0 = (CUBE_POS * CUBE_DIM_Y as usize + UNIT_POS_Y as usize) * cols;
-    // A whole plane leaves together (its columns are the plane's): the plane sums below stay
-    // uniform.
     if col0 >= n {
         terminate!();
     }
+    col0
+}
+
+/// This unit's share of a plane's products: accumulator `r * cols * pairs + p * cols + c` holds
+/// row `r` of `x` times weight row `col0 + c + p * offset` (columns `col0 + c ≥ n` read zeros),
+/// lane by lane. With `norm`, each element of row `r` is first normalised as RMSNorm rounds it,
+/// with the row's scale `scales[r]` and the norm weight `norm_w`. Each unit keeps `unroll * cols
+/// * pairs` weight loads in flight.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn plane_products<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    norm_w: &Tensor<Vector<F, N>>,
+    scales: &Array<f32>,
+    w: &Tensor<Vector<F, N>>,
+    col0: usize,
+    n: usize,
+    offset: usize,
+    #[comptime] rows: usize,
+    #[comptime] cols: usize,
+    #[comptime] pairs: usize,
+    #[comptime] unroll: usize,
+    #[comptime] k_vectors: usize,
+    #[comptime] norm: bool,
+) -> Array<Vector<f32, N>> {
     let lane = UNIT_POS_X as usize;
     let lanes = CUBE_DIM_X as usize;
-    let mut acc = Array::<Vector<f32, N>>::new(rows * cols);
+    let width = comptime!(cols * pairs);
+    let mut acc = Array::<Vector<f32, N>>::new(rows * width);
     #[unroll]
-    for a in 0..rows * cols {
+    for a in 0..rows * width {
         acc[a] = Vector::new(f32::new(0.0));
     }
     let step = lanes * unroll;
     let mut base = lane;
     while base < k_vectors {
-        let mut ws = Array::<Vector<f32, N>>::new(unroll * cols);
+        let mut ws = Array::<Vector<f32, N>>::new(unroll * width);
         #[unroll]
         for u in 0..unroll {
             let i = base + u * lanes;
             #[unroll]
-            for c in 0..cols {
+            for j in 0..width {
+                let c = comptime!(j % cols);
+                let p = comptime!(j / cols);
                 let mut v = Vector::<f32, N>::new(f32::new(0.0));
                 if i < k_vectors && col0 + c < n {
-                    v = Vector::<f32, N>::cast_from(w[(col0 + c) * k_vectors + i]);
+                    v = Vector::<f32, N>::cast_from(w[(col0 + c + p * offset) * k_vectors + i]);
                 }
-                ws[u * cols + c] = v;
+                ws[u * width + j] = v;
             }
         }
         #[unroll]
@@ -67,17 +201,21 @@ pub(crate) fn matvec_kernel<F: Float, N: Size>(
             if i < k_vectors {
                 #[unroll]
                 for r in 0..rows {
-                    let xv = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
+                    let mut xv = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
+                    if comptime!(norm) {
+                        let h = Vector::<F, N>::cast_from(xv * Vector::new(scales[r])) * norm_w[i];
+                        xv = Vector::<f32, N>::cast_from(h);
+                    }
                     #[unroll]
-                    for c in 0..cols {
-                        acc[r * cols + c] += xv * ws[u * cols + c];
+                    for j in 0..width {
+                        acc[r * width + j] += xv * ws[u * width + j];
                     }
                 }
             }
         }
         base += step;
     }
-    store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols);
+    acc
 }
 
 /// The matrix-vector kernels' last step: each (row, column) accumulator `acc[r * cols + c]`

@@ -1,8 +1,9 @@
 //! The model's room (`src/model/kernels` of the root crate): the decoder's own kernels for a
 //! decode step, besides the fused op and the attention.
 //!
-//! - `matvec.rs`: matrix-vector products for up to 16 rows (one plane per output column) and
-//!   tensor-core tiles for 17 to 64, each reading the weight once;
+//! - `matvec.rs`: matrix-vector products for up to 16 rows (one plane per output column; the
+//!   norm before a projection and the activation or residual add after it fused in where a
+//!   decode step has them) and tensor-core tiles for 17 to 64, each reading the weight once;
 //! - `norm.rs`: RMSNorm of rows, and the residual add fused with it;
 //! - `fp8.rs`: the same products on fp8 weights (e4m3 codes with block scales), decoded in
 //!   registers, and the decoding of such a weight for the larger products;
@@ -19,5 +20,6 @@ mod norm;
 pub use crate::common::launch::has_tiles;
 pub use launch::{
     DecoderTuning, MATVEC_MAX_ROWS, few_rows_fits, launch_dequantize_fp8, launch_few_rows,
-    launch_matvec, launch_matvec_fp8, launch_rms_norm, launch_silu_mul, matvec_fits,
+    launch_matvec, launch_matvec_add, launch_matvec_fp8, launch_matvec_norm, launch_rms_norm,
+    launch_silu_mul, matvec_fits, matvec_norm_fits,
 };

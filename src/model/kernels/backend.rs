@@ -40,6 +40,30 @@ pub struct MatvecTensors<B: Backend> {
     pub w_t: FloatTensor<B>,
 }
 
+/// The tensors of a projection of normalised rows.
+#[derive(Debug, ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub struct MatvecNormTensors<B: Backend> {
+    /// The rows before the norm, `[m, in]`.
+    pub x: FloatTensor<B>,
+    /// The norm's weight, `[in]`, x's dtype.
+    pub norm_w: FloatTensor<B>,
+    /// The weight, `[out, in]`, x's dtype.
+    pub w_t: FloatTensor<B>,
+}
+
+/// The tensors of a projection added to the residual stream.
+#[derive(Debug, ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub struct MatvecAddTensors<B: Backend> {
+    /// The rows, `[m, in]`.
+    pub x: FloatTensor<B>,
+    /// The weight, `[out, in]`, x's dtype.
+    pub w_t: FloatTensor<B>,
+    /// The residual stream, `[m, out]`, x's dtype.
+    pub residual: FloatTensor<B>,
+}
+
 /// The tensors of a product on an fp8 weight ([`super::Fp8Weight`]).
 #[derive(Debug, ExtensionType)]
 #[extension_type(fusion: cfg(feature = "cube"))]
@@ -79,6 +103,19 @@ pub trait DecoderKernels: Backend {
     #[fusion(meta = matvec_meta)]
     fn matvec(#[extension_type] inputs: MatvecTensors<Self>) -> FloatTensor<Self>;
 
+    /// `rms_norm(x, norm_w, eps) · w_tᵀ`, `[m, out]` in x's dtype; with `silu`, the MLP
+    /// activation of its halves, `[m, out / 2]` (the caller checked `matvec_norm_fits`).
+    #[fusion(meta = matvec_norm_meta)]
+    fn matvec_norm(
+        #[extension_type] inputs: MatvecNormTensors<Self>,
+        eps: f32,
+        silu: bool,
+    ) -> FloatTensor<Self>;
+
+    /// `residual + x · w_tᵀ`, `[m, out]` in x's dtype (the caller checked `matvec_fits`).
+    #[fusion(meta = matvec_add_meta)]
+    fn matvec_add(#[extension_type] inputs: MatvecAddTensors<Self>) -> FloatTensor<Self>;
+
     /// `x · w_tᵀ`, `[m, out]` in x's dtype, through the matmul routine `routine` names
     /// ([`super::MatmulRoutine`]'s index; Burn's matmul for the heuristic routine and when the
     /// named one refuses the problem).
@@ -115,6 +152,17 @@ fn add_norm_meta(inputs: &AddNormTensorsMetadata, _eps: &f32) -> (TensorSpec, Te
 fn matvec_meta(inputs: &MatvecTensorsMetadata) -> TensorSpec {
     let shape = Shape::from(vec![inputs.x.shape[0], inputs.w_t.shape[0]]);
     TensorSpec::new(shape, inputs.x.dtype)
+}
+
+/// Output metadata for the lazy (fusion) path.
+fn matvec_norm_meta(inputs: &MatvecNormTensorsMetadata, _eps: &f32, silu: &bool) -> TensorSpec {
+    let out = inputs.w_t.shape[0] / (1 + *silu as usize);
+    TensorSpec::new(Shape::from(vec![inputs.x.shape[0], out]), inputs.x.dtype)
+}
+
+/// Output metadata for the lazy (fusion) path.
+fn matvec_add_meta(inputs: &MatvecAddTensorsMetadata) -> TensorSpec {
+    inputs.residual.clone()
 }
 
 /// Output metadata for the lazy (fusion) path.

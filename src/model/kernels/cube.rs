@@ -2,7 +2,8 @@
 
 use crate::common::cube::tuning;
 use crate::model::kernels::backend::{
-    ActTensors, AddNormTensors, DecoderKernels, Fp8ProductTensors, MatvecTensors, NormTensors,
+    ActTensors, AddNormTensors, DecoderKernels, Fp8ProductTensors, MatvecAddTensors,
+    MatvecNormTensors, MatvecTensors, NormTensors,
 };
 use crate::model::kernels::{MatmulRoutine, decoder_kernel_fits};
 use burn::backend::TensorMetadata;
@@ -16,7 +17,8 @@ use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 use rope_pool_kernels::decoder::{
     MATVEC_MAX_ROWS, has_tiles, launch_dequantize_fp8, launch_few_rows, launch_matvec,
-    launch_matvec_fp8, launch_rms_norm, launch_silu_mul, matvec_fits,
+    launch_matvec_add, launch_matvec_fp8, launch_matvec_norm, launch_rms_norm, launch_silu_mul,
+    matvec_fits,
 };
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
@@ -290,6 +292,43 @@ impl DecoderKernels for CubeBackend {
                 launch_few_rows(&out.client, float, m, k, n, x, w_t, o, &tuning().decoder);
             }
         }
+        out
+    }
+
+    fn matvec_norm(inputs: MatvecNormTensors<Self>, eps: f32, silu: bool) -> CubeTensor {
+        let [x, norm_w, w_t] = [inputs.x, inputs.norm_w, inputs.w_t].map(into_contiguous);
+        let (m, k, n) = (x.shape()[0], x.shape()[1], w_t.shape()[0]);
+        let out = fresh(&x, Shape::new([m, n / (1 + silu as usize)]));
+        let float = dtype_to_storage_type(x.dtype);
+        let args = [x, norm_w, w_t, out.clone()].map(|t| t.into_tensor_arg());
+        // Safety: `norm_project` checked `matvec_norm_fits` for these rows and `silu`, an even
+        // `n` with `silu`, one dtype, the norm weight of length k ≥ 1; all contiguous; out is a
+        // fresh buffer of the output's shape.
+        unsafe {
+            launch_matvec_norm(
+                &out.client,
+                float,
+                out.dtype.size(),
+                m,
+                k,
+                n,
+                eps,
+                silu,
+                args,
+            );
+        }
+        out
+    }
+
+    fn matvec_add(inputs: MatvecAddTensors<Self>) -> CubeTensor {
+        let [x, w_t, residual] = [inputs.x, inputs.w_t, inputs.residual].map(into_contiguous);
+        let (m, k, n) = (x.shape()[0], x.shape()[1], w_t.shape()[0]);
+        let out = fresh(&x, Shape::new([m, n]));
+        let float = dtype_to_storage_type(x.dtype);
+        let args = [x, w_t, residual, out.clone()].map(|t| t.into_tensor_arg());
+        // Safety: `project_add` checked `matvec_fits` for these rows, one dtype, k ≥ 1 and the
+        // residual's shape [m, n]; all contiguous; out is a fresh [m, n] buffer.
+        unsafe { launch_matvec_add(&out.client, float, out.dtype.size(), m, k, n, args) };
         out
     }
 

@@ -135,6 +135,107 @@ pub fn project(x: Tensor<2>, w_t: &Tensor<2>) -> Tensor<2> {
     product(x, w_t, MatmulRoutine::for_problem(m, n, k), false)
 }
 
+/// `project(rms_norm(x, norm_w, eps), w_t)`, and with `silu` [`silu_mul`] of it (`w_t` then a
+/// gate/up weight `[2m, in]`, the output `[rows, m]`), each step rounded as those functions round
+/// it: the norm before a decode step's projection and, for the MLP, the activation after it. One
+/// launch where the matrix-vector kernel takes the rows ([`fuses`]: up to 16 rows, 8 with `silu`,
+/// on CubeCL devices), the separate functions elsewhere.
+///
+/// # Panics
+/// As [`rms_norm`], [`project`] and [`silu_mul`]: `norm_w`'s length not `x`'s row length, the
+/// inner sizes different, an odd `w_t` with `silu`.
+pub fn norm_project(
+    x: Tensor<2>,
+    norm_w: &Tensor<1>,
+    eps: f64,
+    w_t: &Tensor<2>,
+    silu: bool,
+) -> Tensor<2> {
+    let ([_, k], [n, inner]) = (x.dims(), w_t.dims());
+    assert_eq!(
+        norm_w.dims()[0],
+        k,
+        "norm_project: a norm weight of {} for rows of {k}",
+        norm_w.dims()[0]
+    );
+    assert_eq!(
+        k, inner,
+        "project: rows of {k} against a weight of rows of {inner}"
+    );
+    assert!(
+        !silu || n.is_multiple_of(2),
+        "silu_mul: gate and up side by side need an even width, got {n}"
+    );
+    #[cfg(feature = "cube")]
+    if fuses(&x, w_t, silu) && norm_w.dtype() == x.dtype() && norm_w.device() == x.device() {
+        let inputs = backend::MatvecNormTensors {
+            x: x.into_dispatch(),
+            norm_w: norm_w.clone().into_dispatch(),
+            w_t: w_t.clone().into_dispatch(),
+        };
+        let out = <burn::backend::Dispatch as backend::DecoderKernels>::matvec_norm(
+            inputs, eps as f32, silu,
+        );
+        return Tensor::from_dispatch(out);
+    }
+    let out = project(rms_norm(x, norm_w, eps), w_t);
+    match silu {
+        true => silu_mul(out),
+        false => out,
+    }
+}
+
+/// `residual + project(x, w_t)`, the product rounded to x's dtype before the add (the model's
+/// residual add after a projection): one launch where the matrix-vector kernel takes the rows
+/// ([`fuses`]), [`project`] and Burn's add elsewhere.
+///
+/// # Panics
+/// As [`project`], and when `residual`'s shape is not the product's.
+pub fn project_add(x: Tensor<2>, w_t: &Tensor<2>, residual: Tensor<2>) -> Tensor<2> {
+    let ([m, k], [n, inner]) = (x.dims(), w_t.dims());
+    assert_eq!(
+        k, inner,
+        "project: rows of {k} against a weight of rows of {inner}"
+    );
+    assert_eq!(
+        residual.dims(),
+        [m, n],
+        "project_add: a residual of {:?} for a [{m}, {n}] product",
+        residual.dims()
+    );
+    #[cfg(feature = "cube")]
+    if fuses(&x, w_t, false) && residual.dtype() == x.dtype() && residual.device() == x.device() {
+        let inputs = backend::MatvecAddTensors {
+            x: x.into_dispatch(),
+            w_t: w_t.clone().into_dispatch(),
+            residual: residual.into_dispatch(),
+        };
+        let out = <burn::backend::Dispatch as backend::DecoderKernels>::matvec_add(inputs);
+        return Tensor::from_dispatch(out);
+    }
+    residual + project(x, w_t)
+}
+
+/// Whether [`norm_project`] (with `silu`) and [`project_add`] take `x [m, k] · w_tᵀ` in one
+/// launch: a CubeCL device (without Autodiff) with the matrix-vector kernel for `m` rows (at
+/// most 8 with `silu`), `x` and `w_t` of one dtype on it, no empty size.
+pub fn fuses(x: &Tensor<2>, w_t: &Tensor<2>, silu: bool) -> bool {
+    #[cfg(feature = "cube")]
+    {
+        let ([m, k], [n, inner]) = (x.dims(), w_t.dims());
+        let same = x.dtype() == w_t.dtype() && x.device() == w_t.device();
+        let off = crate::common::cube::tuning().decoder.fused_projections == Some(0);
+        if off || !same || m == 0 || k == 0 || n == 0 || k != inner {
+            return false;
+        }
+        if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
+            return rope_pool_kernels::decoder::matvec_norm_fits(&cube.client(), m, silu);
+        }
+    }
+    let _ = (x, w_t, silu);
+    false
+}
+
 /// A projection's weight kept as fp8 e4m3 codes with f32 scales, as HuggingFace's fine-grained
 /// FP8 and compressed-tensors' float8 checkpoints store it: `[out, in]` codes, four to a `U32`
 /// word (element `4j + i` of a row in bits `8i..8i + 8` of word `j`), and one scale per row and
