@@ -7,6 +7,9 @@
 //!  [--steps 64] [--layers 32] [--fp8-cache K,V] [--fp8-weights] [--profile] [--json OUT]
 //!  [--tp N] [--model 8b|70b]`
 
+#[cfg(feature = "profile")]
+#[path = "host_profile/mod.rs"]
+mod host_profile;
 #[path = "rope_pool/instruments.rs"]
 #[allow(dead_code)] // the decode bench uses the device timing loop only
 mod instruments;
@@ -63,6 +66,11 @@ struct Args {
     /// wall time against the time the device was busy.
     #[arg(long)]
     profile: bool,
+    /// After the table (feature `profile`), where a decode step's host time goes: this many
+    /// seconds of batch-1 decode steps under the sampling profiler (`benches/host_profile/`),
+    /// by thread and crate.
+    #[arg(long)]
+    host_profile: Option<f64>,
     /// Also run the fused path with fp8 e4m3 caches of these scales, `K_SCALE,V_SCALE` (path
     /// `fused fp8`).
     #[arg(long, value_delimiter = ',')]
@@ -202,9 +210,64 @@ fn main() {
             profile(&model, batch, &args);
         }
     }
+    if let Some(seconds) = args.host_profile {
+        host_profile_steps(&model.with_fp8_cache(None), seconds, &args);
+    }
     if let Some(path) = &args.json {
         std::fs::write(path, format!("[\n{}\n]\n", rows.join(",\n"))).expect("write json");
     }
+}
+
+/// `--host-profile`: batch-1 decode steps (one sequence after a `--prompt`-token prompt, each
+/// step's id read back) under the sampling profiler.
+#[cfg(feature = "profile")]
+fn host_profile_steps(model: &Decoder, seconds: f64, args: &Args) {
+    let prompt: Vec<StepToken> = requests(1, args.prompt, 0, model.config.vocab_size)[0]
+        .prompt
+        .iter()
+        .enumerate()
+        .map(|(position, &token)| StepToken {
+            seq: 0,
+            token,
+            position,
+        })
+        .collect();
+    // Room for the profiler's warm-up and timing calls and ~400 steps a second of `seconds`.
+    let steps = 500 + (seconds * 400.0) as usize;
+    let mut cache = model.new_cache(args.prompt + steps).expect("pools");
+    let logits = model.step(&prompt, &mut cache).expect("prefill");
+    let read = |logits| {
+        argmax_rows(logits)
+            .into_data()
+            .convert::<i64>()
+            .iter::<i64>()
+            .next()
+    };
+    let mut token = read(logits).expect("an id") as u32;
+    let mut position = args.prompt;
+    let text = host_profile::profile(
+        instruments::thread_cpu,
+        "decode step, batch 1",
+        "decode-1",
+        seconds,
+        None,
+        |_sync| {
+            let tokens = [StepToken {
+                seq: 0,
+                token,
+                position,
+            }];
+            let logits = model.step(&tokens, &mut cache).expect("step");
+            token = read(logits).expect("an id") as u32;
+            position += 1;
+        },
+    );
+    println!("{text}");
+}
+
+#[cfg(not(feature = "profile"))]
+fn host_profile_steps(_: &Decoder, _: f64, _: &Args) {
+    panic!("--host-profile needs the `profile` feature");
 }
 
 /// Device time of each matmul routine on the decoder's projections (Llama-3-8B: q/k/v stacked,

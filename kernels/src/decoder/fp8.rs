@@ -221,7 +221,10 @@ mod tests {
                         .compile(kernel.define(), &CompilationOptions::default())
                         .unwrap_or_else(|e| panic!("{what} compiles to MSL: {e:?}"))
                         .to_string();
-                    assert!(source.contains(&format!("[[kernel]] void {what}")), "{what}");
+                    assert!(
+                        source.contains(&format!("[[kernel]] void {what}")),
+                        "{what}"
+                    );
                 };
                 for pairs in [1usize, 2] {
                     let kernel = matvec_norm_kernel::create_dummy_kernel(
