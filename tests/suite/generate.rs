@@ -779,7 +779,6 @@ fn fused_projections_match_float64() {
     use burn_rope_pool::testing::{fuses, norm_project, project_add};
     let mut rng = burn_rope_pool::testing::Rng::new(81);
     for (name, device) in crate::common::devices() {
-        let mut fused = 0;
         for (m, k, n) in [
             (1usize, 4096usize, 300usize),
             (3, 7, 10),
@@ -801,15 +800,14 @@ fn fused_projections_match_float64() {
                 let tensor = |v: &[f64], dims: [usize; 2]| float_tensor(v, dims, &device, dtype);
                 let (xt, wt) = (tensor(&x, [m, k]), tensor(&w, [n, k]));
                 let nt = float_tensor(&norm_w, [k], &device, dtype);
-                for silu in [false, true] {
-                    fused += fuses(&xt, &wt, silu) as usize;
-                }
-                let expect_fused = [false, true].map(|silu| fuses(&xt, &wt, silu));
-                assert!(
-                    !expect_fused[1] || m <= 8 && expect_fused[0],
-                    "{name}: {m} rows fused with the activation"
+                // Every GPU device takes up to 16 rows in one launch (8 with the activation).
+                let gpu = name != "flex";
+                let expected = [gpu && m <= 16, gpu && m <= 8];
+                assert_eq!(
+                    [false, true].map(|silu| fuses(&xt, &wt, silu)),
+                    expected,
+                    "{name} {m} rows"
                 );
-                assert!(!expect_fused[0] || m <= 16, "{name}: {m} rows fused");
                 // (x · wᵀ)[r, c] and the sum of the magnitudes of its terms, over rows `h`.
                 let dot = |h: &[f64], r: usize, c: usize| -> (f64, f64) {
                     let terms = (0..k).map(|i| h[r * k + i] * w[c * k + i]);
@@ -867,9 +865,6 @@ fn fused_projections_match_float64() {
                     }
                 }
             }
-        }
-        if name != "flex" && fused == 0 {
-            eprintln!("{name}: no product fused on this device; the separate kernels were checked");
         }
     }
 }

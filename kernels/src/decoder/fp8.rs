@@ -11,7 +11,7 @@
 //! - [`dequantize_fp8_kernel`](fn@dequantize_fp8_kernel): the weight as floats `[n, k]`, for the
 //!   products of more rows (a tensor-core routine then reads it).
 
-use super::matvec::store_plane_sums;
+use super::matvec::{PlaneSums, plane_columns, store_plane_sums};
 use crate::common::fp8::unpack_e4m3;
 use cubecl::ir::ElemType;
 use cubecl::prelude::*;
@@ -33,6 +33,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     #[comptime] unroll: usize,
     #[comptime] w_vectors: usize,
     #[comptime] block_words: usize,
+    #[comptime] sums: PlaneSums,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = codes.shape(0);
@@ -41,12 +42,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     // Whether a vector of words lies in one block (one scale a vector and column).
     let uniform = comptime!(block_words.is_multiple_of(wv));
     let blocks = scales.shape(1);
-    let col0 = (CUBE_POS * CUBE_DIM_Y as usize + UNIT_POS_Y as usize) * cols;
-    // A whole plane leaves together (its columns are the plane's): the plane sums below stay
-    // uniform.
-    if col0 >= n {
-        terminate!();
-    }
+    let col0 = plane_columns(n, cols, sums);
     let lane = UNIT_POS_X as usize;
     let lanes = CUBE_DIM_X as usize;
     let mut acc = Array::<Vector<f32, N>>::new(rows * cols);
@@ -110,7 +106,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
         }
         base += step;
     }
-    store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols);
+    store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
 }
 
 /// `out [n, k]` (vectors of `N` = 4 floats, one per word) = the fp8 weight (`codes`, `scales`) decoded and
@@ -142,7 +138,7 @@ mod tests {
     //! GPU. Their arithmetic is checked against float64 by the root crate's
     //! `fp8_projections_match_float64` where they run.
 
-    use super::super::matvec::{matvec_add_kernel, matvec_kernel, matvec_norm_kernel};
+    use super::super::matvec::{PlaneSums, matvec_add_kernel, matvec_kernel, matvec_norm_kernel};
     use super::{dequantize_fp8_kernel, matvec_fp8_kernel};
     use crate::test_common as common;
     use cubecl::Compiler as _;
@@ -159,7 +155,16 @@ mod tests {
             return;
         };
         let tensor = |dims: [usize; 2]| common::dummy_tensor(&client, &dims);
-        for float in [FloatKind::F32, FloatKind::F16] {
+        // Plane sums, and the shared-memory sums of devices without plane operations.
+        let plane_sums = [false, true].map(|shared| PlaneSums {
+            lanes: 32,
+            planes: 8 / (1 + shared as usize),
+            shared,
+        });
+        for (float, sums) in [FloatKind::F32, FloatKind::F16]
+            .into_iter()
+            .flat_map(|f| plane_sums.map(|s| (f, s)))
+        {
             for (rows, cols, unroll) in [(1usize, 1usize, 4usize), (3, 2, 2), (16, 1, 4)] {
                 for (w_vector, block_words) in [(4usize, 32usize), (2, 8), (1, 1), (4, 65), (4, 2)]
                 {
@@ -181,6 +186,7 @@ mod tests {
                         unroll,
                         k / 4 / w_vector,
                         block_words,
+                        sums,
                         ElemType::Float(float),
                     );
                     let source = MslCompiler::default()
@@ -209,6 +215,7 @@ mod tests {
                     cols,
                     unroll,
                     k / vector,
+                    sums,
                     ElemType::Float(float),
                 );
                 let source = MslCompiler::default()
@@ -245,6 +252,7 @@ mod tests {
                         pairs,
                         unroll,
                         k / vector,
+                        sums,
                         ElemType::Float(float),
                     );
                     msl(Box::new(kernel), "matvec_norm_kernel");
@@ -264,6 +272,7 @@ mod tests {
                     cols,
                     unroll,
                     k / vector,
+                    sums,
                     ElemType::Float(float),
                 );
                 msl(Box::new(kernel), "matvec_add_kernel");

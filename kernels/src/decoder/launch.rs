@@ -4,7 +4,9 @@
 
 use super::act::silu_mul_kernel;
 use super::fp8::{dequantize_fp8_kernel, matvec_fp8_kernel};
-use super::matvec::{TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel, matvec_norm_kernel};
+use super::matvec::{
+    PlaneSums, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel, matvec_norm_kernel,
+};
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
 use crate::common::fp8::FP8_VECTOR;
 use crate::common::launch::{has_tiles, widest_vector};
@@ -56,39 +58,63 @@ impl DecoderTuning {
 pub const MATVEC_MAX_ROWS: usize = 16;
 /// Planes (output columns) per cube.
 const PLANES_PER_CUBE: usize = 8;
+/// Units of a "plane" where the device has no plane operations (its lanes add through shared
+/// memory).
+const SHARED_LANES: usize = 32;
+/// Such planes per cube: 4 keeps each sum's shared memory (planes × accumulators × lanes of
+/// f32) at 8 KiB, two of them within WebGPU's 16 KiB default.
+const SHARED_PLANES: usize = 4;
 /// Weight vectors each unit loads per iteration (in flight together), over its columns.
 const LOADS: usize = 4;
 /// The most accumulators (rows × columns, vectors) a unit keeps.
 const ACCUMULATORS: usize = 16;
 
-/// Whether [`launch_matvec`] runs `rows` rows on `client`'s device: plane operations with one
-/// fixed plane size, and at most [`MATVEC_MAX_ROWS`] rows.
-pub fn matvec_fits(client: &Client, rows: usize) -> bool {
+/// Whether [`launch_matvec`] runs `rows` rows: at most [`MATVEC_MAX_ROWS`] (on every device:
+/// [`plane_sums`] says how a plane adds its lanes there).
+pub fn matvec_fits(rows: usize) -> bool {
+    (1..=MATVEC_MAX_ROWS).contains(&rows)
+}
+
+/// How the matrix-vector kernels' planes add their lanes on `client`'s device: plane sums where
+/// it has plane operations with one fixed, power-of-two plane size; else through shared memory,
+/// cubes of [`SHARED_PLANES`] planes of [`SHARED_LANES`] units (every plane taking part).
+fn plane_sums(client: &Client) -> PlaneSums {
     let properties = client.properties();
     let hardware = &properties.hardware;
-    (1..=MATVEC_MAX_ROWS).contains(&rows)
-        && properties.features.plane.contains(Plane::Ops)
+    let native = properties.features.plane.contains(Plane::Ops)
         && hardware.plane_size_min == hardware.plane_size_max
-        && hardware.plane_size_min.is_power_of_two()
+        && hardware.plane_size_min.is_power_of_two();
+    match native {
+        true => PlaneSums {
+            lanes: hardware.plane_size_min as usize,
+            planes: PLANES_PER_CUBE,
+            shared: false,
+        },
+        false => PlaneSums {
+            lanes: SHARED_LANES,
+            planes: SHARED_PLANES,
+            shared: true,
+        },
+    }
 }
 
 /// Whether [`launch_matvec_norm`] with `silu` runs `rows` rows on `client`'s device:
 /// [`matvec_fits`], and with `silu` (two accumulators a row and column) at most 8 rows.
-pub fn matvec_norm_fits(client: &Client, rows: usize, silu: bool) -> bool {
-    matvec_fits(client, rows) && rows * (1 + silu as usize) <= ACCUMULATORS
+pub fn matvec_norm_fits(rows: usize, silu: bool) -> bool {
+    matvec_fits(rows) && rows * (1 + silu as usize) <= ACCUMULATORS
 }
 
 /// The plane layout of the matrix-vector kernels for `rows` rows and `n` output columns, each
 /// from `pairs` weight rows (2: gate and up): the cube (a plane a row of it), the cube count,
-/// columns per plane and weight loads in flight per weight row.
+/// columns per plane, weight loads in flight per weight row, and how a plane adds its lanes.
 fn matvec_shape(
     client: &Client,
     rows: usize,
     n: usize,
     pairs: usize,
-) -> (CubeDim, CubeCount, usize, usize) {
-    let lanes = client.properties().hardware.plane_size_min;
-    let cube_dim = CubeDim::new_2d(lanes, PLANES_PER_CUBE as u32);
+) -> (CubeDim, CubeCount, usize, usize, PlaneSums) {
+    let sums = plane_sums(client);
+    let cube_dim = CubeDim::new_2d(sums.lanes as u32, sums.planes as u32);
     // Columns per plane: each load of x serves them all (x's loads, not the weight's, bound a
     // many-row product); one row streams best one column per plane with four loads in flight.
     // The H200 runs (see benches/NOTES.md, 'Projections per row count'): at 8 rows two columns
@@ -100,10 +126,10 @@ fn matvec_shape(
         (ACCUMULATORS / (rows * pairs)).clamp(1, 2)
     };
     let unroll = (LOADS / (cols * pairs)).max(1);
-    let cubes = n.div_ceil(PLANES_PER_CUBE * cols);
+    let cubes = n.div_ceil(sums.planes * cols);
     let count =
         calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim);
-    (cube_dim, count, cols, unroll)
+    (cube_dim, count, cols, unroll, sums)
 }
 
 /// Enqueues `out [rows, n] = x [rows, k] · wᵀ` for `w [n, k]`, all contiguous of float
@@ -128,7 +154,7 @@ pub unsafe fn launch_matvec(
         return;
     }
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
-    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n, 1);
+    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n, 1);
     unsafe {
         matvec_kernel::launch_unchecked(
             client,
@@ -143,6 +169,7 @@ pub unsafe fn launch_matvec(
             cols,
             unroll,
             k / vector,
+            sums,
             float,
         );
     }
@@ -174,7 +201,7 @@ pub unsafe fn launch_matvec_norm(
     }
     let pairs = 1 + silu as usize;
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
-    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n / pairs, pairs);
+    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n / pairs, pairs);
     unsafe {
         matvec_norm_kernel::launch_unchecked(
             client,
@@ -193,6 +220,7 @@ pub unsafe fn launch_matvec_norm(
             pairs,
             unroll,
             k / vector,
+            sums,
             float,
         );
     }
@@ -219,7 +247,7 @@ pub unsafe fn launch_matvec_add(
         return;
     }
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
-    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n, 1);
+    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n, 1);
     unsafe {
         matvec_add_kernel::launch_unchecked(
             client,
@@ -235,6 +263,7 @@ pub unsafe fn launch_matvec_add(
             cols,
             unroll,
             k / vector,
+            sums,
             float,
         );
     }
@@ -264,7 +293,7 @@ pub unsafe fn launch_matvec_fp8(
     let words = k / FP8_VECTOR;
     // Words a load: up to four (16 bytes), as the float kernel's widest vectors.
     let w_vector = widest_vector(client, 4, |n| n <= 4 && words.is_multiple_of(n));
-    let (cube_dim, cube_count, cols, unroll) = matvec_shape(client, rows, n, 1);
+    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n, 1);
     unsafe {
         matvec_fp8_kernel::launch_unchecked(
             client,
@@ -282,6 +311,7 @@ pub unsafe fn launch_matvec_fp8(
             unroll,
             words / w_vector,
             block_words,
+            sums,
             float,
         );
     }

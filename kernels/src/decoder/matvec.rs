@@ -3,9 +3,9 @@
 //! few adjacent columns when there are several rows): its units read the column's weight row
 //! in coalesced vectors (each byte of the weight once for
 //! all `m` rows), multiply by the rows of `x` (small, served from cache), accumulate in f32 and
-//! add their partial sums with a plane sum. No shared memory, no synchronisation: the weight
-//! streams at the memory bus's pace where Burn's tiled matmul, built for large `m`, reaches a
-//! fraction of it. From 17 to 64 rows, [`few_rows_kernel`](fn@few_rows_kernel): the same single
+//! add their partial sums with a plane sum (through shared memory on devices without plane
+//! operations). The weight streams at the memory bus's pace where Burn's tiled matmul, built
+//! for large `m`, reaches a fraction of it. From 17 to 64 rows, [`few_rows_kernel`](fn@few_rows_kernel): the same single
 //! read of the weight through tensor-core tiles. See benches/NOTES.md, 'Projections per row
 //! count'. Their launches are in [`super::launch`].
 
@@ -15,12 +15,24 @@ use crate::common::reduce::lane_sum;
 use cubecl::ir::ElemType;
 use cubecl::prelude::*;
 
+/// How the lanes of a plane add up their values, a launch's choice (comptime): with the
+/// device's plane operations (`shared` false), or where it has none or no fixed plane size,
+/// through shared memory, the cube `planes` rows of `lanes` units and every plane taking part
+/// (none leaves early).
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct PlaneSums {
+    pub(crate) lanes: usize,
+    pub(crate) planes: usize,
+    pub(crate) shared: bool,
+}
+
 /// `out [rows, n] = x [rows, k] · wᵀ`, `w [n, k]`; `x` and `w` as vectors of `N`, a row
 /// `k_vectors` of them. The cube is `(plane size, planes)` units; plane `UNIT_POS_Y` of cube
 /// `CUBE_POS` computes the `cols` adjacent columns from `(CUBE_POS * planes + UNIT_POS_Y) *
 /// cols` (several columns per plane share each load of `x`). Each unit keeps `unroll * cols`
 /// weight loads in flight.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn matvec_kernel<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
     w: &Tensor<Vector<F, N>>,
@@ -29,25 +41,26 @@ pub(crate) fn matvec_kernel<F: Float, N: Size>(
     #[comptime] cols: usize,
     #[comptime] unroll: usize,
     #[comptime] k_vectors: usize,
+    #[comptime] sums: PlaneSums,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = w.shape(0);
-    let col0 = plane_columns(n, cols);
+    let col0 = plane_columns(n, cols, sums);
     // `x` stands in for the norm weight the plain product does not read.
     let no_scales = Array::<f32>::new(1usize);
     let acc = plane_products::<F, N>(
         x, x, &no_scales, w, col0, n, 0, rows, cols, 1usize, unroll, k_vectors, false,
     );
-    store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols);
+    store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
 }
 
 /// [`matvec_kernel`](fn@matvec_kernel) of the RMSNorm of `x`'s rows (weight `norm_w [k]`,
 /// `eps`, `inv_hidden = 1 / k`), each normalised element rounded as the norm kernel rounds it
 /// (`norm_w * cast(x * rsqrt(mean(x²) + eps))`): the decoder's norm and the projection after it
-/// in one launch. Each plane sums its rows' squares itself (a row read once more, from cache;
-/// no shared memory). With `pairs = 2` the weight is a stacked gate/up projection `[2m, k]` and
-/// `out [rows, m] = cast(silu(gate)) * up` (as the activation kernel, `act.rs`): a plane's
-/// `cols` gate columns from `col0` and their up columns `m` further.
+/// in one launch. Each plane sums its rows' squares itself (a row read once more, from cache).
+/// With `pairs = 2` the weight is a stacked gate/up projection `[2m, k]` and `out [rows, m] =
+/// cast(silu(gate)) * up` (as the activation kernel, `act.rs`): a plane's `cols` gate columns
+/// from `col0` and their up columns `m` further.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matvec_norm_kernel<F: Float, N: Size>(
@@ -62,34 +75,45 @@ pub(crate) fn matvec_norm_kernel<F: Float, N: Size>(
     #[comptime] pairs: usize,
     #[comptime] unroll: usize,
     #[comptime] k_vectors: usize,
+    #[comptime] sums: PlaneSums,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = w.shape(0) / pairs;
-    let col0 = plane_columns(n, cols);
+    let col0 = plane_columns(n, cols, sums);
     let lane = UNIT_POS_X as usize;
     let lanes = CUBE_DIM_X as usize;
-    let mut scales = Array::<f32>::new(rows);
+    let mut squares = Array::<f32>::new(rows);
     #[unroll]
     for r in 0..rows {
-        let mut squares = f32::new(0.0);
+        let mut sum = f32::new(0.0);
         for i in range_stepped(lane, k_vectors, lanes) {
             let v = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
-            squares += lane_sum::<N>(v * v);
+            sum += lane_sum::<N>(v * v);
         }
-        scales[r] = f32::new(1.0) / f32::sqrt(plane_sum(squares) * inv_hidden + eps);
+        squares[r] = sum;
+    }
+    let mut scales = plane_totals(&squares, rows, sums);
+    #[unroll]
+    for r in 0..rows {
+        scales[r] = f32::new(1.0) / f32::sqrt(scales[r] * inv_hidden + eps);
     }
     let acc = plane_products::<F, N>(
         x, norm_w, &scales, w, col0, n, n, rows, cols, pairs, unroll, k_vectors, true,
     );
     if comptime!(pairs == 1) {
-        store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols);
+        store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
     } else {
+        let totals = plane_totals(
+            &lane_sums::<N>(&acc, rows * 2 * cols),
+            rows * 2 * cols,
+            sums,
+        );
         #[unroll]
         for r in 0..rows {
             #[unroll]
             for c in 0..cols {
-                let gate = F::cast_from(plane_sum(lane_sum::<N>(acc[r * 2 * cols + c])));
-                let up = F::cast_from(plane_sum(lane_sum::<N>(acc[r * 2 * cols + cols + c])));
+                let gate = F::cast_from(totals[r * 2 * cols + c]);
+                let up = F::cast_from(totals[r * 2 * cols + cols + c]);
                 let g = f32::cast_from(gate);
                 let s = g / (f32::new(1.0) + f32::exp(f32::new(0.0) - g));
                 if lane == 0 && col0 + c < n {
@@ -114,20 +138,22 @@ pub(crate) fn matvec_add_kernel<F: Float, N: Size>(
     #[comptime] cols: usize,
     #[comptime] unroll: usize,
     #[comptime] k_vectors: usize,
+    #[comptime] sums: PlaneSums,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = w.shape(0);
-    let col0 = plane_columns(n, cols);
+    let col0 = plane_columns(n, cols, sums);
     let no_scales = Array::<f32>::new(1usize);
     let acc = plane_products::<F, N>(
         x, x, &no_scales, w, col0, n, 0, rows, cols, 1usize, unroll, k_vectors, false,
     );
+    let totals = plane_totals(&lane_sums::<N>(&acc, rows * cols), rows * cols, sums);
     let lane = UNIT_POS_X as usize;
     #[unroll]
     for r in 0..rows {
         #[unroll]
         for c in 0..cols {
-            let s = F::cast_from(plane_sum(lane_sum::<N>(acc[r * cols + c])));
+            let s = F::cast_from(totals[r * cols + c]);
             if lane == 0 && col0 + c < n {
                 let at = r * n + col0 + c;
                 out[at] = F::cast_from(f32::cast_from(res[at]) + f32::cast_from(s));
@@ -136,15 +162,73 @@ pub(crate) fn matvec_add_kernel<F: Float, N: Size>(
     }
 }
 
-/// The first of the `cols` output columns (of `n`) of this unit's plane; the plane leaves when
-/// it has none (a whole plane together: the plane sums after stay uniform).
+/// The first of the `cols` output columns (of `n`) of this unit's plane. With plane operations
+/// the plane leaves when it has none (a whole plane together: its plane sums stay uniform);
+/// with shared-memory sums every plane stays (the cube syncs), its loads and stores guarded.
 #[cube]
-fn plane_columns(n: usize, #[comptime] cols: usize) -> usize {
+pub(crate) fn plane_columns(
+    n: usize,
+    #[comptime] cols: usize,
+    #[comptime] sums: PlaneSums,
+) -> usize {
     let col0 = (CUBE_POS * CUBE_DIM_Y as usize + UNIT_POS_Y as usize) * cols;
-    if col0 >= n {
+    if !comptime!(sums.shared) && col0 >= n {
         terminate!();
     }
     col0
+}
+
+/// The sums over the plane's lanes of each lane's `values[0..count]`, every lane given them:
+/// plane sums, or through shared memory (two cube syncs, every plane of the cube taking part).
+#[cube]
+pub(crate) fn plane_totals(
+    values: &Array<f32>,
+    #[comptime] count: usize,
+    #[comptime] sums: PlaneSums,
+) -> Array<f32> {
+    let mut totals = Array::<f32>::new(count);
+    if comptime!(sums.shared) {
+        let lanes = comptime!(sums.lanes);
+        let mut red = Shared::<[f32]>::new_slice(comptime!(sums.planes * count * lanes));
+        let lane = UNIT_POS_X as usize;
+        let base = UNIT_POS_Y as usize * comptime!(count * lanes);
+        #[unroll]
+        for a in 0..count {
+            red[base + a * lanes + lane] = values[a];
+        }
+        sync_cube();
+        // Lane `a` adds value `a`'s row and leaves the total at its start (no lane reads
+        // another's row before the sync).
+        for a in range_stepped(lane, count, lanes) {
+            let mut total = f32::new(0.0);
+            for l in 0..lanes {
+                total += red[base + a * lanes + l];
+            }
+            red[base + a * lanes] = total;
+        }
+        sync_cube();
+        #[unroll]
+        for a in 0..count {
+            totals[a] = red[base + a * lanes];
+        }
+    } else {
+        #[unroll]
+        for a in 0..count {
+            totals[a] = plane_sum(values[a]);
+        }
+    }
+    totals
+}
+
+/// The lane sums of the first `count` accumulators.
+#[cube]
+fn lane_sums<N: Size>(acc: &Array<Vector<f32, N>>, #[comptime] count: usize) -> Array<f32> {
+    let mut sums = Array::<f32>::new(count);
+    #[unroll]
+    for a in 0..count {
+        sums[a] = lane_sum::<N>(acc[a]);
+    }
+    sums
 }
 
 /// This unit's share of a plane's products: accumulator `r * cols * pairs + p * cols + c` holds
@@ -229,15 +313,16 @@ pub(crate) fn store_plane_sums<F: Float, N: Size>(
     col0: usize,
     #[comptime] rows: usize,
     #[comptime] cols: usize,
+    #[comptime] sums: PlaneSums,
 ) {
+    let totals = plane_totals(&lane_sums::<N>(acc, rows * cols), rows * cols, sums);
     let lane = UNIT_POS_X as usize;
     #[unroll]
     for r in 0..rows {
         #[unroll]
         for c in 0..cols {
-            let s = plane_sum(lane_sum::<N>(acc[r * cols + c]));
             if lane == 0 && col0 + c < n {
-                out[r * n + col0 + c] = F::cast_from(s);
+                out[r * n + col0 + c] = F::cast_from(totals[r * cols + c]);
             }
         }
     }

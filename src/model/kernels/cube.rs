@@ -245,7 +245,7 @@ fn fp8_product(
     let [x, codes, scales] = [inputs.x, inputs.codes, inputs.scales].map(into_contiguous);
     let (m, k, n) = (x.shape()[0], x.shape()[1], codes.shape()[0]);
     let float = dtype_to_storage_type(x.dtype);
-    if matvec_fits(&x.client, m) {
+    if matvec_fits(m) {
         let out = fresh(&x, Shape::new([m, n]));
         let args = [x, codes, scales, out.clone()].map(|t| t.into_tensor_arg());
         // Safety: `matvec_fits` holds; `Fp8Weight` keeps k a multiple of 4 (codes are [n, k /

@@ -228,8 +228,8 @@ pub fn fuses(x: &Tensor<2>, w_t: &Tensor<2>, silu: bool) -> bool {
         if off || !same || m == 0 || k == 0 || n == 0 || k != inner {
             return false;
         }
-        if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
-            return rope_pool_kernels::decoder::matvec_norm_fits(&cube.client(), m, silu);
+        if let burn::backend::DispatchDevice::Cube(_) = x.device().as_dispatch() {
+            return rope_pool_kernels::decoder::matvec_norm_fits(m, silu);
         }
     }
     let _ = (x, w_t, silu);
@@ -645,7 +645,7 @@ pub(crate) fn decoder_kernel_fits(
     float: cubecl::ir::ElemType,
     [m, k, n]: [usize; 3],
 ) -> bool {
-    rope_pool_kernels::decoder::matvec_fits(client, m)
+    rope_pool_kernels::decoder::matvec_fits(m)
         || (n < 4 * k && rope_pool_kernels::decoder::few_rows_fits(client, float, m, k, n))
 }
 
