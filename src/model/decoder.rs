@@ -665,13 +665,15 @@ impl Decoder {
         state: StepState,
         step: &StepPlan,
     ) -> Tensor<2> {
-        let mut x = state.x;
-        if let Some(y) = state.pending {
-            x = x + y;
-        }
         let last: Vec<i64> = step.last_tokens().iter().map(|&i| i as i64).collect();
         let last = ints(last, [step.last_tokens().len()], &self.device);
-        let last = ops.rms_norm(x.select(0, last), &self.norm, self.config.rms_norm_eps);
-        ops.project(&self.lm_head, last)
+        // The last tokens' rows of the stream (and of the output pending for it), their norm and
+        // the LM head.
+        let mut rows = StepState {
+            x: state.x.select(0, last.clone()),
+            pending: state.pending.map(|y| y.select(0, last)),
+        };
+        let eps = self.config.rms_norm_eps;
+        ops.norm_project(&mut rows, &self.norm, eps, &self.lm_head, false)
     }
 }
