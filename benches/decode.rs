@@ -20,8 +20,8 @@ use burn_rope_pool::model::{
     Stats, StepToken, generate,
 };
 use burn_rope_pool::testing::{
-    Rng, argmax_rows, device_by_name, generate_unfused, llama3_8b, llama3_70b, random_decoder,
-    random_fp8_decoder, random_sharded_decoder, ranks_by_name,
+    Rng, argmax_rows, device_by_name, generate_unfused, llama3_8b, llama3_70b, llama32_1b,
+    random_decoder, random_fp8_decoder, random_sharded_decoder, ranks_by_name,
 };
 use clap::Parser;
 use instruments::time_per_call;
@@ -84,8 +84,8 @@ struct Args {
     /// summed in process elsewhere.
     #[arg(long, default_value_t = 1)]
     tp: usize,
-    /// The model's shape: `8b` (Llama-3-8B) or `70b` (Llama-3-70B; `--tp` only: it does not
-    /// fit one GPU).
+    /// The model's shape: `8b` (Llama-3-8B), `70b` (Llama-3-70B; `--tp` only: it does not fit
+    /// one GPU) or `1b` (Llama-3.2-1B; with `--vocab 2048` it fits a software Vulkan device).
     #[arg(long, default_value = "8b")]
     model: String,
     /// Write the rows as JSON here.
@@ -155,7 +155,8 @@ fn main() {
     let (shape, name) = match args.model.as_str() {
         "8b" => (llama3_8b(), "Llama-3-8B"),
         "70b" => (llama3_70b(), "Llama-3-70B"),
-        other => panic!("--model {other}: 8b or 70b"),
+        "1b" => (llama32_1b(), "Llama-3.2-1B"),
+        other => panic!("--model {other}: 8b, 70b or 1b"),
     };
     if args.tp > 1 && (args.fp8_weights || !args.fp8_cache.is_empty() || args.profile) {
         panic!("--tp runs the fused path alone: no --fp8-weights, --fp8-cache or --profile");

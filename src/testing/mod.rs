@@ -62,6 +62,21 @@ pub fn llama3_8b() -> DecoderConfig {
     }
 }
 
+/// A Llama-3.2-1B-shaped config (16 layers, hidden 2048, 32/8 heads of 64, MLP 8192, vocab
+/// 128256, θ = 500000, the LM head tied to the embeddings): a model small enough for a software
+/// Vulkan device's buffer limits (with a smaller vocabulary).
+pub fn llama32_1b() -> DecoderConfig {
+    let mut config = llama3_8b();
+    config.hidden_size = 2048;
+    config.intermediate_size = 8192;
+    config.num_layers = 16;
+    config.tie_word_embeddings = true;
+    config.rope = RopePoolConfig::new(64, 32, 8)
+        .with_rope_base(500_000.0)
+        .with_k_rot(false);
+    config
+}
+
 /// A Llama-3-70B-shaped config (80 layers, hidden 8192, 64/8 heads of 128, MLP 28672, vocab
 /// 128256, θ = 500000): the tensor-parallel benchmark's large model.
 pub fn llama3_70b() -> DecoderConfig {
