@@ -82,10 +82,11 @@ case "${1:-run}" in
     ls -la "$pack"
     ;;
   pack-decode)
-    # The decode bench (default build: SPIR-V on Vulkan, `tuning` for the knobs) and the test
-    # suite (default build), for `run-decode`; the CUDA-graph anchor when ROPE_POOL_ANCHORS has it.
+    # The decode bench (default build: SPIR-V on Vulkan, `tuning` for the knobs, `profile` for
+    # --host-profile) and the test suite (default build), for `run-decode`; the CUDA-graph anchor
+    # when ROPE_POOL_ANCHORS has it.
     mkdir -p "$pack"
-    strip -o "$pack/decode" "$(executable --bench decode --features tuning)"
+    strip -o "$pack/decode" "$(executable --bench decode --features tuning,profile)"
     strip -o "$pack/suite" "$(executable --test suite)"
     xz -T2 -6 -f "$pack/decode" "$pack/suite"
     copy_anchor graph_decode_anchor.py
@@ -95,7 +96,8 @@ case "${1:-run}" in
     # On the GPU: the decoder's kernel and checkpoint tests (TESTS, a filter of the suite; unset:
     # projections, fp8 and the checkpoints), the decode bench with fp8 caches and fp8 weights
     # beside f16 (extra arguments go to it, not to the A/B), its prefill rows again without the
-    # query-tile attention (SKIP_AB=1 skips them), then the CUDA-graph anchor, in one call.
+    # query-tile attention and its decode rows without the fused projections (SKIP_AB=1 skips
+    # them), the batch-1 profiles, then the CUDA-graph anchor, in one call.
     unpack decode suite
     out=${OUT:-/tmp}
     shift || true
@@ -106,12 +108,24 @@ case "${1:-run}" in
     fi
     /tmp/decode --device vulkan --fused-only --fp8-cache 0.05,0.05 --fp8-weights \
       --json "$out/decode.json" "$@" 2>"$out/decode.log" | tee "$out/decode.md"
-    # Prefill without the query-tile attention (the per-row kernels): the A/B of its rows.
     if [ -z "${SKIP_AB:-}" ]; then
+      # Prefill without the query-tile attention (the per-row kernels): the A/B of its rows.
       ROPE_POOL_ATTENTION_TILES=0 /tmp/decode --device vulkan --fused-only --steps 2 \
         --batches 1,64 --json "$out/decode-no-tiles.json" 2>>"$out/decode.log" |
         tee "$out/decode-no-tiles.md"
+      # Decode with the norm, activation and residual add as separate launches (0) and fused
+      # into the projections (1), alternated twice: batch 1 moves with the host between runs.
+      for i in 1 2; do
+        for fused in 1 0; do
+          ROPE_POOL_FUSED_PROJECTIONS=$fused /tmp/decode --device vulkan --fused-only --steps 32 \
+            --batches 1,8 2>>"$out/decode.log" | grep '^| fused' | sed "s/^/fused=$fused /" |
+            tee -a "$out/decode-fused-ab.md"
+        done
+      done
     fi
+    # Where a batch-1 step goes: launches and device time by kernel, then host CPU by thread.
+    /tmp/decode --device vulkan --fused-only --steps 2 --batches 1 --profile --host-profile 4 \
+      > "$out/decode-profile.md" 2>>"$out/decode.log" || true
     if [ -f "$pack/graph_decode_anchor.py" ] && [ -z "${SKIP_ANCHOR:-}" ]; then
       PYTHONUNBUFFERED=1 python3 "$pack/graph_decode_anchor.py" > "$out/anchor.txt" 2>&1 || true
       tail -20 "$out/anchor.txt"
