@@ -28,33 +28,38 @@ cat > "$llvm/bin/llvm-config" <<'WRAP'
 /usr/lib/llvm-22/bin/llvm-config "$@" | sed 's#/usr/lib/x86_64-linux-gnu/libz3.so#-lz3#g'
 WRAP
 chmod +x "$llvm/bin/llvm-config"
-features=(--no-default-features --features cuda,flex)
+# ROPE_POOL_CUDA_CPP=1: CubeCL's C++ (NVRTC) backend (feature `cuda-cpp`), the binaries named
+# `*-cuda-cpp`; at run time it needs a CUDA toolkit's headers, `CUDA_PATH` (include/, include/cccl).
+cuda=cuda
+suffix=cuda
+if [ "${ROPE_POOL_CUDA_CPP:-}" = 1 ]; then cuda=cuda-cpp; suffix=cuda-cpp; fi
+features=(--no-default-features --features $cuda,flex)
 targets=(--bench rope_pool)
 if [ "${1:-}" = all ]; then
   targets+=(--bench decode --bench pool_attention --example replay)
 elif [ "${1:-}" = decode ]; then
   # The suite's features, so that the two share one build of burn.
-  features=(--no-default-features --features cuda,flex,autodiff)
+  features=(--no-default-features --features $cuda,flex,autodiff,tuning)
   targets=(--bench decode)
 elif [ "${1:-}" = suite ]; then
   # The test suite with CUDA as its GPU device (tests/suite/common.rs), autodiff included.
-  features=(--no-default-features --features cuda,flex,autodiff)
+  features=(--no-default-features --features $cuda,flex,autodiff)
   targets=(--test suite)
 fi
 CARGO_TARGET_DIR=target/cuda cargo build --release "${features[@]}" "${targets[@]}"
 newest() { ls -t target/cuda/release/$1 | grep -v '\.d$' | head -1; }
 if [ "${1:-}" = decode ] || [ "${1:-}" = suite ]; then
-  strip -o "$pack/$1-cuda" "$(newest "deps/$1-*")"
-  xz -T2 -6 -f "$pack/$1-cuda"
+  strip -o "$pack/$1-$suffix" "$(newest "deps/$1-*")"
+  xz -T2 -6 -f "$pack/$1-$suffix"
   exit 0
 fi
-strip -o "$pack/bench-cuda" "$(newest 'deps/rope_pool-*')"
-packed=("$pack/bench-cuda")
+strip -o "$pack/bench-$suffix" "$(newest 'deps/rope_pool-*')"
+packed=("$pack/bench-$suffix")
 if [ "${1:-}" = all ]; then
-  strip -o "$pack/decode-cuda" "$(newest 'deps/decode-*')"
-  strip -o "$pack/attention-cuda" "$(newest 'deps/pool_attention-*')"
-  strip -o "$pack/replay-cuda" target/cuda/release/examples/replay
-  packed+=("$pack/decode-cuda" "$pack/attention-cuda" "$pack/replay-cuda")
+  strip -o "$pack/decode-$suffix" "$(newest 'deps/decode-*')"
+  strip -o "$pack/attention-$suffix" "$(newest 'deps/pool_attention-*')"
+  strip -o "$pack/replay-$suffix" target/cuda/release/examples/replay
+  packed+=("$pack/decode-$suffix" "$pack/attention-$suffix" "$pack/replay-$suffix")
 fi
 xz -T2 -6 -f "${packed[@]}"
-ls -la "$pack"/*-cuda.xz
+ls -la "$pack"/*-$suffix.xz

@@ -62,17 +62,30 @@ const PLANES_PER_CUBE: usize = 8;
 /// memory).
 const SHARED_LANES: usize = 32;
 /// Such planes per cube: 4 keeps each sum's shared memory (planes × accumulators × lanes of
-/// f32) at 8 KiB, two of them within WebGPU's 16 KiB default.
+/// f32, at most [`ACCUMULATORS`] a lane) at 8 KiB.
 const SHARED_PLANES: usize = 4;
+/// The most shared memory a matrix-vector kernel takes with shared-memory sums: two sums (the
+/// norm's and the product's), 16 KiB (WebGPU's default limit).
+const SHARED_SUMS_BYTES: usize = 2 * SHARED_PLANES * ACCUMULATORS * SHARED_LANES * 4;
 /// Weight vectors each unit loads per iteration (in flight together), over its columns.
 const LOADS: usize = 4;
 /// The most accumulators (rows × columns, vectors) a unit keeps.
 const ACCUMULATORS: usize = 16;
 
-/// Whether [`launch_matvec`] runs `rows` rows: at most [`MATVEC_MAX_ROWS`] (on every device:
-/// [`plane_sums`] says how a plane adds its lanes there).
-pub fn matvec_fits(rows: usize) -> bool {
+/// Whether [`launch_matvec`] runs `rows` rows on `client`'s device: at most
+/// [`MATVEC_MAX_ROWS`], and a device with plane operations of one fixed, power-of-two size or,
+/// without them (a plane's lanes then add through shared memory), cubes of 4 × 32 units and 16
+/// KiB of shared memory.
+pub fn matvec_fits(client: &Client, rows: usize) -> bool {
+    let sums = plane_sums(client);
+    let hardware = &client.properties().hardware;
+    let cube = sums.lanes * sums.planes;
     (1..=MATVEC_MAX_ROWS).contains(&rows)
+        && (!sums.shared
+            || hardware.max_units_per_cube as usize >= cube
+                && hardware.max_cube_dim.0 as usize >= sums.lanes
+                && hardware.max_cube_dim.1 as usize >= sums.planes
+                && hardware.max_shared_memory_size >= SHARED_SUMS_BYTES)
 }
 
 /// How the matrix-vector kernels' planes add their lanes on `client`'s device: plane sums where
@@ -100,8 +113,8 @@ fn plane_sums(client: &Client) -> PlaneSums {
 
 /// Whether [`launch_matvec_norm`] with `silu` runs `rows` rows on `client`'s device:
 /// [`matvec_fits`], and with `silu` (two accumulators a row and column) at most 8 rows.
-pub fn matvec_norm_fits(rows: usize, silu: bool) -> bool {
-    matvec_fits(rows) && rows * (1 + silu as usize) <= ACCUMULATORS
+pub fn matvec_norm_fits(client: &Client, rows: usize, silu: bool) -> bool {
+    matvec_fits(client, rows) && rows * (1 + silu as usize) <= ACCUMULATORS
 }
 
 /// The plane layout of the matrix-vector kernels for `rows` rows and `n` output columns, each

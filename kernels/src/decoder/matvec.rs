@@ -166,14 +166,18 @@ pub(crate) fn matvec_add_kernel<F: Float, N: Size>(
 /// the plane leaves when it has none (a whole plane together: its plane sums stay uniform);
 /// with shared-memory sums every plane stays (the cube syncs), its loads and stores guarded.
 #[cube]
+// Not collapsed: the outer condition is comptime (no branch in shared mode), the inner one not.
+#[allow(clippy::collapsible_if)]
 pub(crate) fn plane_columns(
     n: usize,
     #[comptime] cols: usize,
     #[comptime] sums: PlaneSums,
 ) -> usize {
     let col0 = (CUBE_POS * CUBE_DIM_Y as usize + UNIT_POS_Y as usize) * cols;
-    if !comptime!(sums.shared) && col0 >= n {
-        terminate!();
+    if comptime!(!sums.shared) {
+        if col0 >= n {
+            terminate!();
+        }
     }
     col0
 }

@@ -217,11 +217,19 @@ fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
         Some(strategy) => match launch_matmul(&strategy, &x, &rhs, &out) {
             Ok(()) => true,
             Err(_refusal) => {
-                // Benchmark builds say so once: a sweep must know what it timed.
+                // Benchmark builds say so once per routine: a sweep must know what it timed.
                 #[cfg(feature = "tuning")]
                 {
-                    static SAID: std::sync::Once = std::sync::Once::new();
-                    SAID.call_once(|| eprintln!("matmul routine refused: {_refusal:?}"));
+                    use std::collections::HashSet;
+                    static SAID: std::sync::Mutex<Option<HashSet<u32>>> =
+                        std::sync::Mutex::new(None);
+                    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+                    if said.get_or_insert_with(HashSet::new).insert(routine as u32) {
+                        eprintln!(
+                            "matmul routine {} refused (Burn's matmul runs instead): {_refusal:?}",
+                            routine.name()
+                        );
+                    }
                 }
                 false
             }
@@ -245,7 +253,7 @@ fn fp8_product(
     let [x, codes, scales] = [inputs.x, inputs.codes, inputs.scales].map(into_contiguous);
     let (m, k, n) = (x.shape()[0], x.shape()[1], codes.shape()[0]);
     let float = dtype_to_storage_type(x.dtype);
-    if matvec_fits(m) {
+    if matvec_fits(&x.client, m) {
         let out = fresh(&x, Shape::new([m, n]));
         let args = [x, codes, scales, out.clone()].map(|t| t.into_tensor_arg());
         // Safety: `matvec_fits` holds; `Fp8Weight` keeps k a multiple of 4 (codes are [n, k /

@@ -228,8 +228,8 @@ pub fn fuses(x: &Tensor<2>, w_t: &Tensor<2>, silu: bool) -> bool {
         if off || !same || m == 0 || k == 0 || n == 0 || k != inner {
             return false;
         }
-        if let burn::backend::DispatchDevice::Cube(_) = x.device().as_dispatch() {
-            return rope_pool_kernels::decoder::matvec_norm_fits(m, silu);
+        if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
+            return rope_pool_kernels::decoder::matvec_norm_fits(&cube.client(), m, silu);
         }
     }
     let _ = (x, w_t, silu);
@@ -506,12 +506,24 @@ pub enum MatmulRoutine {
     DoubleCyclicSpecialized,
     /// Specialised load and compute planes, cyclic loading.
     SpecializedCyclic,
+    /// As `SimpleCyclicMultiRows` on warp-level `mma` tiles (16 × 8 × 16, `ldmatrix` loads)
+    /// instead of `cmma`'s: where the device has them (CUDA).
+    SimpleCyclicMultiRowsMma,
+    /// One stage loaded by the tensor memory accelerator, `mma` tiles: CUDA's C++ backend on
+    /// sm 90 (the `cuda-cpp` build) only; refused elsewhere.
+    SimpleTmaMma,
+    /// Double-buffered stages loaded by the tensor memory accelerator, `mma` tiles (as
+    /// `SimpleTmaMma`, where it runs).
+    DoubleTmaMma,
+    /// Specialised load and compute planes, stages loaded by the tensor memory accelerator,
+    /// `mma` tiles (as `SimpleTmaMma`, where it runs).
+    SpecializedTmaMma,
 }
 
 #[cfg_attr(not(any(feature = "cube", feature = "testing")), allow(dead_code))]
 impl MatmulRoutine {
     /// Every routine, in index order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 12] = [
         Self::Heuristic,
         Self::SimpleCyclic,
         Self::SimpleCyclicMultiRows,
@@ -520,6 +532,10 @@ impl MatmulRoutine {
         Self::DoubleCyclic,
         Self::DoubleCyclicSpecialized,
         Self::SpecializedCyclic,
+        Self::SimpleCyclicMultiRowsMma,
+        Self::SimpleTmaMma,
+        Self::DoubleTmaMma,
+        Self::SpecializedTmaMma,
     ];
 
     /// The routine [`project`] runs for `x [m, k] · w_tᵀ` with `w_t [n, k]`, past the
@@ -560,6 +576,10 @@ impl MatmulRoutine {
             Self::DoubleCyclic => "double",
             Self::DoubleCyclicSpecialized => "double-specialized",
             Self::SpecializedCyclic => "specialized",
+            Self::SimpleCyclicMultiRowsMma => "simple-multi-rows-mma",
+            Self::SimpleTmaMma => "simple-tma-mma",
+            Self::DoubleTmaMma => "double-tma-mma",
+            Self::SpecializedTmaMma => "specialized-tma-mma",
         }
     }
 
@@ -587,6 +607,12 @@ impl MatmulRoutine {
                 tile_matmul: Cmma,
             }))
         };
+        // The `Mma` strategies set their tile kind over the arguments' (cubek-matmul 0.3.1
+        // `src/multi_level/strategy.rs`, `stamp_kind`).
+        let args = |multi_rows| SimpleArgs {
+            multi_rows,
+            tile_matmul: Cmma,
+        };
         let ordered = |rows| {
             Strategy::OrderedDoubleCmma(Inferred(OrderedSelectionArgs {
                 partition_k: Some(2),
@@ -611,6 +637,13 @@ impl MatmulRoutine {
                 Self::DoubleCyclic => double(false),
                 Self::DoubleCyclicSpecialized => double(true),
                 Self::SpecializedCyclic => Strategy::SpecializedCyclicCmma(Inferred(().into())),
+                Self::SimpleCyclicMultiRowsMma => Strategy::SimpleCyclicMma(Inferred(args(true))),
+                Self::SimpleTmaMma => Strategy::SimpleTmaMma(Inferred(args(true))),
+                Self::DoubleTmaMma => Strategy::DoubleTmaMma(Inferred(DoubleBufferingArgs {
+                    specialized: false,
+                    tile_matmul: Cmma,
+                })),
+                Self::SpecializedTmaMma => Strategy::SpecializedTmaMma(Inferred(().into())),
             }
             .into(),
         )
@@ -645,7 +678,7 @@ pub(crate) fn decoder_kernel_fits(
     float: cubecl::ir::ElemType,
     [m, k, n]: [usize; 3],
 ) -> bool {
-    rope_pool_kernels::decoder::matvec_fits(m)
+    rope_pool_kernels::decoder::matvec_fits(client, m)
         || (n < 4 * k && rope_pool_kernels::decoder::few_rows_fits(client, float, m, k, n))
 }
 
