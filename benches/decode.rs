@@ -177,8 +177,10 @@ fn main() {
     if args.matmul_probe {
         matmul_probe(&device, dtype, &args.probe_rows, args.probe_project_only);
     }
-    println!("| path | batch | prefill tok/s | decode tok/s | decode ms/step |");
-    println!("| --- | ---: | ---: | ---: | ---: |");
+    println!(
+        "| path | batch | prefill tok/s | decode tok/s | decode ms/step | enqueued ms: prefill / decode step |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
     let mut model = random_decoder(config.clone(), &device, dtype).expect("random weights");
     let mut rows = Vec::new();
     let mut paths = vec![("fused", true, None)];
@@ -530,8 +532,10 @@ fn tensor_parallel(config: DecoderConfig, dtype: DType, args: &Args) {
     });
     let layers = config.num_layers;
     let model = random_sharded_decoder(config, &devices, dtype, collective).expect("shards");
-    println!("| path | batch | prefill tok/s | decode tok/s | decode ms/step |");
-    println!("| --- | ---: | ---: | ---: | ---: |");
+    println!(
+        "| path | batch | prefill tok/s | decode tok/s | decode ms/step | enqueued ms: prefill / decode step |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
     let mut rows = Vec::new();
     for &batch in &args.batches {
         let mut ms = [0.0; 2];
@@ -583,14 +587,18 @@ fn report(
     stats: &Stats,
     args: &Args,
 ) -> String {
-    let ms = 1e3 * stats.decode_time.as_secs_f64() / args.steps.max(1) as f64;
+    let steps = args.steps.max(1) as f64;
+    let ms = 1e3 * stats.decode_time.as_secs_f64() / steps;
+    // The caller's share of the prefill (one step: the prompts in one batch) and of a decode step.
+    let prefill_enqueued = 1e3 * stats.prefill_enqueue_time.as_secs_f64();
+    let decode_enqueued = 1e3 * stats.decode_enqueue_time.as_secs_f64() / steps;
     println!(
-        "| {path} | {batch} | {:.0} | {:.1} | {ms:.2} |",
+        "| {path} | {batch} | {:.0} | {:.1} | {ms:.2} | {prefill_enqueued:.1} / {decode_enqueued:.2} |",
         stats.prefill_rate(),
         stats.decode_rate()
     );
     format!(
-        "{{\"path\":\"{path}\",\"model\":\"{}\",\"batch\":{batch},\"dtype\":\"{dtype:?}\",\"layers\":{layers},\"prompt\":{},\"steps\":{},\"prefill_tok_s\":{:.1},\"decode_tok_s\":{:.2},\"decode_ms_per_step\":{ms:.3}}}",
+        "{{\"path\":\"{path}\",\"model\":\"{}\",\"batch\":{batch},\"dtype\":\"{dtype:?}\",\"layers\":{layers},\"prompt\":{},\"steps\":{},\"prefill_tok_s\":{:.1},\"decode_tok_s\":{:.2},\"decode_ms_per_step\":{ms:.3},\"prefill_enqueue_ms\":{prefill_enqueued:.3},\"decode_enqueue_ms_per_step\":{decode_enqueued:.3}}}",
         args.model,
         args.prompt,
         args.steps,

@@ -144,10 +144,15 @@ pub struct Stats {
     pub prefill_tokens: usize,
     /// Wall time of steps that held prompt tokens.
     pub prefill_time: Duration,
+    /// Of `prefill_time`, the time until the decoder's step returned: the caller's share (its
+    /// work enqueued), before waiting for the device and reading back.
+    pub prefill_enqueue_time: Duration,
     /// Tokens decoded in decode-only steps.
     pub decode_tokens: usize,
     /// Wall time of decode-only steps.
     pub decode_time: Duration,
+    /// Of `decode_time`, the time until the decoder's step returned (as `prefill_enqueue_time`).
+    pub decode_enqueue_time: Duration,
     /// Steps run.
     pub steps: usize,
     /// Requests finished.
@@ -515,6 +520,7 @@ impl<'a, M: Model> Engine<'a, M> {
         }
         let start = Instant::now();
         let logits = (self.step_fn)(self.decoder, &tokens, &mut self.pool)?;
+        let enqueued = start.elapsed();
         // The step's logits rows are its sequences in running order; the rows of sequences still
         // prefilling are dropped.
         let in_step = plan.iter().filter(|&&(take, sampled)| take > 0 || sampled);
@@ -567,9 +573,11 @@ impl<'a, M: Model> Engine<'a, M> {
         if prefill > 0 {
             self.stats.prefill_tokens += prefill;
             self.stats.prefill_time += elapsed;
+            self.stats.prefill_enqueue_time += enqueued;
         } else {
             self.stats.decode_tokens += tokens.len();
             self.stats.decode_time += elapsed;
+            self.stats.decode_enqueue_time += enqueued;
         }
         let mut kept = kept.map(Vec::into_iter);
         let context = self.context();
