@@ -6,7 +6,10 @@
 //! together — and [`pool_attention`] reads the pool rows of each token's sequence in place (one
 //! plan per step, used by every layer).
 
-use crate::model::kernels::{add_rms_norm, fuses, norm_project, project_add, rms_norm, silu_mul};
+use crate::model::kernels::{
+    add_rms_norm, fuses, fuses_fp8, norm_project, norm_project_fp8, project_add, project_add_fp8,
+    rms_norm, silu_mul,
+};
 use crate::model::weights::{FromCheckpoint, Layer, Linear, Weight, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
 use crate::op::{
@@ -195,8 +198,8 @@ impl LayerOps for Kernels {
     ) -> Result<RopePoolOutputs, RefusedCall> {
         try_rope_pool_fused(inputs, config)
     }
-    /// One launch where the matrix-vector kernel takes the rows (a float weight, no bias with
-    /// `silu`, nothing pending), the separate kernels elsewhere.
+    /// One launch where the matrix-vector kernel takes the rows (no bias with `silu`, nothing
+    /// pending), the separate kernels elsewhere.
     fn norm_project(
         &self,
         state: &mut StepState,
@@ -205,22 +208,35 @@ impl LayerOps for Kernels {
         linear: &Linear,
         silu: bool,
     ) -> Tensor<2> {
-        if let (None, Weight::Float(w_t)) = (&state.pending, &linear.w)
-            && (!silu || linear.b.is_none())
-            && fuses(&state.x, w_t, silu)
-        {
-            return linear.bias(norm_project(state.x.clone(), w, eps, w_t, silu));
+        if state.pending.is_none() && (!silu || linear.b.is_none()) {
+            let x = &state.x;
+            match &linear.w {
+                Weight::Float(w_t) if fuses(x, w_t, silu) => {
+                    return linear.bias(norm_project(x.clone(), w, eps, w_t, silu));
+                }
+                Weight::Fp8(w_fp8) if fuses_fp8(x, w_fp8, silu) => {
+                    return linear.bias(norm_project_fp8(x.clone(), w, eps, w_fp8, silu));
+                }
+                _ => {}
+            }
         }
         norm_project_separately(self, state, w, eps, linear, silu)
     }
     /// Added to the stream in the projection's launch where the matrix-vector kernel takes the
-    /// rows (a float weight without bias), left pending elsewhere.
+    /// rows (a weight without bias), left pending elsewhere.
     fn project_residual(&self, state: &mut StepState, linear: &Linear, x: Tensor<2>) {
-        if let (None, Weight::Float(w_t), None) = (&state.pending, &linear.w, &linear.b)
-            && fuses(&x, w_t, false)
-        {
-            state.x = project_add(x, w_t, state.x.clone());
-            return;
+        if let (None, None) = (&state.pending, &linear.b) {
+            match &linear.w {
+                Weight::Float(w_t) if fuses(&x, w_t, false) => {
+                    state.x = project_add(x, w_t, state.x.clone());
+                    return;
+                }
+                Weight::Fp8(w_fp8) if fuses_fp8(&x, w_fp8, false) => {
+                    state.x = project_add_fp8(x, w_fp8, state.x.clone());
+                    return;
+                }
+                _ => {}
+            }
         }
         project_residual_separately(self, state, linear, x)
     }

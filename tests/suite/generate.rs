@@ -770,26 +770,37 @@ fn projections_match_float64() {
     }
 }
 
-/// The decode step's fused forms of the projection (the matrix-vector kernel with the norm
+/// The decode step's fused forms of the projection, on float and fp8 weights (the matrix-vector kernel with the norm
 /// before it, the activation or the residual add after it, in one launch where `fuses` says so;
 /// the separate functions elsewhere) against float64 with the model's rounding at each step,
 /// across the row limits (8 with the activation, 16 without) and odd widths.
 #[test]
 fn fused_projections_match_float64() {
-    use burn_rope_pool::testing::{fuses, norm_project, project_add};
+    use burn_rope_pool::testing::{
+        fuses, fuses_fp8, norm_project, norm_project_fp8, project_add, project_add_fp8,
+    };
     // Large enough to move the norm past the f32 tolerance (the rows' mean square is ~1).
     const EPS: f64 = 0.1;
     let mut rng = burn_rope_pool::testing::Rng::new(81);
     for (name, device) in crate::common::devices() {
-        for (m, k, n) in [
-            (1usize, 4096usize, 300usize),
-            (3, 7, 10),
-            (3, 7, 11),
-            (8, 130, 34),
-            (9, 64, 12),
-            (16, 260, 21),
-            (17, 32, 8),
+        // Float weights, then fp8 weights (inner sizes a multiple of 4, blocks of `block_k`).
+        for (fp8, m, k, n, block_k) in [
+            (false, 1usize, 4096usize, 300usize, 0usize),
+            (false, 3, 7, 10, 0),
+            (false, 3, 7, 11, 0),
+            (false, 8, 130, 34, 0),
+            (false, 9, 64, 12, 0),
+            (false, 16, 260, 21, 0),
+            (false, 17, 32, 8, 0),
+            (true, 1, 2048, 300, 128),
+            (true, 3, 8, 10, 4),
+            (true, 3, 8, 11, 8),
+            (true, 8, 132, 34, 32),
+            (true, 9, 64, 12, 64),
+            (true, 16, 260, 21, 260),
+            (true, 17, 32, 8, 32),
         ] {
+            let fp8 = fp8.then(|| random_fp8_weight(&mut rng, n, k, block_k, &device));
             for dtype in [DType::F32, DType::F16] {
                 if !device.supports_dtype(dtype) {
                     continue;
@@ -798,17 +809,24 @@ fn fused_projections_match_float64() {
                 let base = if dtype == DType::F32 { 1e-5 } else { 2e-3 };
                 let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();
                 let norm_w: Vec<f64> = rng.values(k).into_iter().map(round).collect();
-                let w: Vec<f64> = rng.values(n * k).into_iter().map(round).collect();
+                let w: Vec<f64> = match &fp8 {
+                    Some((_, w)) => w.clone(),
+                    None => rng.values(n * k).into_iter().map(round).collect(),
+                };
                 let res: Vec<f64> = rng.values(m * n).into_iter().map(round).collect();
                 let tensor = |v: &[f64], dims: [usize; 2]| float_tensor(v, dims, &device, dtype);
                 let (xt, wt) = (tensor(&x, [m, k]), tensor(&w, [n, k]));
                 let nt = float_tensor(&norm_w, [k], &device, dtype);
+                let fused = |silu| match &fp8 {
+                    Some((weight, _)) => fuses_fp8(&xt, weight, silu),
+                    None => fuses(&xt, &wt, silu),
+                };
                 // Every GPU device takes up to 16 rows in one launch (8 with the activation, asked
                 // of even widths only: gate and up halves).
                 let gpu = name != "flex";
                 let even = n % 2 == 0;
                 assert_eq!(
-                    [fuses(&xt, &wt, false), even && fuses(&xt, &wt, true)],
+                    [fused(false), even && fused(true)],
                     [gpu && m <= 16, gpu && m <= 8 && even],
                     "{name} {m} rows"
                 );
@@ -830,20 +848,27 @@ fn fused_projections_match_float64() {
                 let get = |t: burn::tensor::Tensor<2>| -> Vec<f64> {
                     t.into_data().iter::<f64>().collect()
                 };
-                let normed = get(norm_project(xt.clone(), &nt, EPS, &wt, false));
-                let half = if even { n / 2 } else { 0 };
-                let act = match even {
-                    true => get(norm_project(xt.clone(), &nt, EPS, &wt, true)),
-                    false => Vec::new(),
+                let normed = |silu| {
+                    get(match &fp8 {
+                        Some((weight, _)) => norm_project_fp8(xt.clone(), &nt, EPS, weight, silu),
+                        None => norm_project(xt.clone(), &nt, EPS, &wt, silu),
+                    })
                 };
-                let added = get(project_add(xt.clone(), &wt, tensor(&res, [m, n])));
+                let added = get(match &fp8 {
+                    Some((weight, _)) => project_add_fp8(xt.clone(), weight, tensor(&res, [m, n])),
+                    None => project_add(xt.clone(), &wt, tensor(&res, [m, n])),
+                });
+                let half = if even { n / 2 } else { 0 };
+                let (act, normed) = (if even { normed(true) } else { Vec::new() }, normed(false));
                 assert_eq!(
                     [normed.len(), act.len(), added.len()],
                     [m * n, m * half, m * n]
                 );
+                let kind = if fp8.is_some() { "fp8" } else { "float" };
                 for r in 0..m {
                     for c in 0..n {
-                        let at = format!("{name} {dtype:?} [{m}, {k}]·[{n}, {k}]ᵀ at ({r}, {c})");
+                        let at =
+                            format!("{name} {dtype:?} [{m}, {k}]·{kind}[{n}, {k}]ᵀ at ({r}, {c})");
                         let (d, scale) = dot(&h, r, c);
                         let got = normed[r * n + c];
                         assert!(
@@ -876,6 +901,48 @@ fn fused_projections_match_float64() {
     }
 }
 
+/// A random fp8 weight `[n, k]` in blocks of `block_k` on `device` (every finite code, not the
+/// NaN codes; scales from 2^-14 to 2^-6, so f16 products stay finite) and its values, decoded on
+/// the host.
+fn random_fp8_weight(
+    rng: &mut burn_rope_pool::testing::Rng,
+    n: usize,
+    k: usize,
+    block_k: usize,
+    device: &Device,
+) -> (burn_rope_pool::testing::Fp8Weight, Vec<f64>) {
+    use burn::tensor::{Int, Tensor, TensorData};
+    use rope_pool_kernels::common::fp8::decode_host;
+    let codes: Vec<u8> = (0..n * k)
+        .map(|_| {
+            let c = (rng.values(1)[0].abs() * 1e6) as u32 as u8;
+            if c & 0x7F == 0x7F { c ^ 1 } else { c }
+        })
+        .collect();
+    let blocks = k.div_ceil(block_k);
+    let scales: Vec<f32> = rng
+        .values(n * blocks)
+        .into_iter()
+        .map(|v| 2f32.powf((v.abs() * 8.0).min(8.0) as f32 - 14.0))
+        .collect();
+    let w: Vec<f64> = (0..n * k)
+        .map(|i| {
+            let (r, c) = (i / k, i % k);
+            (decode_host(codes[i]) * scales[r * blocks + c / block_k]) as f64
+        })
+        .collect();
+    let words: Vec<u32> = codes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let weight = burn_rope_pool::testing::Fp8Weight::new(
+        Tensor::<2, Int>::from_data(TensorData::new(words, [n, k / 4]), (device, DType::U32)),
+        Tensor::<2>::from_data(TensorData::new(scales, [n, blocks]), (device, DType::F32)),
+        block_k,
+    );
+    (weight, w)
+}
+
 /// The projection on an fp8 weight (e4m3 codes with a scale per row and block:
 /// decoded in registers for up to 16 rows where the device has the matrix-vector kernel,
 /// decoded into the run dtype and multiplied past that, dequantized in tensor ops elsewhere)
@@ -884,9 +951,7 @@ fn fused_projections_match_float64() {
 /// host's decoding exactly.
 #[test]
 fn fp8_projections_match_float64() {
-    use burn::tensor::{Int, Tensor, TensorData};
-    use burn_rope_pool::testing::{Fp8Weight, project_fp8};
-    use rope_pool_kernels::common::fp8::decode_host;
+    use burn_rope_pool::testing::project_fp8;
     let mut rng = burn_rope_pool::testing::Rng::new(80);
     for (name, device) in crate::common::devices() {
         for (m, k, n, block_k) in [
@@ -901,41 +966,7 @@ fn fp8_projections_match_float64() {
             (40, 68, 300, 4),
             (130, 96, 40, 96),
         ] {
-            // Every finite code (not the NaN codes 0x7F, 0xFF), scales from 2^-14 to 2^-6 (f16
-            // products stay finite).
-            let codes: Vec<u8> = (0..n * k)
-                .map(|_| {
-                    let c = (rng.values(1)[0].abs() * 1e6) as u32 as u8;
-                    if c & 0x7F == 0x7F { c ^ 1 } else { c }
-                })
-                .collect();
-            let blocks = k.div_ceil(block_k);
-            let scales: Vec<f32> = rng
-                .values(n * blocks)
-                .into_iter()
-                .map(|v| 2f32.powf((v.abs() * 8.0).min(8.0) as f32 - 14.0))
-                .collect();
-            let w: Vec<f64> = (0..n * k)
-                .map(|i| {
-                    let (r, c) = (i / k, i % k);
-                    (decode_host(codes[i]) * scales[r * blocks + c / block_k]) as f64
-                })
-                .collect();
-            let words: Vec<u32> = codes
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            let weight = Fp8Weight::new(
-                Tensor::<2, Int>::from_data(
-                    TensorData::new(words, [n, k / 4]),
-                    (&device, DType::U32),
-                ),
-                Tensor::<2>::from_data(
-                    TensorData::new(scales.clone(), [n, blocks]),
-                    (&device, DType::F32),
-                ),
-                block_k,
-            );
+            let (weight, w) = random_fp8_weight(&mut rng, n, k, block_k, &device);
             let dense: Vec<f64> = weight
                 .dequantize(DType::F32)
                 .into_data()

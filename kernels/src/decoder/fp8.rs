@@ -11,16 +11,18 @@
 //! - [`dequantize_fp8_kernel`](fn@dequantize_fp8_kernel): the weight as floats `[n, k]`, for the
 //!   products of more rows (a tensor-core routine then reads it).
 
-use super::matvec::{PlaneSums, plane_columns, store_plane_sums};
+use super::matvec::{
+    PlaneSums, plane_columns, row_scales, store_added, store_plane_sums, store_silu,
+};
 use crate::common::fp8::unpack_e4m3;
 use cubecl::ir::ElemType;
 use cubecl::prelude::*;
 
-/// `out [rows, n] = x [rows, k] · wᵀ` with `w` fp8 (`codes` and `scales` as above), as vectors of `W` words,
-/// `w_vectors` a row; `x` as vectors of `N` = 4 elements (one per word). The cube is `(plane
-/// size, planes)` units; plane `UNIT_POS_Y` of cube `CUBE_POS` computes the `cols` adjacent
-/// columns from `(CUBE_POS * planes + UNIT_POS_Y) * cols`; each unit keeps `unroll * cols`
-/// weight loads in flight and decodes each word once for all rows.
+/// `out [rows, n] = x [rows, k] · wᵀ` with `w` fp8 (`codes` and `scales` as above), as vectors
+/// of `W` words, `w_vectors` a row; `x` as vectors of `N` = 4 elements (one per word). The cube
+/// is `(plane size, planes)` units; plane `UNIT_POS_Y` of cube `CUBE_POS` computes the `cols`
+/// adjacent columns from `(CUBE_POS * planes + UNIT_POS_Y) * cols`; each unit keeps `unroll *
+/// cols` weight loads in flight and decodes each word once for all rows.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
@@ -37,68 +39,181 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     #[define(F)] _dtype: ElemType,
 ) {
     let n = codes.shape(0);
+    let col0 = plane_columns(n, cols, sums);
+    // `x` stands in for the norm weight the plain product does not read.
+    let no_scales = Array::<f32>::new(1usize);
+    let shape = comptime!(Fp8Shape {
+        rows,
+        cols,
+        pairs: 1,
+        unroll,
+        w_vectors,
+        block_words,
+        norm: false,
+    });
+    let acc = fp8_plane_products::<F, N, W>(x, x, &no_scales, codes, scales, col0, n, 0, shape);
+    store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
+}
+
+/// [`matvec_fp8_kernel`](fn@matvec_fp8_kernel) of the RMSNorm of `x`'s rows, and with `pairs =
+/// 2` the activation of a stacked gate/up weight: as the float kernel
+/// [`matvec_norm_kernel`](fn@super::matvec::matvec_norm_kernel).
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matvec_fp8_norm_kernel<F: Float, N: Size, W: Size>(
+    x: &Tensor<Vector<F, N>>,
+    norm_w: &Tensor<Vector<F, N>>,
+    codes: &Tensor<Vector<u32, W>>,
+    scales: &Tensor<f32>,
+    out: &mut Tensor<F>,
+    eps: f32,
+    inv_hidden: f32,
+    #[comptime] shape: Fp8Shape,
+    #[comptime] sums: PlaneSums,
+    #[define(F)] _dtype: ElemType,
+) {
+    let (rows, cols, pairs) = comptime!((shape.rows, shape.cols, shape.pairs));
+    let n = codes.shape(0) / pairs;
+    let col0 = plane_columns(n, cols, sums);
+    let wv = W::value();
+    let words = comptime!(shape.w_vectors * wv);
+    let norms = row_scales::<F, N>(x, eps, inv_hidden, rows, words, sums);
+    let acc = fp8_plane_products::<F, N, W>(x, norm_w, &norms, codes, scales, col0, n, n, shape);
+    if comptime!(pairs == 1) {
+        store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
+    } else {
+        store_silu::<F, N>(&acc, out, n, col0, rows, cols, sums);
+    }
+}
+
+/// [`matvec_fp8_kernel`](fn@matvec_fp8_kernel) added to the residual stream: as the float
+/// kernel [`matvec_add_kernel`](fn@super::matvec::matvec_add_kernel).
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matvec_fp8_add_kernel<F: Float, N: Size, W: Size>(
+    x: &Tensor<Vector<F, N>>,
+    codes: &Tensor<Vector<u32, W>>,
+    scales: &Tensor<f32>,
+    res: &Tensor<F>,
+    out: &mut Tensor<F>,
+    #[comptime] shape: Fp8Shape,
+    #[comptime] sums: PlaneSums,
+    #[define(F)] _dtype: ElemType,
+) {
+    let n = codes.shape(0);
+    let (rows, cols) = comptime!((shape.rows, shape.cols));
+    let col0 = plane_columns(n, cols, sums);
+    let no_scales = Array::<f32>::new(1usize);
+    let acc = fp8_plane_products::<F, N, W>(x, x, &no_scales, codes, scales, col0, n, 0, shape);
+    store_added::<F, N>(&acc, res, out, n, col0, rows, cols, sums);
+}
+
+/// The launch shape of the fp8 matrix-vector kernels (comptime): `rows` rows, `cols` output
+/// columns a plane each from `pairs` weight rows (2: gate and up), `unroll` loads in flight a
+/// weight row, rows of `w_vectors` vectors of words, scales in blocks of `block_words` words, and
+/// whether the rows are normalised first.
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct Fp8Shape {
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    pub(crate) pairs: usize,
+    pub(crate) unroll: usize,
+    pub(crate) w_vectors: usize,
+    pub(crate) block_words: usize,
+    pub(crate) norm: bool,
+}
+
+/// This unit's share of a plane's products on an fp8 weight: accumulator `r * cols * pairs + p *
+/// cols + c` holds row `r` of `x` times weight row `col0 + c + p * offset` decoded (columns
+/// `col0 + c ≥ n` read zeros), lane by lane; with `norm`, the rows normalised as the float
+/// kernels' `plane_products` normalises them (scales `row_scales`, weight `norm_w`).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn fp8_plane_products<F: Float, N: Size, W: Size>(
+    x: &Tensor<Vector<F, N>>,
+    norm_w: &Tensor<Vector<F, N>>,
+    row_scales: &Array<f32>,
+    codes: &Tensor<Vector<u32, W>>,
+    scales: &Tensor<f32>,
+    col0: usize,
+    n: usize,
+    offset: usize,
+    #[comptime] shape: Fp8Shape,
+) -> Array<Vector<f32, N>> {
+    let (rows, cols, pairs, unroll) =
+        comptime!((shape.rows, shape.cols, shape.pairs, shape.unroll));
+    let (w_vectors, block_words) = comptime!((shape.w_vectors, shape.block_words));
     let wv = W::value();
     let words = comptime!(w_vectors * wv);
+    let width = comptime!(cols * pairs);
     // Whether a vector of words lies in one block (one scale a vector and column).
     let uniform = comptime!(block_words.is_multiple_of(wv));
     let blocks = scales.shape(1);
-    let col0 = plane_columns(n, cols, sums);
     let lane = UNIT_POS_X as usize;
     let lanes = CUBE_DIM_X as usize;
-    let mut acc = Array::<Vector<f32, N>>::new(rows * cols);
+    let mut acc = Array::<Vector<f32, N>>::new(rows * width);
     #[unroll]
-    for a in 0..rows * cols {
+    for a in 0..rows * width {
         acc[a] = Vector::new(f32::new(0.0));
     }
     let step = lanes * unroll;
     let mut base = lane;
     while base < w_vectors {
-        let mut ws = Array::<Vector<u32, W>>::new(unroll * cols);
+        let mut ws = Array::<Vector<u32, W>>::new(unroll * width);
         #[unroll]
         for u in 0..unroll {
             let i = base + u * lanes;
             #[unroll]
-            for c in 0..cols {
+            for j in 0..width {
+                let c = comptime!(j % cols);
+                let p = comptime!(j / cols);
                 let mut v = Vector::<u32, W>::new(0u32);
                 if i < w_vectors && col0 + c < n {
-                    v = codes[(col0 + c) * w_vectors + i];
+                    v = codes[(col0 + c + p * offset) * w_vectors + i];
                 }
-                ws[u * cols + c] = v;
+                ws[u * width + j] = v;
             }
         }
         #[unroll]
         for u in 0..unroll {
             let i = base + u * lanes;
             if i < w_vectors {
-                // A column past `n` (its codes are zeros) reads the last row's scales.
-                let mut vector_scales = Array::<f32>::new(cols);
+                // A column past `n` (its codes are zeros) reads the last column's scales.
+                let mut vector_scales = Array::<f32>::new(width);
                 if comptime!(uniform) {
                     #[unroll]
-                    for c in 0..cols {
-                        let row = usize::min(col0 + c, n - 1);
-                        vector_scales[c] = scales[row * blocks + (i * wv) / block_words];
+                    for j in 0..width {
+                        let row = usize::min(col0 + comptime!(j % cols), n - 1)
+                            + comptime!(j / cols) * offset;
+                        vector_scales[j] = scales[row * blocks + (i * wv) / block_words];
                     }
                 }
                 #[unroll]
                 for e in 0..wv {
-                    let j = i * wv + e;
-                    let mut decoded = Array::<Vector<f32, N>>::new(cols);
+                    let word = i * wv + e;
+                    let mut decoded = Array::<Vector<f32, N>>::new(width);
                     #[unroll]
-                    for c in 0..cols {
+                    for j in 0..width {
                         let scale = if comptime!(uniform) {
-                            vector_scales[c]
+                            vector_scales[j]
                         } else {
-                            let row = usize::min(col0 + c, n - 1);
-                            scales[row * blocks + j / block_words]
+                            let row = usize::min(col0 + comptime!(j % cols), n - 1)
+                                + comptime!(j / cols) * offset;
+                            scales[row * blocks + word / block_words]
                         };
-                        decoded[c] = unpack_e4m3::<N>(ws[u * cols + c].extract(e), scale);
+                        decoded[j] = unpack_e4m3::<N>(ws[u * width + j].extract(e), scale);
                     }
                     #[unroll]
                     for r in 0..rows {
-                        let xv = Vector::<f32, N>::cast_from(x[r * words + j]);
+                        let mut xv = Vector::<f32, N>::cast_from(x[r * words + word]);
+                        if comptime!(shape.norm) {
+                            let h = Vector::<F, N>::cast_from(xv * Vector::new(row_scales[r]))
+                                * norm_w[word];
+                            xv = Vector::<f32, N>::cast_from(h);
+                        }
                         #[unroll]
-                        for c in 0..cols {
-                            acc[r * cols + c] += xv * decoded[c];
+                        for j in 0..width {
+                            acc[r * width + j] += xv * decoded[j];
                         }
                     }
                 }
@@ -106,7 +221,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
         }
         base += step;
     }
-    store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
+    acc
 }
 
 /// `out [n, k]` (vectors of `N` = 4 floats, one per word) = the fp8 weight (`codes`, `scales`) decoded and
@@ -139,7 +254,10 @@ mod tests {
     //! `fp8_projections_match_float64` where they run.
 
     use super::super::matvec::{PlaneSums, matvec_add_kernel, matvec_kernel, matvec_norm_kernel};
-    use super::{dequantize_fp8_kernel, matvec_fp8_kernel};
+    use super::{
+        Fp8Shape, dequantize_fp8_kernel, matvec_fp8_add_kernel, matvec_fp8_kernel,
+        matvec_fp8_norm_kernel,
+    };
     use crate::test_common as common;
     use cubecl::Compiler as _;
     use cubecl::ir::{AddressType, ElemType, FloatKind};
@@ -147,6 +265,18 @@ mod tests {
     use cubecl_cpp::MslCompiler;
     use cubecl_cpp::shared::CompilationOptions;
     use std::sync::Arc;
+
+    /// `define` compiles to MSL with an entry point named `what`.
+    fn assert_msl(kernel: impl CubeKernel, what: &str) {
+        let source = MslCompiler::default()
+            .compile(kernel.define(), &CompilationOptions::default())
+            .unwrap_or_else(|e| panic!("{what} compiles to MSL: {e:?}"))
+            .to_string();
+        assert!(
+            source.contains(&format!("[[kernel]] void {what}")),
+            "{what}"
+        );
+    }
 
     #[test]
     fn matvec_kernels_expand_and_compile_to_msl() {
@@ -197,6 +327,69 @@ mod tests {
                         source.contains("[[kernel]] void matvec_fp8_kernel"),
                         "{float:?} rows {rows} vector {w_vector} blocks of {block_words} words: no entry point"
                     );
+                    // The fused forms: the norm before (with and without the activation after),
+                    // and the residual add after; one weight layout is enough for their parts.
+                    if (w_vector, block_words) != (4, 32) {
+                        continue;
+                    }
+                    for pairs in [1usize, 2] {
+                        let shape = Fp8Shape {
+                            rows,
+                            cols,
+                            pairs,
+                            unroll,
+                            w_vectors: k / 4 / w_vector,
+                            block_words,
+                            norm: true,
+                        };
+                        let kernel = matvec_fp8_norm_kernel::create_dummy_kernel(
+                            Arc::new(client.properties().clone()),
+                            Arc::new(client.target_properties().clone()),
+                            CubeCount::Static(1, 1, 1),
+                            CubeDim::new_2d(sums.lanes as u32, sums.planes as u32),
+                            AddressType::U32,
+                            4,
+                            w_vector,
+                            tensor([rows, k]),
+                            tensor([1, k]),
+                            tensor([n, k / 4]),
+                            tensor([n, (k / 4).div_ceil(block_words)]),
+                            tensor([rows, n / pairs]),
+                            1e-5,
+                            1.0 / k as f32,
+                            shape,
+                            sums,
+                            ElemType::Float(float),
+                        );
+                        assert_msl(kernel, "matvec_fp8_norm_kernel");
+                    }
+                    let shape = Fp8Shape {
+                        rows,
+                        cols,
+                        pairs: 1,
+                        unroll,
+                        w_vectors: k / 4 / w_vector,
+                        block_words,
+                        norm: false,
+                    };
+                    let kernel = matvec_fp8_add_kernel::create_dummy_kernel(
+                        Arc::new(client.properties().clone()),
+                        Arc::new(client.target_properties().clone()),
+                        CubeCount::Static(1, 1, 1),
+                        CubeDim::new_2d(sums.lanes as u32, sums.planes as u32),
+                        AddressType::U32,
+                        4,
+                        w_vector,
+                        tensor([rows, k]),
+                        tensor([n, k / 4]),
+                        tensor([n, (k / 4).div_ceil(block_words)]),
+                        tensor([rows, n]),
+                        tensor([rows, n]),
+                        shape,
+                        sums,
+                        ElemType::Float(float),
+                    );
+                    assert_msl(kernel, "matvec_fp8_add_kernel");
                 }
             }
             for (rows, cols, unroll, vector) in [(1usize, 1usize, 4usize, 4usize), (8, 2, 2, 8)] {
@@ -223,16 +416,6 @@ mod tests {
                     .expect("matvec_kernel compiles to MSL")
                     .to_string();
                 assert!(source.contains("[[kernel]] void matvec_kernel"));
-                let msl = |kernel: Box<dyn CubeKernel>, what: &str| {
-                    let source = MslCompiler::default()
-                        .compile(kernel.define(), &CompilationOptions::default())
-                        .unwrap_or_else(|e| panic!("{what} compiles to MSL: {e:?}"))
-                        .to_string();
-                    assert!(
-                        source.contains(&format!("[[kernel]] void {what}")),
-                        "{what}"
-                    );
-                };
                 for pairs in [1usize, 2] {
                     let kernel = matvec_norm_kernel::create_dummy_kernel(
                         Arc::new(client.properties().clone()),
@@ -255,7 +438,7 @@ mod tests {
                         sums,
                         ElemType::Float(float),
                     );
-                    msl(Box::new(kernel), "matvec_norm_kernel");
+                    assert_msl(kernel, "matvec_norm_kernel");
                 }
                 let kernel = matvec_add_kernel::create_dummy_kernel(
                     Arc::new(client.properties().clone()),
@@ -275,7 +458,7 @@ mod tests {
                     sums,
                     ElemType::Float(float),
                 );
-                msl(Box::new(kernel), "matvec_add_kernel");
+                assert_msl(kernel, "matvec_add_kernel");
             }
             let kernel = dequantize_fp8_kernel::create_dummy_kernel(
                 Arc::new(client.properties().clone()),

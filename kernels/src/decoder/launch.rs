@@ -3,7 +3,10 @@
 //! activation.
 
 use super::act::silu_mul_kernel;
-use super::fp8::{dequantize_fp8_kernel, matvec_fp8_kernel};
+use super::fp8::{
+    Fp8Shape, dequantize_fp8_kernel, matvec_fp8_add_kernel, matvec_fp8_kernel,
+    matvec_fp8_norm_kernel,
+};
 use super::matvec::{
     PlaneSums, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel, matvec_norm_kernel,
 };
@@ -303,10 +306,8 @@ pub unsafe fn launch_matvec_fp8(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
-    let words = k / FP8_VECTOR;
-    // Words a load: up to four (16 bytes), as the float kernel's widest vectors.
-    let w_vector = widest_vector(client, 4, |n| n <= 4 && words.is_multiple_of(n));
-    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n, 1);
+    let (cube_dim, cube_count, w_vector, shape, sums) =
+        fp8_shape(client, rows, k, n, block_words, 1, false);
     unsafe {
         matvec_fp8_kernel::launch_unchecked(
             client,
@@ -319,15 +320,135 @@ pub unsafe fn launch_matvec_fp8(
             w,
             scales,
             out,
-            rows,
-            cols,
-            unroll,
-            words / w_vector,
+            shape.rows,
+            shape.cols,
+            shape.unroll,
+            shape.w_vectors,
             block_words,
             sums,
             float,
         );
     }
+}
+
+/// Enqueues [`launch_matvec_norm`]'s product on an fp8 weight (codes and scales as
+/// [`launch_matvec_fp8`]; with `silu` a stacked gate/up weight, `n = 2m` rows, `out [rows, m]`):
+/// `x`'s rows normalised with `norm_w [k]` and `eps`, decoded in registers. Does nothing for an
+/// empty product.
+///
+/// # Safety
+/// [`matvec_norm_fits`] must hold for `silu`, `n` must be even with `silu`, `k` a multiple of 4
+/// and `block_words` at least 1; the tensors must be live and contiguous with those shapes; `out`
+/// must not alias an input.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_matvec_fp8_norm(
+    client: &Client,
+    float: ElemType,
+    rows: usize,
+    k: usize,
+    n: usize,
+    block_words: usize,
+    eps: f32,
+    silu: bool,
+    [x, norm_w, w, scales, out]: [TensorArg; 5],
+) {
+    if rows == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let pairs = 1 + silu as usize;
+    let (cube_dim, cube_count, w_vector, shape, sums) =
+        fp8_shape(client, rows, k, n, block_words, pairs, true);
+    unsafe {
+        matvec_fp8_norm_kernel::launch_unchecked(
+            client,
+            cube_count,
+            cube_dim,
+            AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+            FP8_VECTOR,
+            w_vector,
+            x,
+            norm_w,
+            w,
+            scales,
+            out,
+            eps,
+            1.0 / k as f32,
+            shape,
+            sums,
+            float,
+        );
+    }
+}
+
+/// Enqueues [`launch_matvec_add`]'s product on an fp8 weight (codes and scales as
+/// [`launch_matvec_fp8`]): `out = res + x · wᵀ`, decoded in registers. Does nothing for an
+/// empty product.
+///
+/// # Safety
+/// [`matvec_fits`] must hold, `k` must be a multiple of 4 and `block_words` at least 1; the
+/// tensors must be live and contiguous with those shapes; `out` must not alias an input.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_matvec_fp8_add(
+    client: &Client,
+    float: ElemType,
+    rows: usize,
+    k: usize,
+    n: usize,
+    block_words: usize,
+    [x, w, scales, res, out]: [TensorArg; 5],
+) {
+    if rows == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let (cube_dim, cube_count, w_vector, shape, sums) =
+        fp8_shape(client, rows, k, n, block_words, 1, false);
+    unsafe {
+        matvec_fp8_add_kernel::launch_unchecked(
+            client,
+            cube_count,
+            cube_dim,
+            AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+            FP8_VECTOR,
+            w_vector,
+            x,
+            w,
+            scales,
+            res,
+            out,
+            shape,
+            sums,
+            float,
+        );
+    }
+}
+
+/// The fp8 matrix-vector kernels' launch for `rows` rows of `k` and a weight of `n` rows in
+/// `pairs` (`n / pairs` output columns): the cube, the cube count, words a load, the kernel's
+/// comptime shape (`norm`: the rows normalised first) and how a plane adds its lanes.
+#[allow(clippy::too_many_arguments)]
+fn fp8_shape(
+    client: &Client,
+    rows: usize,
+    k: usize,
+    n: usize,
+    block_words: usize,
+    pairs: usize,
+    norm: bool,
+) -> (CubeDim, CubeCount, usize, Fp8Shape, PlaneSums) {
+    let words = k / FP8_VECTOR;
+    // Words a load: up to four (16 bytes), as the float kernel's widest vectors.
+    let w_vector = widest_vector(client, 4, |n| n <= 4 && words.is_multiple_of(n));
+    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n / pairs, pairs);
+    let shape = Fp8Shape {
+        rows,
+        cols,
+        pairs,
+        unroll,
+        w_vectors: words / w_vector,
+        block_words,
+        norm,
+    };
+    (cube_dim, cube_count, w_vector, shape, sums)
 }
 
 /// Enqueues the decoding of an fp8 weight (`decoder/fp8.rs`; `w [n, k / 4]`, `scales` as

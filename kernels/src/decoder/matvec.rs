@@ -80,47 +80,14 @@ pub(crate) fn matvec_norm_kernel<F: Float, N: Size>(
 ) {
     let n = w.shape(0) / pairs;
     let col0 = plane_columns(n, cols, sums);
-    let lane = UNIT_POS_X as usize;
-    let lanes = CUBE_DIM_X as usize;
-    let mut squares = Array::<f32>::new(rows);
-    #[unroll]
-    for r in 0..rows {
-        let mut sum = f32::new(0.0);
-        for i in range_stepped(lane, k_vectors, lanes) {
-            let v = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
-            sum += lane_sum::<N>(v * v);
-        }
-        squares[r] = sum;
-    }
-    let mut scales = plane_totals(&squares, rows, sums);
-    #[unroll]
-    for r in 0..rows {
-        scales[r] = f32::new(1.0) / f32::sqrt(scales[r] * inv_hidden + eps);
-    }
+    let scales = row_scales::<F, N>(x, eps, inv_hidden, rows, k_vectors, sums);
     let acc = plane_products::<F, N>(
         x, norm_w, &scales, w, col0, n, n, rows, cols, pairs, unroll, k_vectors, true,
     );
     if comptime!(pairs == 1) {
         store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
     } else {
-        let totals = plane_totals(
-            &lane_sums::<N>(&acc, rows * 2 * cols),
-            rows * 2 * cols,
-            sums,
-        );
-        #[unroll]
-        for r in 0..rows {
-            #[unroll]
-            for c in 0..cols {
-                let gate = F::cast_from(totals[r * 2 * cols + c]);
-                let up = F::cast_from(totals[r * 2 * cols + cols + c]);
-                let g = f32::cast_from(gate);
-                let s = g / (f32::new(1.0) + f32::exp(f32::new(0.0) - g));
-                if lane == 0 && col0 + c < n {
-                    out[r * n + col0 + c] = F::cast_from(s) * up;
-                }
-            }
-        }
+        store_silu::<F, N>(&acc, out, n, col0, rows, cols, sums);
     }
 }
 
@@ -147,19 +114,7 @@ pub(crate) fn matvec_add_kernel<F: Float, N: Size>(
     let acc = plane_products::<F, N>(
         x, x, &no_scales, w, col0, n, 0, rows, cols, 1usize, unroll, k_vectors, false,
     );
-    let totals = plane_totals(&lane_sums::<N>(&acc, rows * cols), rows * cols, sums);
-    let lane = UNIT_POS_X as usize;
-    #[unroll]
-    for r in 0..rows {
-        #[unroll]
-        for c in 0..cols {
-            let s = F::cast_from(totals[r * cols + c]);
-            if lane == 0 && col0 + c < n {
-                let at = r * n + col0 + c;
-                out[at] = F::cast_from(f32::cast_from(res[at]) + f32::cast_from(s));
-            }
-        }
-    }
+    store_added::<F, N>(&acc, res, out, n, col0, rows, cols, sums);
 }
 
 /// The first of the `cols` output columns (of `n`) of this unit's plane. With plane operations
@@ -304,6 +259,98 @@ fn plane_products<F: Float, N: Size>(
         base += step;
     }
     acc
+}
+
+/// Each of the `rows` rows' RMSNorm scale `rsqrt(mean(x²) + eps)` (`x` as vectors of `N`,
+/// `k_vectors` a row, `inv_hidden = 1 / k`), every lane of the plane given them: the plane's
+/// lanes sum strided vectors of the row.
+#[cube]
+pub(crate) fn row_scales<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    eps: f32,
+    inv_hidden: f32,
+    #[comptime] rows: usize,
+    #[comptime] k_vectors: usize,
+    #[comptime] sums: PlaneSums,
+) -> Array<f32> {
+    let lane = UNIT_POS_X as usize;
+    let lanes = CUBE_DIM_X as usize;
+    let mut squares = Array::<f32>::new(rows);
+    #[unroll]
+    for r in 0..rows {
+        let mut sum = f32::new(0.0);
+        for i in range_stepped(lane, k_vectors, lanes) {
+            let v = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
+            sum += lane_sum::<N>(v * v);
+        }
+        squares[r] = sum;
+    }
+    let mut scales = plane_totals(&squares, rows, sums);
+    #[unroll]
+    for r in 0..rows {
+        scales[r] = f32::new(1.0) / f32::sqrt(scales[r] * inv_hidden + eps);
+    }
+    scales
+}
+
+/// The activation's last step: accumulators `acc[r * 2 * cols + c]` (gate) and `[r * 2 * cols +
+/// cols + c]` (up) summed over the plane, each rounded to `F`, and `cast(silu(gate)) * up`
+/// written by lane 0 at `out[r * n + col0 + c]` (columns past `n` skipped).
+#[cube]
+pub(crate) fn store_silu<F: Float, N: Size>(
+    acc: &Array<Vector<f32, N>>,
+    out: &mut Tensor<F>,
+    n: usize,
+    col0: usize,
+    #[comptime] rows: usize,
+    #[comptime] cols: usize,
+    #[comptime] sums: PlaneSums,
+) {
+    let totals = plane_totals(&lane_sums::<N>(acc, rows * 2 * cols), rows * 2 * cols, sums);
+    let lane = UNIT_POS_X as usize;
+    #[unroll]
+    for r in 0..rows {
+        #[unroll]
+        for c in 0..cols {
+            let gate = F::cast_from(totals[r * 2 * cols + c]);
+            let up = F::cast_from(totals[r * 2 * cols + cols + c]);
+            let g = f32::cast_from(gate);
+            let s = g / (f32::new(1.0) + f32::exp(f32::new(0.0) - g));
+            if lane == 0 && col0 + c < n {
+                out[r * n + col0 + c] = F::cast_from(s) * up;
+            }
+        }
+    }
+}
+
+/// The residual add's last step: accumulator `acc[r * cols + c]` summed over the plane, rounded
+/// to `F`, added to `res` at its place and rounded again, written by lane 0 at `out[r * n +
+/// col0 + c]` (columns past `n` skipped).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn store_added<F: Float, N: Size>(
+    acc: &Array<Vector<f32, N>>,
+    res: &Tensor<F>,
+    out: &mut Tensor<F>,
+    n: usize,
+    col0: usize,
+    #[comptime] rows: usize,
+    #[comptime] cols: usize,
+    #[comptime] sums: PlaneSums,
+) {
+    let totals = plane_totals(&lane_sums::<N>(acc, rows * cols), rows * cols, sums);
+    let lane = UNIT_POS_X as usize;
+    #[unroll]
+    for r in 0..rows {
+        #[unroll]
+        for c in 0..cols {
+            let s = F::cast_from(totals[r * cols + c]);
+            if lane == 0 && col0 + c < n {
+                let at = r * n + col0 + c;
+                out[at] = F::cast_from(f32::cast_from(res[at]) + f32::cast_from(s));
+            }
+        }
+    }
 }
 
 /// The matrix-vector kernels' last step: each (row, column) accumulator `acc[r * cols + c]`

@@ -76,6 +76,34 @@ pub struct Fp8ProductTensors<B: Backend> {
     pub scales: FloatTensor<B>,
 }
 
+/// The tensors of a projection of normalised rows on an fp8 weight.
+#[derive(Debug, ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub struct Fp8NormTensors<B: Backend> {
+    /// The rows before the norm, `[m, in]`.
+    pub x: FloatTensor<B>,
+    /// The norm's weight, `[in]`, x's dtype.
+    pub norm_w: FloatTensor<B>,
+    /// The weight's e4m3 codes, `[out, in / 4]` `U32` words.
+    pub codes: IntTensor<B>,
+    /// Its scales, `[out, blocks]` f32.
+    pub scales: FloatTensor<B>,
+}
+
+/// The tensors of a projection on an fp8 weight added to the residual stream.
+#[derive(Debug, ExtensionType)]
+#[extension_type(fusion: cfg(feature = "cube"))]
+pub struct Fp8AddTensors<B: Backend> {
+    /// The rows, `[m, in]`.
+    pub x: FloatTensor<B>,
+    /// The weight's e4m3 codes, `[out, in / 4]` `U32` words.
+    pub codes: IntTensor<B>,
+    /// Its scales, `[out, blocks]` f32.
+    pub scales: FloatTensor<B>,
+    /// The residual stream, `[m, out]`, x's dtype.
+    pub residual: FloatTensor<B>,
+}
+
 /// The activation's tensor.
 #[derive(Debug, ExtensionType)]
 #[extension_type(fusion: cfg(feature = "cube"))]
@@ -133,6 +161,24 @@ pub trait DecoderKernels: Backend {
         routine: u32,
     ) -> FloatTensor<Self>;
 
+    /// [`matvec_norm`](Self::matvec_norm) on an fp8 weight (blocks of `block_words` words a
+    /// scale), decoded in registers.
+    #[fusion(meta = fp8_norm_meta)]
+    fn fp8_norm_product(
+        #[extension_type] inputs: Fp8NormTensors<Self>,
+        block_words: u32,
+        eps: f32,
+        silu: bool,
+    ) -> FloatTensor<Self>;
+
+    /// [`matvec_add`](Self::matvec_add) on an fp8 weight (blocks of `block_words` words a
+    /// scale), decoded in registers.
+    #[fusion(meta = fp8_add_meta)]
+    fn fp8_product_add(
+        #[extension_type] inputs: Fp8AddTensors<Self>,
+        block_words: u32,
+    ) -> FloatTensor<Self>;
+
     /// `cast(silu(gate)) * up`, `[rows, m]` in the input's dtype.
     #[fusion(meta = act_meta)]
     fn silu_mul(#[extension_type] inputs: ActTensors<Self>) -> FloatTensor<Self>;
@@ -178,6 +224,22 @@ fn fp8_product_meta(
 ) -> TensorSpec {
     let shape = Shape::from(vec![inputs.x.shape[0], inputs.codes.shape[0]]);
     TensorSpec::new(shape, inputs.x.dtype)
+}
+
+/// Output metadata for the lazy (fusion) path.
+fn fp8_norm_meta(
+    inputs: &Fp8NormTensorsMetadata,
+    _block_words: &u32,
+    _eps: &f32,
+    silu: &bool,
+) -> TensorSpec {
+    let out = inputs.codes.shape[0] / (1 + *silu as usize);
+    TensorSpec::new(Shape::from(vec![inputs.x.shape[0], out]), inputs.x.dtype)
+}
+
+/// Output metadata for the lazy (fusion) path.
+fn fp8_add_meta(inputs: &Fp8AddTensorsMetadata, _block_words: &u32) -> TensorSpec {
+    inputs.residual.clone()
 }
 
 /// Output metadata for the lazy (fusion) path.

@@ -2,8 +2,8 @@
 
 use crate::common::cube::tuning;
 use crate::model::kernels::backend::{
-    ActTensors, AddNormTensors, DecoderKernels, Fp8ProductTensors, MatvecAddTensors,
-    MatvecNormTensors, MatvecTensors, NormTensors,
+    ActTensors, AddNormTensors, DecoderKernels, Fp8AddTensors, Fp8NormTensors, Fp8ProductTensors,
+    MatvecAddTensors, MatvecNormTensors, MatvecTensors, NormTensors,
 };
 use crate::model::kernels::{MatmulRoutine, decoder_kernel_fits};
 use burn::backend::TensorMetadata;
@@ -17,8 +17,8 @@ use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 use rope_pool_kernels::decoder::{
     MATVEC_MAX_ROWS, has_tiles, launch_dequantize_fp8, launch_few_rows, launch_matvec,
-    launch_matvec_add, launch_matvec_fp8, launch_matvec_norm, launch_rms_norm, launch_silu_mul,
-    matvec_fits,
+    launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add, launch_matvec_fp8_norm,
+    launch_matvec_norm, launch_rms_norm, launch_silu_mul, matvec_fits,
 };
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
@@ -337,6 +337,43 @@ impl DecoderKernels for CubeBackend {
         // Safety: `project_add` checked `matvec_fits` for these rows, one dtype, k ≥ 1 and the
         // residual's shape [m, n]; all contiguous; out is a fresh [m, n] buffer.
         unsafe { launch_matvec_add(&out.client, float, out.dtype.size(), m, k, n, args) };
+        out
+    }
+
+    fn fp8_norm_product(
+        inputs: Fp8NormTensors<Self>,
+        block_words: u32,
+        eps: f32,
+        silu: bool,
+    ) -> CubeTensor {
+        let [x, norm_w, codes, scales] =
+            [inputs.x, inputs.norm_w, inputs.codes, inputs.scales].map(into_contiguous);
+        let (m, k, n) = (x.shape()[0], x.shape()[1], codes.shape()[0]);
+        let out = fresh(&x, Shape::new([m, n / (1 + silu as usize)]));
+        let float = dtype_to_storage_type(x.dtype);
+        let args = [x, norm_w, codes, scales, out.clone()].map(|t| t.into_tensor_arg());
+        let block_words = block_words as usize;
+        // Safety: `norm_project_fp8` checked `matvec_norm_fits` for these rows and `silu`, an
+        // even `n` with `silu`, the norm weight of x's length and dtype; `Fp8Weight` keeps k a
+        // multiple of 4 (codes [n, k / 4]) and block_words ≥ 1, scales [n, ceil(k / 4 /
+        // block_words)] f32; all contiguous; out is a fresh buffer of the output's shape.
+        unsafe {
+            launch_matvec_fp8_norm(&out.client, float, m, k, n, block_words, eps, silu, args);
+        }
+        out
+    }
+
+    fn fp8_product_add(inputs: Fp8AddTensors<Self>, block_words: u32) -> CubeTensor {
+        let [x, codes, scales, residual] =
+            [inputs.x, inputs.codes, inputs.scales, inputs.residual].map(into_contiguous);
+        let (m, k, n) = (x.shape()[0], x.shape()[1], codes.shape()[0]);
+        let out = fresh(&x, Shape::new([m, n]));
+        let float = dtype_to_storage_type(x.dtype);
+        let args = [x, codes, scales, residual, out.clone()].map(|t| t.into_tensor_arg());
+        // Safety: `project_add_fp8` checked `matvec_fits` for these rows and the residual's
+        // shape [m, n] and dtype; k, block_words and the scales as in `fp8_norm_product`; all
+        // contiguous; out is a fresh [m, n] buffer.
+        unsafe { launch_matvec_fp8_add(&out.client, float, m, k, n, block_words as usize, args) };
         out
     }
 

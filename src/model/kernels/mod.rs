@@ -285,6 +285,12 @@ impl Fp8Weight {
         }
     }
 
+    /// Words of codes a scale covers (the launches' `block_words`).
+    #[cfg(feature = "cube")]
+    fn block_words(&self) -> u32 {
+        u32::try_from(self.block_k / 4).expect("a block within a row held in memory")
+    }
+
     /// `[out, in]`.
     pub fn dims(&self) -> [usize; 2] {
         let [out, words] = self.codes.dims();
@@ -408,6 +414,108 @@ pub(crate) fn owned<const D: usize, K: burn::tensor::kind::Basic>(
     Tensor::from_data(t.into_data(), (device, dtype))
 }
 
+/// [`norm_project`] on an fp8 weight: one launch decoding the weight in registers where
+/// [`fuses_fp8`] says so, [`rms_norm`], [`project_fp8`] and [`silu_mul`] elsewhere.
+///
+/// # Panics
+/// As [`norm_project`].
+pub fn norm_project_fp8(
+    x: Tensor<2>,
+    norm_w: &Tensor<1>,
+    eps: f64,
+    w: &Fp8Weight,
+    silu: bool,
+) -> Tensor<2> {
+    let ([_, k], [n, inner]) = (x.dims(), w.dims());
+    assert_eq!(
+        norm_w.dims()[0],
+        k,
+        "norm_project: a norm weight of {} for rows of {k}",
+        norm_w.dims()[0]
+    );
+    assert_eq!(
+        k, inner,
+        "project: rows of {k} against an fp8 weight of rows of {inner}"
+    );
+    assert!(
+        !silu || n.is_multiple_of(2),
+        "silu_mul: gate and up side by side need an even width, got {n}"
+    );
+    #[cfg(feature = "cube")]
+    if fuses_fp8(&x, w, silu) && norm_w.dtype() == x.dtype() && norm_w.device() == x.device() {
+        let inputs = backend::Fp8NormTensors {
+            x: x.into_dispatch(),
+            norm_w: norm_w.clone().into_dispatch(),
+            codes: w.codes.clone().into_dispatch(),
+            scales: w.scales.clone().into_dispatch(),
+        };
+        let out = <burn::backend::Dispatch as backend::DecoderKernels>::fp8_norm_product(
+            inputs,
+            w.block_words(),
+            eps as f32,
+            silu,
+        );
+        return Tensor::from_dispatch(out);
+    }
+    let out = project_fp8(rms_norm(x, norm_w, eps), w);
+    match silu {
+        true => silu_mul(out),
+        false => out,
+    }
+}
+
+/// [`project_add`] on an fp8 weight: one launch decoding the weight in registers where
+/// [`fuses_fp8`] says so, [`project_fp8`] and Burn's add elsewhere.
+///
+/// # Panics
+/// As [`project_add`].
+pub fn project_add_fp8(x: Tensor<2>, w: &Fp8Weight, residual: Tensor<2>) -> Tensor<2> {
+    let ([m, k], [n, inner]) = (x.dims(), w.dims());
+    assert_eq!(
+        k, inner,
+        "project: rows of {k} against an fp8 weight of rows of {inner}"
+    );
+    assert_eq!(
+        residual.dims(),
+        [m, n],
+        "project_add: a residual of {:?} for a [{m}, {n}] product",
+        residual.dims()
+    );
+    #[cfg(feature = "cube")]
+    if fuses_fp8(&x, w, false) && residual.dtype() == x.dtype() && residual.device() == x.device() {
+        let inputs = backend::Fp8AddTensors {
+            x: x.into_dispatch(),
+            codes: w.codes.clone().into_dispatch(),
+            scales: w.scales.clone().into_dispatch(),
+            residual: residual.into_dispatch(),
+        };
+        let out = <burn::backend::Dispatch as backend::DecoderKernels>::fp8_product_add(
+            inputs,
+            w.block_words(),
+        );
+        return Tensor::from_dispatch(out);
+    }
+    residual + project_fp8(x, w)
+}
+
+/// [`fuses`] for an fp8 weight: the weight's codes on x's device, `x` a float dtype.
+pub fn fuses_fp8(x: &Tensor<2>, w: &Fp8Weight, silu: bool) -> bool {
+    #[cfg(feature = "cube")]
+    {
+        let ([m, k], [n, inner]) = (x.dims(), w.dims());
+        let off = crate::common::cube::tuning().decoder.fused_projections == Some(0);
+        let float = matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16);
+        if off || !float || x.device() != w.codes.device() || m == 0 || n == 0 || k != inner {
+            return false;
+        }
+        if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
+            return rope_pool_kernels::decoder::matvec_norm_fits(&cube.client(), m, silu);
+        }
+    }
+    let _ = (x, w, silu);
+    false
+}
+
 /// `x [m, in] · wᵀ` for an fp8 weight `w` ([`Fp8Weight`], `[out, in]`): `[m, out]` in x's
 /// dtype, accumulated in f32. On CubeCL devices the weight is decoded in registers by the
 /// matrix-vector kernel (one byte a weight element, once for all rows) where [`project`] would
@@ -434,7 +542,7 @@ pub fn project_fp8(x: Tensor<2>, w: &Fp8Weight) -> Tensor<2> {
         let routine = MatmulRoutine::for_problem(m, n, k) as u32;
         let out = <burn::backend::Dispatch as backend::DecoderKernels>::fp8_product(
             inputs,
-            u32::try_from(w.block_k / 4).expect("a block within a row held in memory"),
+            w.block_words(),
             routine,
         );
         return Tensor::from_dispatch(out);
