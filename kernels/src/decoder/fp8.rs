@@ -72,6 +72,11 @@ pub(crate) fn matvec_fp8_norm_kernel<F: Float, N: Size, W: Size>(
     #[comptime] sums: PlaneSums,
     #[define(F)] _dtype: ElemType,
 ) {
+    // The rows are normalised here whatever the host said.
+    let shape = comptime!(Fp8Shape {
+        norm: true,
+        ..shape
+    });
     let (rows, cols, pairs) = comptime!((shape.rows, shape.cols, shape.pairs));
     let n = codes.shape(0) / pairs;
     let col0 = plane_columns(n, cols, sums);
@@ -100,6 +105,12 @@ pub(crate) fn matvec_fp8_add_kernel<F: Float, N: Size, W: Size>(
     #[comptime] sums: PlaneSums,
     #[define(F)] _dtype: ElemType,
 ) {
+    // One weight row a column, no norm, whatever the host said.
+    let shape = comptime!(Fp8Shape {
+        pairs: 1,
+        norm: false,
+        ..shape
+    });
     let n = codes.shape(0);
     let (rows, cols) = comptime!((shape.rows, shape.cols));
     let col0 = plane_columns(n, cols, sums);
@@ -251,7 +262,8 @@ mod tests {
     //! Shading Language by CubeCL's MSL compiler (as `tests/msl.rs` does for the RoPE kernel),
     //! for every launch shape the decoder takes, so an expansion or type error shows without a
     //! GPU. Their arithmetic is checked against float64 by the root crate's
-    //! `fp8_projections_match_float64` where they run.
+    //! `fp8_projections_match_float64` and `fused_projections_match_float64` where they run
+    //! (lavapipe included, with shared-memory sums).
 
     use super::super::matvec::{PlaneSums, matvec_add_kernel, matvec_kernel, matvec_norm_kernel};
     use super::{

@@ -505,7 +505,8 @@ pub fn fuses_fp8(x: &Tensor<2>, w: &Fp8Weight, silu: bool) -> bool {
         let ([m, k], [n, inner]) = (x.dims(), w.dims());
         let off = crate::common::cube::tuning().decoder.fused_projections == Some(0);
         let float = matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16);
-        if off || !float || x.device() != w.codes.device() || m == 0 || n == 0 || k != inner {
+        let empty = m == 0 || n == 0 || k == 0;
+        if off || !float || empty || x.device() != w.codes.device() || k != inner {
             return false;
         }
         if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
