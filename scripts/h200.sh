@@ -121,6 +121,10 @@ case "${1:-run}" in
             --batches 1,8 2>>"$out/decode.log" | grep '^| fused' | sed "s/^/fused=$fused /" |
             tee -a "$out/decode-fused-ab.md"
         done
+        # The norm fused at up to 16 rows too (the default fuses it at one row).
+        ROPE_POOL_FUSED_NORM_ROWS=16 /tmp/decode --device vulkan --fused-only --steps 32 \
+          --batches 8 2>>"$out/decode.log" | grep '^| fused' | sed "s/^/norm-rows=16 /" |
+          tee -a "$out/decode-fused-ab.md"
       done
     fi
     # Where a batch-1 step goes: launches and device time by kernel, then host CPU by thread.

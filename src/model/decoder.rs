@@ -7,8 +7,8 @@
 //! plan per step, used by every layer).
 
 use crate::model::kernels::{
-    add_rms_norm, fuses, fuses_fp8, norm_project, norm_project_fp8, project_add, project_add_fp8,
-    rms_norm, silu_mul,
+    FusedForm, add_rms_norm, fuses, fuses_fp8, norm_project, norm_project_fp8, project_add,
+    project_add_fp8, rms_norm, silu_mul,
 };
 use crate::model::weights::{FromCheckpoint, Layer, Linear, Weight, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
@@ -211,10 +211,10 @@ impl LayerOps for Kernels {
         if state.pending.is_none() && (!silu || linear.b.is_none()) {
             let x = &state.x;
             match &linear.w {
-                Weight::Float(w_t) if fuses(x, w_t, silu) => {
+                Weight::Float(w_t) if fuses(x, w_t, FusedForm::Norm { silu }) => {
                     return linear.bias(norm_project(x.clone(), w, eps, w_t, silu));
                 }
-                Weight::Fp8(w_fp8) if fuses_fp8(x, w_fp8, silu) => {
+                Weight::Fp8(w_fp8) if fuses_fp8(x, w_fp8, FusedForm::Norm { silu }) => {
                     return linear.bias(norm_project_fp8(x.clone(), w, eps, w_fp8, silu));
                 }
                 _ => {}
@@ -227,11 +227,11 @@ impl LayerOps for Kernels {
     fn project_residual(&self, state: &mut StepState, linear: &Linear, x: Tensor<2>) {
         if let (None, None) = (&state.pending, &linear.b) {
             match &linear.w {
-                Weight::Float(w_t) if fuses(&x, w_t, false) => {
+                Weight::Float(w_t) if fuses(&x, w_t, FusedForm::Add) => {
                     state.x = project_add(x, w_t, state.x.clone());
                     return;
                 }
-                Weight::Fp8(w_fp8) if fuses_fp8(&x, w_fp8, false) => {
+                Weight::Fp8(w_fp8) if fuses_fp8(&x, w_fp8, FusedForm::Add) => {
                     state.x = project_add_fp8(x, w_fp8, state.x.clone());
                     return;
                 }

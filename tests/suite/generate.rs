@@ -773,11 +773,11 @@ fn projections_match_float64() {
 /// The decode step's fused forms of the projection, on float and fp8 weights (the matrix-vector kernel with the norm
 /// before it, the activation or the residual add after it, in one launch where `fuses` says so;
 /// the separate functions elsewhere) against float64 with the model's rounding at each step,
-/// across the row limits (8 with the activation, 16 without) and odd widths.
+/// across the row limits (one row with the norm, 16 with the add) and odd widths.
 #[test]
 fn fused_projections_match_float64() {
     use burn_rope_pool::testing::{
-        fuses, fuses_fp8, norm_project, norm_project_fp8, project_add, project_add_fp8,
+        FusedForm, fuses, fuses_fp8, norm_project, norm_project_fp8, project_add, project_add_fp8,
     };
     // Large enough to move the norm past the f32 tolerance (the rows' mean square is ~1).
     const EPS: f64 = 0.1;
@@ -786,6 +786,8 @@ fn fused_projections_match_float64() {
         // Float weights, then fp8 weights (inner sizes a multiple of 4, blocks of `block_k`).
         for (fp8, m, k, n, block_k) in [
             (false, 1usize, 4096usize, 300usize, 0usize),
+            (false, 1, 7, 11, 0),
+            (false, 1, 130, 34, 0),
             (false, 3, 7, 10, 0),
             (false, 3, 7, 11, 0),
             (false, 8, 130, 34, 0),
@@ -793,6 +795,8 @@ fn fused_projections_match_float64() {
             (false, 16, 260, 21, 0),
             (false, 17, 32, 8, 0),
             (true, 1, 2048, 300, 128),
+            (true, 1, 8, 10, 4),
+            (true, 1, 132, 34, 32),
             (true, 3, 8, 10, 4),
             (true, 3, 8, 11, 8),
             (true, 8, 132, 34, 32),
@@ -817,17 +821,23 @@ fn fused_projections_match_float64() {
                 let tensor = |v: &[f64], dims: [usize; 2]| float_tensor(v, dims, &device, dtype);
                 let (xt, wt) = (tensor(&x, [m, k]), tensor(&w, [n, k]));
                 let nt = float_tensor(&norm_w, [k], &device, dtype);
-                let fused = |silu| match &fp8 {
-                    Some((weight, _)) => fuses_fp8(&xt, weight, silu),
-                    None => fuses(&xt, &wt, silu),
+                let fused = |form| match &fp8 {
+                    Some((weight, _)) => fuses_fp8(&xt, weight, form),
+                    None => fuses(&xt, &wt, form),
                 };
-                // Every GPU device takes up to 16 rows in one launch (8 with the activation, asked
-                // of even widths only: gate and up halves).
+                // Every GPU device adds the residual in the product's launch up to 16 rows, and
+                // fuses the norm (and the activation, asked of even widths only: gate and up
+                // halves) at one row.
                 let gpu = name != "flex";
                 let even = n % 2 == 0;
+                let norm = |silu| FusedForm::Norm { silu };
                 assert_eq!(
-                    [fused(false), even && fused(true)],
-                    [gpu && m <= 16, gpu && m <= 8 && even],
+                    [
+                        fused(FusedForm::Add),
+                        fused(norm(false)),
+                        even && fused(norm(true))
+                    ],
+                    [gpu && m <= 16, gpu && m == 1, gpu && m == 1 && even],
                     "{name} {m} rows"
                 );
                 // (x · wᵀ)[r, c] and the sum of the magnitudes of its terms, over rows `h`.

@@ -79,10 +79,11 @@ pub(crate) fn matvec_fp8_norm_kernel<F: Float, N: Size, W: Size>(
     });
     let (rows, cols, pairs) = comptime!((shape.rows, shape.cols, shape.pairs));
     let n = codes.shape(0) / pairs;
-    let col0 = plane_columns(n, cols, sums);
     let wv = W::value();
     let words = comptime!(shape.w_vectors * wv);
+    // Before any plane leaves: the cube syncs.
     let norms = row_scales::<F, N>(x, eps, inv_hidden, rows, words, sums);
+    let col0 = plane_columns(n, cols, sums);
     let acc = fp8_plane_products::<F, N, W>(x, norm_w, &norms, codes, scales, col0, n, n, shape);
     if comptime!(pairs == 1) {
         store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);

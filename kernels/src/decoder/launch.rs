@@ -38,6 +38,9 @@ pub struct DecoderTuning {
     /// and the residual add as separate launches instead of fused into the matrix-vector kernel
     /// (`ROPE_POOL_FUSED_PROJECTIONS=0`). Read here, applied by the root crate's decoder.
     pub fused_projections: Option<usize>,
+    /// The most rows the norm is fused into the projection after it for
+    /// (`ROPE_POOL_FUSED_NORM_ROWS`; default [`NORM_FUSED_MAX_ROWS`]). Applied by the root crate.
+    pub fused_norm_rows: Option<usize>,
 }
 
 #[cfg(feature = "tuning")]
@@ -53,12 +56,19 @@ impl DecoderTuning {
             few_rows_planes: number("ROPE_POOL_FEW_PLANES"),
             blueprint: numbers("ROPE_POOL_BLUEPRINT"),
             fused_projections: number("ROPE_POOL_FUSED_PROJECTIONS"),
+            fused_norm_rows: number("ROPE_POOL_FUSED_NORM_ROWS"),
         })
     }
 }
 
 /// The most rows a launch takes (each unit keeps one accumulator per row).
 pub const MATVEC_MAX_ROWS: usize = 16;
+/// The most rows the decoder fuses the norm into a projection for (`launch_matvec_norm`): each
+/// plane normalises every element it reads, arithmetic that grows with the rows, where the
+/// separate norm launch costs the host the same at any row count. One row: a batch-1 step is
+/// host-bound, and past one row the kernel is bound by its arithmetic (`benches/NOTES.md`,
+/// 'Projections per row count'). Benchmark builds sweep it (`ROPE_POOL_FUSED_NORM_ROWS`).
+pub const NORM_FUSED_MAX_ROWS: usize = 1;
 /// Planes (output columns) per cube.
 const PLANES_PER_CUBE: usize = 8;
 /// Units of a "plane" where the device has no plane operations (its lanes add through shared
@@ -68,7 +78,8 @@ const SHARED_LANES: usize = 32;
 /// f32, at most [`ACCUMULATORS`] a lane) at 8 KiB.
 const SHARED_PLANES: usize = 4;
 /// The most shared memory a matrix-vector kernel takes with shared-memory sums: two sums (the
-/// norm's and the product's), 16 KiB (WebGPU's default limit).
+/// norm's over the cube and the product's over each plane, at most [`ACCUMULATORS`] values a
+/// unit each), 16 KiB (WebGPU's default limit).
 const SHARED_SUMS_BYTES: usize = 2 * SHARED_PLANES * ACCUMULATORS * SHARED_LANES * 4;
 /// Weight vectors each unit loads per iteration (in flight together), over its columns.
 const LOADS: usize = 4;

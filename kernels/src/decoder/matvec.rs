@@ -57,7 +57,7 @@ pub(crate) fn matvec_kernel<F: Float, N: Size>(
 /// [`matvec_kernel`](fn@matvec_kernel) of the RMSNorm of `x`'s rows (weight `norm_w [k]`,
 /// `eps`, `inv_hidden = 1 / k`), each normalised element rounded as the norm kernel rounds it
 /// (`norm_w * cast(x * rsqrt(mean(x²) + eps))`): the decoder's norm and the projection after it
-/// in one launch. Each plane sums its rows' squares itself (a row read once more, from cache).
+/// in one launch. The cube's units sum the rows' squares first (each row read once more a cube).
 /// With `pairs = 2` the weight is a stacked gate/up projection `[2m, k]` and `out [rows, m] =
 /// cast(silu(gate)) * up` (as the activation kernel, `act.rs`): a plane's `cols` gate columns
 /// from `col0` and their up columns `m` further.
@@ -79,8 +79,9 @@ pub(crate) fn matvec_norm_kernel<F: Float, N: Size>(
     #[define(F)] _dtype: ElemType,
 ) {
     let n = w.shape(0) / pairs;
-    let col0 = plane_columns(n, cols, sums);
+    // Before any plane leaves: the cube syncs.
     let scales = row_scales::<F, N>(x, eps, inv_hidden, rows, k_vectors, sums);
+    let col0 = plane_columns(n, cols, sums);
     let acc = plane_products::<F, N>(
         x, norm_w, &scales, w, col0, n, n, rows, cols, pairs, unroll, k_vectors, true,
     );
@@ -262,8 +263,9 @@ fn plane_products<F: Float, N: Size>(
 }
 
 /// Each of the `rows` rows' RMSNorm scale `rsqrt(mean(x²) + eps)` (`x` as vectors of `N`,
-/// `k_vectors` a row, `inv_hidden = 1 / k`), every lane of the plane given them: the plane's
-/// lanes sum strided vectors of the row.
+/// `k_vectors` a row, `inv_hidden = 1 / k`), every unit of the cube given them: the cube's units
+/// sum strided vectors of the rows (each row read once a cube), then add their sums over the
+/// cube. Every unit of the cube must call it (a cube sync): before any plane leaves.
 #[cube]
 pub(crate) fn row_scales<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
@@ -273,24 +275,83 @@ pub(crate) fn row_scales<F: Float, N: Size>(
     #[comptime] k_vectors: usize,
     #[comptime] sums: PlaneSums,
 ) -> Array<f32> {
-    let lane = UNIT_POS_X as usize;
-    let lanes = CUBE_DIM_X as usize;
+    let units = comptime!(sums.lanes * sums.planes);
+    let unit = UNIT_POS_Y as usize * comptime!(sums.lanes) + UNIT_POS_X as usize;
     let mut squares = Array::<f32>::new(rows);
     #[unroll]
     for r in 0..rows {
         let mut sum = f32::new(0.0);
-        for i in range_stepped(lane, k_vectors, lanes) {
+        for i in range_stepped(unit, k_vectors, units) {
             let v = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
             sum += lane_sum::<N>(v * v);
         }
         squares[r] = sum;
     }
-    let mut scales = plane_totals(&squares, rows, sums);
+    let mut scales = cube_totals(&squares, rows, sums);
     #[unroll]
     for r in 0..rows {
         scales[r] = f32::new(1.0) / f32::sqrt(scales[r] * inv_hidden + eps);
     }
     scales
+}
+
+/// The sums over the cube's units of each unit's `values[0..count]`, every unit given them:
+/// plane sums then the planes' totals through shared memory, or with shared-memory sums one
+/// table of every unit's values (two cube syncs; every unit of the cube taking part, none having
+/// left).
+#[cube]
+fn cube_totals(
+    values: &Array<f32>,
+    #[comptime] count: usize,
+    #[comptime] sums: PlaneSums,
+) -> Array<f32> {
+    let (lanes, planes) = comptime!((sums.lanes, sums.planes));
+    let lane = UNIT_POS_X as usize;
+    let plane = UNIT_POS_Y as usize;
+    let mut totals = Array::<f32>::new(count);
+    if comptime!(sums.shared) {
+        let units = comptime!(lanes * planes);
+        let unit = plane * lanes + lane;
+        let mut red = Shared::<[f32]>::new_slice(comptime!(count * lanes * planes));
+        #[unroll]
+        for a in 0..count {
+            red[a * units + unit] = values[a];
+        }
+        sync_cube();
+        // Unit `a` adds value `a`'s row and leaves the total at its start (no unit reads another's
+        // row before the sync).
+        for a in range_stepped(unit, count, units) {
+            let mut total = f32::new(0.0);
+            for u in 0..units {
+                total += red[a * units + u];
+            }
+            red[a * units] = total;
+        }
+        sync_cube();
+        #[unroll]
+        for a in 0..count {
+            totals[a] = red[a * units];
+        }
+    } else {
+        let mut red = Shared::<[f32]>::new_slice(comptime!(count * planes));
+        #[unroll]
+        for a in 0..count {
+            let s = plane_sum(values[a]);
+            if lane == 0 {
+                red[a * planes + plane] = s;
+            }
+        }
+        sync_cube();
+        #[unroll]
+        for a in 0..count {
+            let mut total = f32::new(0.0);
+            for p in 0..planes {
+                total += red[a * planes + p];
+            }
+            totals[a] = total;
+        }
+    }
+    totals
 }
 
 /// The activation's last step: accumulators `acc[r * 2 * cols + c]` (gate) and `[r * 2 * cols +

@@ -138,8 +138,7 @@ pub fn project(x: Tensor<2>, w_t: &Tensor<2>) -> Tensor<2> {
 /// `project(rms_norm(x, norm_w, eps), w_t)`, and with `silu` [`silu_mul`] of it (`w_t` then a
 /// gate/up weight `[2m, in]`, the output `[rows, m]`), each step rounded as those functions round
 /// it: the norm before a decode step's projection and, for the MLP, the activation after it. One
-/// launch where the matrix-vector kernel takes the rows ([`fuses`]: up to 16 rows, 8 with `silu`,
-/// on CubeCL devices), the separate functions elsewhere.
+/// launch where [`fuses`] says so (one row on CubeCL devices), the separate functions elsewhere.
 ///
 /// # Panics
 /// As [`rms_norm`], [`project`] and [`silu_mul`]: `norm_w`'s length not `x`'s row length, the
@@ -167,7 +166,8 @@ pub fn norm_project(
         "silu_mul: gate and up side by side need an even width, got {n}"
     );
     #[cfg(feature = "cube")]
-    if fuses(&x, w_t, silu) && norm_w.dtype() == x.dtype() && norm_w.device() == x.device() {
+    let form = FusedForm::Norm { silu };
+    if fuses(&x, w_t, form) && norm_w.dtype() == x.dtype() && norm_w.device() == x.device() {
         let inputs = backend::MatvecNormTensors {
             x: x.into_dispatch(),
             norm_w: norm_w.clone().into_dispatch(),
@@ -204,7 +204,8 @@ pub fn project_add(x: Tensor<2>, w_t: &Tensor<2>, residual: Tensor<2>) -> Tensor
         residual.dims()
     );
     #[cfg(feature = "cube")]
-    if fuses(&x, w_t, false) && residual.dtype() == x.dtype() && residual.device() == x.device() {
+    let add = FusedForm::Add;
+    if fuses(&x, w_t, add) && residual.dtype() == x.dtype() && residual.device() == x.device() {
         let inputs = backend::MatvecAddTensors {
             x: x.into_dispatch(),
             w_t: w_t.clone().into_dispatch(),
@@ -216,23 +217,49 @@ pub fn project_add(x: Tensor<2>, w_t: &Tensor<2>, residual: Tensor<2>) -> Tensor
     residual + project(x, w_t)
 }
 
-/// Whether [`norm_project`] (with `silu`) and [`project_add`] take `x [m, k] · w_tᵀ` in one
-/// launch: a CubeCL device (without Autodiff) with the matrix-vector kernel for `m` rows (at
-/// most 8 with `silu`), `x` and `w_t` of one dtype on it, no empty size.
-pub fn fuses(x: &Tensor<2>, w_t: &Tensor<2>, silu: bool) -> bool {
+/// The fused forms of a decode step's projection ([`fuses`], [`fuses_fp8`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedForm {
+    /// [`norm_project`] (`silu`: with the activation).
+    Norm {
+        /// The MLP activation after the product.
+        silu: bool,
+    },
+    /// [`project_add`].
+    Add,
+}
+
+/// Whether [`norm_project`] or [`project_add`] (`form`) takes `x [m, k] · w_tᵀ` in one launch: a
+/// CubeCL device (without Autodiff) with the matrix-vector kernel for `m` rows, `x` and `w_t` of
+/// one dtype on it, no empty size. The residual add fuses up to 16 rows; the norm only at one row
+/// ([`rope_pool_kernels::decoder::NORM_FUSED_MAX_ROWS`]), where a step is host-bound: each plane
+/// normalises the elements it reads, arithmetic that grows with the rows, and past one row the
+/// kernel is bound by its arithmetic (`benches/NOTES.md`, 'Projections per row count').
+pub fn fuses(x: &Tensor<2>, w_t: &Tensor<2>, form: FusedForm) -> bool {
+    let ([m, k], [n, inner]) = (x.dims(), w_t.dims());
+    let same = x.dtype() == w_t.dtype() && x.device() == w_t.device();
+    same && m > 0 && k > 0 && n > 0 && k == inner && fused_rows_fit(&x.device(), m, form)
+}
+
+/// Whether the fused form `form` takes `m` rows on `device` (the shapes and dtypes checked).
+fn fused_rows_fit(device: &burn::tensor::Device, m: usize, form: FusedForm) -> bool {
     #[cfg(feature = "cube")]
-    {
-        let ([m, k], [n, inner]) = (x.dims(), w_t.dims());
-        let same = x.dtype() == w_t.dtype() && x.device() == w_t.device();
-        let off = crate::common::cube::tuning().decoder.fused_projections == Some(0);
-        if off || !same || m == 0 || k == 0 || n == 0 || k != inner {
+    if let burn::backend::DispatchDevice::Cube(cube) = device.as_dispatch() {
+        use rope_pool_kernels::decoder::{NORM_FUSED_MAX_ROWS, matvec_fits, matvec_norm_fits};
+        let tuning = crate::common::cube::tuning().decoder;
+        if tuning.fused_projections == Some(0) {
             return false;
         }
-        if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
-            return rope_pool_kernels::decoder::matvec_norm_fits(&cube.client(), m, silu);
-        }
+        let client = cube.client();
+        return match form {
+            FusedForm::Add => matvec_fits(&client, m),
+            FusedForm::Norm { silu } => {
+                m <= tuning.fused_norm_rows.unwrap_or(NORM_FUSED_MAX_ROWS)
+                    && matvec_norm_fits(&client, m, silu)
+            }
+        };
     }
-    let _ = (x, w_t, silu);
+    let _ = (device, m, form);
     false
 }
 
@@ -442,7 +469,8 @@ pub fn norm_project_fp8(
         "silu_mul: gate and up side by side need an even width, got {n}"
     );
     #[cfg(feature = "cube")]
-    if fuses_fp8(&x, w, silu) && norm_w.dtype() == x.dtype() && norm_w.device() == x.device() {
+    let form = FusedForm::Norm { silu };
+    if fuses_fp8(&x, w, form) && norm_w.dtype() == x.dtype() && norm_w.device() == x.device() {
         let inputs = backend::Fp8NormTensors {
             x: x.into_dispatch(),
             norm_w: norm_w.clone().into_dispatch(),
@@ -482,7 +510,8 @@ pub fn project_add_fp8(x: Tensor<2>, w: &Fp8Weight, residual: Tensor<2>) -> Tens
         residual.dims()
     );
     #[cfg(feature = "cube")]
-    if fuses_fp8(&x, w, false) && residual.dtype() == x.dtype() && residual.device() == x.device() {
+    let add = FusedForm::Add;
+    if fuses_fp8(&x, w, add) && residual.dtype() == x.dtype() && residual.device() == x.device() {
         let inputs = backend::Fp8AddTensors {
             x: x.into_dispatch(),
             codes: w.codes.clone().into_dispatch(),
@@ -499,22 +528,15 @@ pub fn project_add_fp8(x: Tensor<2>, w: &Fp8Weight, residual: Tensor<2>) -> Tens
 }
 
 /// [`fuses`] for an fp8 weight: the weight's codes on x's device, `x` a float dtype.
-pub fn fuses_fp8(x: &Tensor<2>, w: &Fp8Weight, silu: bool) -> bool {
-    #[cfg(feature = "cube")]
-    {
-        let ([m, k], [n, inner]) = (x.dims(), w.dims());
-        let off = crate::common::cube::tuning().decoder.fused_projections == Some(0);
-        let float = matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16);
-        let empty = m == 0 || n == 0 || k == 0;
-        if off || !float || empty || x.device() != w.codes.device() || k != inner {
-            return false;
-        }
-        if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
-            return rope_pool_kernels::decoder::matvec_norm_fits(&cube.client(), m, silu);
-        }
-    }
-    let _ = (x, w, silu);
-    false
+pub fn fuses_fp8(x: &Tensor<2>, w: &Fp8Weight, form: FusedForm) -> bool {
+    let ([m, k], [n, inner]) = (x.dims(), w.dims());
+    let float = matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16);
+    let empty = m == 0 || n == 0 || k == 0;
+    float
+        && !empty
+        && x.device() == w.codes.device()
+        && k == inner
+        && fused_rows_fit(&x.device(), m, form)
 }
 
 /// `x [m, in] · wᵀ` for an fp8 weight `w` ([`Fp8Weight`], `[out, in]`): `[m, out]` in x's
