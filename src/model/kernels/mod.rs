@@ -166,8 +166,10 @@ pub fn norm_project(
         "silu_mul: gate and up side by side need an even width, got {n}"
     );
     #[cfg(feature = "cube")]
-    let form = FusedForm::Norm { silu };
-    if fuses(&x, w_t, form) && norm_w.dtype() == x.dtype() && norm_w.device() == x.device() {
+    if fuses(&x, w_t, FusedForm::Norm { silu })
+        && norm_w.dtype() == x.dtype()
+        && norm_w.device() == x.device()
+    {
         let inputs = backend::MatvecNormTensors {
             x: x.into_dispatch(),
             norm_w: norm_w.clone().into_dispatch(),
@@ -204,8 +206,10 @@ pub fn project_add(x: Tensor<2>, w_t: &Tensor<2>, residual: Tensor<2>) -> Tensor
         residual.dims()
     );
     #[cfg(feature = "cube")]
-    let add = FusedForm::Add;
-    if fuses(&x, w_t, add) && residual.dtype() == x.dtype() && residual.device() == x.device() {
+    if fuses(&x, w_t, FusedForm::Add)
+        && residual.dtype() == x.dtype()
+        && residual.device() == x.device()
+    {
         let inputs = backend::MatvecAddTensors {
             x: x.into_dispatch(),
             w_t: w_t.clone().into_dispatch(),
@@ -469,8 +473,10 @@ pub fn norm_project_fp8(
         "silu_mul: gate and up side by side need an even width, got {n}"
     );
     #[cfg(feature = "cube")]
-    let form = FusedForm::Norm { silu };
-    if fuses_fp8(&x, w, form) && norm_w.dtype() == x.dtype() && norm_w.device() == x.device() {
+    if fuses_fp8(&x, w, FusedForm::Norm { silu })
+        && norm_w.dtype() == x.dtype()
+        && norm_w.device() == x.device()
+    {
         let inputs = backend::Fp8NormTensors {
             x: x.into_dispatch(),
             norm_w: norm_w.clone().into_dispatch(),
@@ -510,8 +516,10 @@ pub fn project_add_fp8(x: Tensor<2>, w: &Fp8Weight, residual: Tensor<2>) -> Tens
         residual.dims()
     );
     #[cfg(feature = "cube")]
-    let add = FusedForm::Add;
-    if fuses_fp8(&x, w, add) && residual.dtype() == x.dtype() && residual.device() == x.device() {
+    if fuses_fp8(&x, w, FusedForm::Add)
+        && residual.dtype() == x.dtype()
+        && residual.device() == x.device()
+    {
         let inputs = backend::Fp8AddTensors {
             x: x.into_dispatch(),
             codes: w.codes.clone().into_dispatch(),
