@@ -198,8 +198,9 @@ impl LayerOps for Kernels {
     ) -> Result<RopePoolOutputs, RefusedCall> {
         try_rope_pool_fused(inputs, config)
     }
-    /// One launch where the matrix-vector kernel takes the rows (no bias with `silu`, nothing
-    /// pending), the separate kernels elsewhere.
+    /// Nothing pending (and no bias with `silu`): `norm_project`, one launch where the
+    /// matrix-vector kernel takes the rows and the same separate kernels elsewhere; else the
+    /// separate kernels with the pending output added by the norm's launch.
     fn norm_project(
         &self,
         state: &mut StepState,
@@ -209,16 +210,11 @@ impl LayerOps for Kernels {
         silu: bool,
     ) -> Tensor<2> {
         if state.pending.is_none() && (!silu || linear.b.is_none()) {
-            let x = &state.x;
-            match &linear.w {
-                Weight::Float(w_t) if fuses(x, w_t, FusedForm::Norm { silu }) => {
-                    return linear.bias(norm_project(x.clone(), w, eps, w_t, silu));
-                }
-                Weight::Fp8(w_fp8) if fuses_fp8(x, w_fp8, FusedForm::Norm { silu }) => {
-                    return linear.bias(norm_project_fp8(x.clone(), w, eps, w_fp8, silu));
-                }
-                _ => {}
-            }
+            let x = state.x.clone();
+            return linear.bias(match &linear.w {
+                Weight::Float(w_t) => norm_project(x, w, eps, w_t, silu),
+                Weight::Fp8(w_fp8) => norm_project_fp8(x, w, eps, w_fp8, silu),
+            });
         }
         norm_project_separately(self, state, w, eps, linear, silu)
     }

@@ -222,6 +222,8 @@ pub fn project_add(x: Tensor<2>, w_t: &Tensor<2>, residual: Tensor<2>) -> Tensor
 }
 
 /// The fused forms of a decode step's projection ([`fuses`], [`fuses_fp8`]).
+// Only CubeCL builds ask for the norm's form outside the tests (`testing`).
+#[cfg_attr(not(any(feature = "cube", feature = "testing")), allow(dead_code))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FusedForm {
     /// [`norm_project`] (`silu`: with the activation).
