@@ -33,17 +33,17 @@ chmod +x "$llvm/bin/llvm-config"
 cuda=cuda
 suffix=cuda
 if [ "${ROPE_POOL_CUDA_CPP:-}" = 1 ]; then cuda=cuda-cpp; suffix=cuda-cpp; fi
-features=(--no-default-features --features $cuda,flex)
+features=(--no-default-features --features $cuda,fusion,flex)
 targets=(--bench rope_pool)
 if [ "${1:-}" = all ]; then
   targets+=(--bench decode --bench pool_attention --example replay)
 elif [ "${1:-}" = decode ]; then
   # The suite's features, so that the two share one build of burn.
-  features=(--no-default-features --features $cuda,flex,autodiff,tuning)
+  features=(--no-default-features --features $cuda,fusion,flex,autodiff,tuning)
   targets=(--bench decode)
 elif [ "${1:-}" = suite ]; then
   # The test suite with CUDA as its GPU device (tests/suite/common.rs), autodiff included.
-  features=(--no-default-features --features $cuda,flex,autodiff)
+  features=(--no-default-features --features $cuda,fusion,flex,autodiff)
   targets=(--test suite)
 fi
 CARGO_TARGET_DIR=target/cuda cargo build --release "${features[@]}" "${targets[@]}"

@@ -27,7 +27,7 @@ executable() {
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1
 }
 # The WGSL-only build (the default build compiles SPIR-V on Vulkan).
-wgsl=(--no-default-features --features wgpu,flex,autodiff)
+wgsl=(--no-default-features --features wgpu,fusion,flex,autodiff)
 # On the H200 machine: the Vulkan loader from the packages carried in .gl, and NVIDIA's ICD.
 vulkan_env() {
   for f in .gl/*.deb; do dpkg -x "$f" /; done
@@ -87,8 +87,11 @@ case "${1:-run}" in
     # when ROPE_POOL_ANCHORS has it.
     mkdir -p "$pack"
     strip -o "$pack/decode" "$(executable --bench decode --features tuning,profile)"
+    # The same without Burn's fusion stream: each launch leaves from the caller's thread.
+    strip -o "$pack/decode-unfused" "$(executable --bench decode --no-default-features \
+      --features vulkan,flex,autodiff,tuning,profile)"
     strip -o "$pack/suite" "$(executable --test suite)"
-    xz -T2 -6 -f "$pack/decode" "$pack/suite"
+    xz -T2 -6 -f "$pack/decode" "$pack/decode-unfused" "$pack/suite"
     copy_anchor graph_decode_anchor.py
     ls -la "$pack"
     ;;

@@ -12,7 +12,7 @@
 # Which GPU build the suite runs: the default build compiles SPIR-V on Vulkan, and lavapipe
 # 22.3 (what a machine without a GPU gets here) segfaults creating SPIR-V pipelines that use
 # workgroup memory, so where no hardware Vulkan driver is found the suite runs the WGSL build
-# (`--no-default-features --features wgpu,flex,autodiff`) instead. ROPE_POOL_TEST_FEATURES
+# (`--no-default-features --features wgpu,fusion,flex,autodiff`) instead. ROPE_POOL_TEST_FEATURES
 # (cargo arguments, e.g. "--no-default-features --features wgpu,flex") overrides the choice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,7 +73,7 @@ elif hardware_vulkan || [ "$(uname)" = Darwin ]; then
   build=()
 else
   echo "no hardware Vulkan driver: the suite runs the WGSL build (SPIR-V crashes lavapipe 22.3)"
-  build=(--no-default-features --features wgpu,flex,autodiff)
+  build=(--no-default-features --features wgpu,fusion,flex,autodiff)
 fi
 
 step() { echo "== $*"; "$@"; }
@@ -89,9 +89,19 @@ if [ "${CI:-}" = true ]; then
   # The server under the official `openai` Python client (PyPI is reachable in CI).
   step scripts/openai_client_test.sh ${build[@]+"${build[@]}"}
 fi
+if [ "${CI:-}" = true ] && [ -z "${ROPE_POOL_TEST_FEATURES+x}" ]; then
+  # The same GPU build without Burn's fusion stream (each launch leaves from the caller's
+  # thread; the build the decode figures favour): the decoder and the checkpoints end to end.
+  if [ ${#build[@]} -eq 0 ]; then
+    unfused=(--no-default-features --features vulkan,flex,autodiff)
+  else
+    unfused=(--no-default-features --features wgpu,flex,autodiff)
+  fi
+  step cargo test --test suite "${unfused[@]}" -- generate checkpoints projections
+fi
 if [ "${CI:-}" = true ]; then
   step cargo clippy --workspace --all-targets -- -D warnings
-  step cargo clippy --workspace --all-targets --no-default-features --features wgpu,flex,autodiff -- -D warnings
+  step cargo clippy --workspace --all-targets --no-default-features --features wgpu,fusion,flex,autodiff -- -D warnings
   step env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
   step cargo check --no-default-features --features flex
 fi

@@ -22,7 +22,7 @@ use burn::tensor::{DType, Device, Int, Shape, Tensor, TensorData};
 ///
 /// A `Tensor<3>` converts into a float pool (`.into()`).
 #[derive(Clone, Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub enum PoolTensor<B: Backend = Dispatch> {
     /// A pool in the activations' float dtype, `[P, Hkv, D]`.
     Float(FloatTensor<B>),

@@ -7,7 +7,7 @@
 //! [`rope_pool_fused`](crate::rope_pool_fused) is the validated one users call.
 
 use crate::common::pool_tensor::PoolTensor;
-#[cfg(feature = "cube")]
+#[cfg(all(feature = "cube", feature = "fusion"))]
 use crate::common::pool_tensor::PoolTensorMetadata;
 use crate::op::rope::RopeFrequencies;
 use burn::backend::{
@@ -15,7 +15,7 @@ use burn::backend::{
     tensor::{FloatTensor, IntTensor},
 };
 use burn::tensor::{Int, Shape, Tensor};
-#[cfg(feature = "cube")]
+#[cfg(all(feature = "cube", feature = "fusion"))]
 use burn_fusion::custom::TensorSpec;
 use std::sync::Arc;
 
@@ -27,7 +27,7 @@ use std::sync::Arc;
 /// rank (to get the documented error rather than a compile error) set the fields from
 /// [`Tensor::into_dispatch`].
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct RopePoolInputs<B: Backend = Dispatch> {
     /// Queries, `[T, Hq, D]`.
     pub q: FloatTensor<B>,
@@ -56,7 +56,7 @@ pub struct RopePoolInputs<B: Backend = Dispatch> {
 /// multiplied by the weight there (transformers' `Qwen3RMSNorm`); `eps` is the config's
 /// [`qk_norm_eps`](crate::RopePoolConfig::qk_norm_eps). v is not normalised.
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub enum QkNorm<B: Backend = Dispatch> {
     /// No norm: q and k are rotated as they come.
     None,
@@ -150,7 +150,7 @@ impl From<Outputs<Dispatch>> for RopePoolOutputs {
 /// Burn backends that implement the fused RoPE + KV-pool scatter.
 #[backend_extension(
     Cube: cfg(feature = "cube"),
-    Fusion: cfg(feature = "cube"),
+    Fusion: cfg(all(feature = "cube", feature = "fusion")),
     Flex: cfg(feature = "flex"),
     Autodiff: cfg(feature = "autodiff")
 )]
@@ -182,7 +182,7 @@ pub trait RopePoolBackend: Backend {
 
 /// Output metadata for the lazy (fusion) path: each output has the shape and dtype of the input
 /// it derives from.
-#[cfg(feature = "cube")]
+#[cfg(all(feature = "cube", feature = "fusion"))]
 fn rope_pool_meta(
     inputs: &RopePoolInputsMetadata,
     _rope: &Arc<RopeFrequencies>,

@@ -19,7 +19,7 @@ pub fn device_works(device: &Device) -> bool {
 /// feature, on by default) and wgpu finds no hardware GPU, only software adapters. Mesa 22.3's
 /// lavapipe segfaults inside `vkCreateComputePipelines` on SPIR-V kernels with workgroup memory
 /// and barriers (Burn's `sum`, this crate's RMSNorm): a crash no panic handler catches. The WGSL
-/// build (`--no-default-features --features wgpu,flex,autodiff`) runs there. Looked up once.
+/// build (`--no-default-features --features wgpu,fusion,flex,autodiff`) runs there. Looked up once.
 pub fn wgpu_refusal() -> Option<&'static str> {
     #[cfg(feature = "vulkan")]
     {
@@ -34,7 +34,7 @@ pub fn wgpu_refusal() -> Option<&'static str> {
             return Some(
                 "wgpu finds no hardware GPU here, and this build compiles SPIR-V, which Mesa's \
                  software Vulkan (lavapipe 22.3) crashes on: use `--device flex`, or the WGSL \
-                 build (`--no-default-features --features wgpu,flex,autodiff`)",
+                 build (`--no-default-features --features wgpu,fusion,flex,autodiff`)",
             );
         }
     }

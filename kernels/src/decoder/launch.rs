@@ -41,6 +41,23 @@ pub struct DecoderTuning {
     /// The most rows the norm is fused into the projection after it for
     /// (`ROPE_POOL_FUSED_NORM_ROWS`; default [`NORM_FUSED_MAX_ROWS`]). Applied by the root crate.
     pub fused_norm_rows: Option<usize>,
+    /// Matrix-vector kernels: weight loads in flight a unit (`ROPE_POOL_MATVEC_LOADS`, 1 to 16;
+    /// default 4).
+    pub matvec_loads: Option<usize>,
+    /// Matrix-vector kernels on devices with plane operations: planes a cube
+    /// (`ROPE_POOL_MATVEC_PLANES`, 1 to 32; default 8).
+    pub matvec_planes: Option<usize>,
+}
+
+impl DecoderTuning {
+    /// The knobs of this process: [`DecoderTuning::from_env`] in benchmark builds, the defaults
+    /// otherwise.
+    fn current() -> Self {
+        #[cfg(feature = "tuning")]
+        return Self::from_env();
+        #[cfg(not(feature = "tuning"))]
+        Self::default()
+    }
 }
 
 #[cfg(feature = "tuning")]
@@ -57,6 +74,8 @@ impl DecoderTuning {
             blueprint: numbers("ROPE_POOL_BLUEPRINT"),
             fused_projections: number("ROPE_POOL_FUSED_PROJECTIONS"),
             fused_norm_rows: number("ROPE_POOL_FUSED_NORM_ROWS"),
+            matvec_loads: number("ROPE_POOL_MATVEC_LOADS").filter(|n| (1..=16).contains(n)),
+            matvec_planes: number("ROPE_POOL_MATVEC_PLANES").filter(|n| (1..=32).contains(n)),
         })
     }
 }
@@ -114,7 +133,9 @@ fn plane_sums(client: &Client) -> PlaneSums {
     match native {
         true => PlaneSums {
             lanes: hardware.plane_size_min as usize,
-            planes: PLANES_PER_CUBE,
+            planes: DecoderTuning::current()
+                .matvec_planes
+                .unwrap_or(PLANES_PER_CUBE),
             shared: false,
         },
         false => PlaneSums {
@@ -152,7 +173,8 @@ fn matvec_shape(
     } else {
         (ACCUMULATORS / (rows * pairs)).clamp(1, 2)
     };
-    let unroll = (LOADS / (cols * pairs)).max(1);
+    let loads = DecoderTuning::current().matvec_loads.unwrap_or(LOADS);
+    let unroll = (loads / (cols * pairs)).max(1);
     let cubes = n.div_ceil(sums.planes * cols);
     let count =
         calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim);

@@ -5,12 +5,12 @@ use burn::backend::{
     Backend, ExtensionType, backend_extension,
     tensor::{FloatTensor, IntTensor},
 };
-use burn::tensor::Shape;
-use burn_fusion::custom::TensorSpec;
+#[cfg(feature = "fusion")]
+use meta::*;
 
 /// RMSNorm's tensors.
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct NormTensors<B: Backend> {
     /// Rows to normalise, `[rows, hidden]`.
     pub x: FloatTensor<B>,
@@ -20,7 +20,7 @@ pub struct NormTensors<B: Backend> {
 
 /// The residual add and RMSNorm's tensors.
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct AddNormTensors<B: Backend> {
     /// The residual stream, `[rows, hidden]`.
     pub x: FloatTensor<B>,
@@ -32,7 +32,7 @@ pub struct AddNormTensors<B: Backend> {
 
 /// The matrix-vector product's tensors.
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct MatvecTensors<B: Backend> {
     /// The rows, `[m, in]`.
     pub x: FloatTensor<B>,
@@ -42,7 +42,7 @@ pub struct MatvecTensors<B: Backend> {
 
 /// The tensors of a projection of normalised rows.
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct MatvecNormTensors<B: Backend> {
     /// The rows before the norm, `[m, in]`.
     pub x: FloatTensor<B>,
@@ -54,7 +54,7 @@ pub struct MatvecNormTensors<B: Backend> {
 
 /// The tensors of a projection added to the residual stream.
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct MatvecAddTensors<B: Backend> {
     /// The rows, `[m, in]`.
     pub x: FloatTensor<B>,
@@ -66,7 +66,7 @@ pub struct MatvecAddTensors<B: Backend> {
 
 /// The tensors of a product on an fp8 weight ([`super::Fp8Weight`]).
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct Fp8ProductTensors<B: Backend> {
     /// The rows, `[m, in]`.
     pub x: FloatTensor<B>,
@@ -78,7 +78,7 @@ pub struct Fp8ProductTensors<B: Backend> {
 
 /// The tensors of a projection of normalised rows on an fp8 weight.
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct Fp8NormTensors<B: Backend> {
     /// The rows before the norm, `[m, in]`.
     pub x: FloatTensor<B>,
@@ -92,7 +92,7 @@ pub struct Fp8NormTensors<B: Backend> {
 
 /// The tensors of a projection on an fp8 weight added to the residual stream.
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct Fp8AddTensors<B: Backend> {
     /// The rows, `[m, in]`.
     pub x: FloatTensor<B>,
@@ -106,14 +106,14 @@ pub struct Fp8AddTensors<B: Backend> {
 
 /// The activation's tensor.
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct ActTensors<B: Backend> {
     /// Gate and up projections side by side, `[rows, 2m]`.
     pub gate_up: FloatTensor<B>,
 }
 
 /// Burn backends with the decoder's kernels.
-#[backend_extension(Cube: cfg(feature = "cube"), Fusion: cfg(feature = "cube"))]
+#[backend_extension(Cube: cfg(feature = "cube"), Fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub trait DecoderKernels: Backend {
     /// `w * cast(x * rsqrt(mean(x²) + eps))`, x's shape and dtype.
     #[fusion(meta = norm_meta)]
@@ -184,66 +184,81 @@ pub trait DecoderKernels: Backend {
     fn silu_mul(#[extension_type] inputs: ActTensors<Self>) -> FloatTensor<Self>;
 }
 
-/// Output metadata for the lazy (fusion) path.
-fn norm_meta(inputs: &NormTensorsMetadata, _eps: &f32) -> TensorSpec {
-    inputs.x.clone()
-}
+/// Output metadata for the lazy (fusion) path: each output's shape and dtype.
+#[cfg(feature = "fusion")]
+mod meta {
+    use super::*;
+    use burn::tensor::Shape;
+    use burn_fusion::custom::TensorSpec;
 
-/// Output metadata for the lazy (fusion) path.
-fn add_norm_meta(inputs: &AddNormTensorsMetadata, _eps: &f32) -> (TensorSpec, TensorSpec) {
-    (inputs.x.clone(), inputs.x.clone())
-}
+    /// Output metadata for the lazy (fusion) path.
+    pub(super) fn norm_meta(inputs: &NormTensorsMetadata, _eps: &f32) -> TensorSpec {
+        inputs.x.clone()
+    }
 
-/// Output metadata for the lazy (fusion) path.
-fn matvec_meta(inputs: &MatvecTensorsMetadata) -> TensorSpec {
-    let shape = Shape::from(vec![inputs.x.shape[0], inputs.w_t.shape[0]]);
-    TensorSpec::new(shape, inputs.x.dtype)
-}
+    /// Output metadata for the lazy (fusion) path.
+    pub(super) fn add_norm_meta(
+        inputs: &AddNormTensorsMetadata,
+        _eps: &f32,
+    ) -> (TensorSpec, TensorSpec) {
+        (inputs.x.clone(), inputs.x.clone())
+    }
 
-/// Output metadata for the lazy (fusion) path.
-fn matvec_norm_meta(inputs: &MatvecNormTensorsMetadata, _eps: &f32, silu: &bool) -> TensorSpec {
-    let out = inputs.w_t.shape[0] / (1 + *silu as usize);
-    TensorSpec::new(Shape::from(vec![inputs.x.shape[0], out]), inputs.x.dtype)
-}
+    /// Output metadata for the lazy (fusion) path.
+    pub(super) fn matvec_meta(inputs: &MatvecTensorsMetadata) -> TensorSpec {
+        let shape = Shape::from(vec![inputs.x.shape[0], inputs.w_t.shape[0]]);
+        TensorSpec::new(shape, inputs.x.dtype)
+    }
 
-/// Output metadata for the lazy (fusion) path.
-fn matvec_add_meta(inputs: &MatvecAddTensorsMetadata) -> TensorSpec {
-    inputs.residual.clone()
-}
+    /// Output metadata for the lazy (fusion) path.
+    pub(super) fn matvec_norm_meta(
+        inputs: &MatvecNormTensorsMetadata,
+        _eps: &f32,
+        silu: &bool,
+    ) -> TensorSpec {
+        let out = inputs.w_t.shape[0] / (1 + *silu as usize);
+        TensorSpec::new(Shape::from(vec![inputs.x.shape[0], out]), inputs.x.dtype)
+    }
 
-/// Output metadata for the lazy (fusion) path.
-fn matmul_meta(inputs: &MatvecTensorsMetadata, _routine: &u32) -> TensorSpec {
-    matvec_meta(inputs)
-}
+    /// Output metadata for the lazy (fusion) path.
+    pub(super) fn matvec_add_meta(inputs: &MatvecAddTensorsMetadata) -> TensorSpec {
+        inputs.residual.clone()
+    }
 
-/// Output metadata for the lazy (fusion) path.
-fn fp8_product_meta(
-    inputs: &Fp8ProductTensorsMetadata,
-    _block_words: &u32,
-    _routine: &u32,
-) -> TensorSpec {
-    let shape = Shape::from(vec![inputs.x.shape[0], inputs.codes.shape[0]]);
-    TensorSpec::new(shape, inputs.x.dtype)
-}
+    /// Output metadata for the lazy (fusion) path.
+    pub(super) fn matmul_meta(inputs: &MatvecTensorsMetadata, _routine: &u32) -> TensorSpec {
+        matvec_meta(inputs)
+    }
 
-/// Output metadata for the lazy (fusion) path.
-fn fp8_norm_meta(
-    inputs: &Fp8NormTensorsMetadata,
-    _block_words: &u32,
-    _eps: &f32,
-    silu: &bool,
-) -> TensorSpec {
-    let out = inputs.codes.shape[0] / (1 + *silu as usize);
-    TensorSpec::new(Shape::from(vec![inputs.x.shape[0], out]), inputs.x.dtype)
-}
+    /// Output metadata for the lazy (fusion) path.
+    pub(super) fn fp8_product_meta(
+        inputs: &Fp8ProductTensorsMetadata,
+        _block_words: &u32,
+        _routine: &u32,
+    ) -> TensorSpec {
+        let shape = Shape::from(vec![inputs.x.shape[0], inputs.codes.shape[0]]);
+        TensorSpec::new(shape, inputs.x.dtype)
+    }
 
-/// Output metadata for the lazy (fusion) path.
-fn fp8_add_meta(inputs: &Fp8AddTensorsMetadata, _block_words: &u32) -> TensorSpec {
-    inputs.residual.clone()
-}
+    /// Output metadata for the lazy (fusion) path.
+    pub(super) fn fp8_norm_meta(
+        inputs: &Fp8NormTensorsMetadata,
+        _block_words: &u32,
+        _eps: &f32,
+        silu: &bool,
+    ) -> TensorSpec {
+        let out = inputs.codes.shape[0] / (1 + *silu as usize);
+        TensorSpec::new(Shape::from(vec![inputs.x.shape[0], out]), inputs.x.dtype)
+    }
 
-/// Output metadata for the lazy (fusion) path.
-fn act_meta(inputs: &ActTensorsMetadata) -> TensorSpec {
-    let [rows, width] = [inputs.gate_up.shape[0], inputs.gate_up.shape[1]];
-    TensorSpec::new(Shape::from(vec![rows, width / 2]), inputs.gate_up.dtype)
+    /// Output metadata for the lazy (fusion) path.
+    pub(super) fn fp8_add_meta(inputs: &Fp8AddTensorsMetadata, _block_words: &u32) -> TensorSpec {
+        inputs.residual.clone()
+    }
+
+    /// Output metadata for the lazy (fusion) path.
+    pub(super) fn act_meta(inputs: &ActTensorsMetadata) -> TensorSpec {
+        let [rows, width] = [inputs.gate_up.shape[0], inputs.gate_up.shape[1]];
+        TensorSpec::new(Shape::from(vec![rows, width / 2]), inputs.gate_up.dtype)
+    }
 }

@@ -7,14 +7,14 @@ use burn::backend::{
     Backend, ExtensionType, backend_extension,
     tensor::{FloatTensor, IntTensor},
 };
-#[cfg(feature = "cube")]
+#[cfg(all(feature = "cube", feature = "fusion"))]
 use burn::tensor::{DType, Shape};
-#[cfg(feature = "cube")]
+#[cfg(all(feature = "cube", feature = "fusion"))]
 use burn_fusion::custom::TensorSpec;
 
 /// The tensors of one call as the backend reads them.
 #[derive(Debug, ExtensionType)]
-#[extension_type(fusion: cfg(feature = "cube"))]
+#[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct AttentionTensors<B: Backend> {
     /// Queries, `[T, Hq, D]`.
     pub q: FloatTensor<B>,
@@ -53,7 +53,7 @@ pub struct AttentionParams {
 /// Burn backends that implement attention over the token-slot pool.
 #[backend_extension(
     Cube: cfg(feature = "cube"),
-    Fusion: cfg(feature = "cube"),
+    Fusion: cfg(all(feature = "cube", feature = "fusion")),
     Flex: cfg(feature = "flex")
 )]
 pub trait PoolAttentionBackend: Backend {
@@ -68,7 +68,7 @@ pub trait PoolAttentionBackend: Backend {
 }
 
 /// Output metadata for the lazy (fusion) path.
-#[cfg(feature = "cube")]
+#[cfg(all(feature = "cube", feature = "fusion"))]
 fn attention_meta(
     inputs: &AttentionTensorsMetadata,
     _params: &AttentionParams,
