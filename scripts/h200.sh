@@ -99,9 +99,10 @@ case "${1:-run}" in
     # On the GPU: the decoder's kernel and checkpoint tests (TESTS, a filter of the suite; unset:
     # projections, fp8 and the checkpoints), the decode bench with fp8 caches and fp8 weights
     # beside f16 (extra arguments go to it, not to the A/B), its prefill rows again without the
-    # query-tile attention and its decode rows without the fused projections (SKIP_AB=1 skips
-    # them), the batch-1 profiles, then the CUDA-graph anchor, in one call.
-    unpack decode suite
+    # query-tile attention, its decode rows without the fused projections and the build without
+    # Burn's fusion stream against the default (SKIP_AB=1 skips them), the batch-1 profiles, then
+    # the CUDA-graph anchor, in one call.
+    unpack decode decode-unfused suite
     out=${OUT:-/tmp}
     shift || true
     if [ -x /tmp/suite ] && [ -z "${SKIP_TESTS:-}" ]; then
@@ -111,6 +112,16 @@ case "${1:-run}" in
     fi
     /tmp/decode --device vulkan --fused-only --fp8-cache 0.05,0.05 --fp8-weights \
       --json "$out/decode.json" "$@" 2>"$out/decode.log" | tee "$out/decode.md"
+    if [ -z "${SKIP_AB:-}" ] && [ -x /tmp/decode-unfused ]; then
+      # With and without Burn's fusion stream, alternated three times: batch 1 moves with the
+      # host between processes.
+      for i in 1 2 3; do
+        for b in decode decode-unfused; do
+          /tmp/$b --device vulkan --fused-only --steps 32 --batches 1,8 2>>"$out/decode.log" |
+            grep '^| fused' | sed "s/^/$b /" | tee -a "$out/decode-fusion-ab.md"
+        done
+      done
+    fi
     if [ -z "${SKIP_AB:-}" ]; then
       # Prefill without the query-tile attention (the per-row kernels): the A/B of its rows.
       ROPE_POOL_ATTENTION_TILES=0 /tmp/decode --device vulkan --fused-only --steps 2 \
