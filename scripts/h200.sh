@@ -86,10 +86,11 @@ case "${1:-run}" in
     # --host-profile) and the test suite (default build), for `run-decode`; the CUDA-graph anchor
     # when ROPE_POOL_ANCHORS has it.
     mkdir -p "$pack"
-    strip -o "$pack/decode" "$(executable --bench decode --features tuning,profile)"
+    # Function names kept (`--strip-debug`): `--host-profile` names the frames from them.
+    strip --strip-debug -o "$pack/decode" "$(executable --bench decode --features tuning,profile)"
     # The same without Burn's fusion stream: each launch leaves from the caller's thread.
-    strip -o "$pack/decode-unfused" "$(executable --bench decode --no-default-features \
-      --features vulkan,flex,autodiff,tuning,profile)"
+    strip --strip-debug -o "$pack/decode-unfused" "$(executable --bench decode \
+      --no-default-features --features vulkan,flex,autodiff,tuning,profile)"
     strip -o "$pack/suite" "$(executable --test suite)"
     xz -T2 -6 -f "$pack/decode" "$pack/decode-unfused" "$pack/suite"
     copy_anchor graph_decode_anchor.py
