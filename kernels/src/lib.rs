@@ -36,6 +36,17 @@ pub struct LaunchTuning {
     pub decoder: decoder::DecoderTuning,
 }
 
+impl LaunchTuning {
+    /// The knobs of this process: `LaunchTuning::from_env` in builds with the `tuning`
+    /// feature, the defaults (the normal launch) otherwise.
+    pub fn current() -> Self {
+        #[cfg(feature = "tuning")]
+        return Self::from_env();
+        #[cfg(not(feature = "tuning"))]
+        Self::default()
+    }
+}
+
 #[cfg(feature = "tuning")]
 impl LaunchTuning {
     /// Each room's `from_env`: the settings of the `ROPE_POOL_*` environment variables, read once

@@ -11,6 +11,7 @@ use super::matvec::{
     PlaneSums, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel, matvec_norm_kernel,
 };
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
+use crate::LaunchTuning;
 use crate::common::fp8::FP8_VECTOR;
 use crate::common::launch::{has_tiles, widest_vector};
 use cubecl::client::Client;
@@ -47,17 +48,6 @@ pub struct DecoderTuning {
     /// Matrix-vector kernels on devices with plane operations: planes a cube
     /// (`ROPE_POOL_MATVEC_PLANES`, 1 to 32; default 8).
     pub matvec_planes: Option<usize>,
-}
-
-impl DecoderTuning {
-    /// The knobs of this process: [`DecoderTuning::from_env`] in benchmark builds, the defaults
-    /// otherwise.
-    fn current() -> Self {
-        #[cfg(feature = "tuning")]
-        return Self::from_env();
-        #[cfg(not(feature = "tuning"))]
-        Self::default()
-    }
 }
 
 #[cfg(feature = "tuning")]
@@ -133,7 +123,8 @@ fn plane_sums(client: &Client) -> PlaneSums {
     match native {
         true => PlaneSums {
             lanes: hardware.plane_size_min as usize,
-            planes: DecoderTuning::current()
+            planes: LaunchTuning::current()
+                .decoder
                 .matvec_planes
                 .unwrap_or(PLANES_PER_CUBE),
             shared: false,
@@ -173,7 +164,10 @@ fn matvec_shape(
     } else {
         (ACCUMULATORS / (rows * pairs)).clamp(1, 2)
     };
-    let loads = DecoderTuning::current().matvec_loads.unwrap_or(LOADS);
+    let loads = LaunchTuning::current()
+        .decoder
+        .matvec_loads
+        .unwrap_or(LOADS);
     let unroll = (loads / (cols * pairs)).max(1);
     let cubes = n.div_ceil(sums.planes * cols);
     let count =
