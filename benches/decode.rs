@@ -21,7 +21,7 @@ use burn_rope_pool::model::{
 };
 use burn_rope_pool::testing::{
     Rng, argmax_rows, device_by_name, generate_unfused, llama3_8b, llama3_70b, llama32_1b,
-    random_decoder, random_fp8_decoder, random_sharded_decoder, ranks_by_name,
+    random_decoder, random_fp8_decoder, random_sharded_decoder, ranks_by_name, step_graph_counts,
 };
 use clap::Parser;
 use instruments::time_per_call;
@@ -79,6 +79,11 @@ struct Args {
     /// of 128, as an fp8 checkpoint loads on CubeCL devices; path `fused fp8-weights`).
     #[arg(long)]
     fp8_weights: bool,
+    /// Also run the fused path with every decode step launched kernel by kernel (path `fused
+    /// launched`), where the default path replays captured decode steps (CubeCL devices, builds
+    /// without Burn's `fusion`)
+    #[arg(long)]
+    launched: bool,
     /// Tensor parallelism: also run the fused path split over this many GPUs (`DEVICE:0` …,
     /// shards drawn at random on each; path `fused tpN`), through Burn's all-reduce on `cuda`,
     /// summed in process elsewhere.
@@ -193,7 +198,11 @@ fn main() {
     if args.fp8_weights {
         paths.push(("fused fp8-weights", true, None));
     }
+    if args.launched {
+        paths.insert(1, ("fused launched", true, None));
+    }
     for (path, fused, fp8) in paths {
+        model = model.with_step_graphs(path != "fused launched");
         if path == "fused fp8-weights" {
             // One model at a time on the device: the float weights go first.
             drop(model);
@@ -205,6 +214,8 @@ fn main() {
             rows.push(report(path, batch, dtype, config.num_layers, &stats, &args));
         }
     }
+    let (captured, replayed) = step_graph_counts(&model);
+    println!("\ndecode steps captured: {captured}, replayed: {replayed}");
     if args.profile {
         model = model.with_fp8_cache(None);
         let weights = if args.fp8_weights { "fp8" } else { "float" };

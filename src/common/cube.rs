@@ -27,3 +27,17 @@ pub(crate) fn trace(what: impl FnOnce() -> String) {
         eprintln!("{text}");
     }
 }
+
+/// The CubeCL tensor behind `t` in builds without Burn's fusion stream (`None` for a tensor of
+/// another backend): what a captured graph's buffers are checked and written through.
+#[cfg(not(feature = "fusion"))]
+pub(crate) fn cube_tensor(
+    t: &burn::backend::DispatchTensor,
+) -> Option<&burn_cubecl::tensor::CubeTensor> {
+    use burn::backend::{BackendTensor, DispatchTensorKind};
+    match &t.kind {
+        DispatchTensorKind::Cube(BackendTensor::Float(c) | BackendTensor::Int(c)) => Some(c),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}

@@ -6,6 +6,7 @@
 //! together — and [`pool_attention`] reads the pool rows of each token's sequence in place (one
 //! plan per step, used by every layer).
 
+use crate::model::graph::StepGraphs;
 use crate::model::kernels::{
     FusedForm, add_rms_norm, fuses, fuses_fp8, norm_project, norm_project_fp8, project_add,
     project_add_fp8, rms_norm, silu_mul,
@@ -17,8 +18,8 @@ use crate::op::{
     try_rope_pool_fused,
 };
 use crate::pool::{
-    KvPool, KvPoolError, PoolAttentionConfig, PoolAttentionError, PoolStorage, SeqId, SeqToken,
-    StepPlan,
+    HostStep, KvPool, KvPoolError, PoolAttentionConfig, PoolAttentionError, PoolStorage, SeqId,
+    SeqToken, StepPlan,
 };
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
@@ -86,6 +87,8 @@ pub struct Decoder {
     device: Device,
     dtype: DType,
     fp8_cache: Option<(f32, f32)>,
+    /// Decode steps captured for replay (see [`StepGraphs`]).
+    graphs: StepGraphs,
 }
 
 /// The operations a decoder layer is made of: the production kernels ([`Kernels`]), or an
@@ -357,6 +360,7 @@ impl Decoder {
             device: weights.device().clone(),
             dtype: weights.dtype(),
             fp8_cache: None,
+            graphs: StepGraphs::default(),
             config,
         })
     }
@@ -411,6 +415,7 @@ impl Decoder {
             device: device.clone(),
             dtype,
             fp8_cache: self.fp8_cache,
+            graphs: StepGraphs::default(),
         }
     }
 
@@ -469,6 +474,9 @@ impl Decoder {
         tokens: &[StepToken],
         cache: &mut KvPool,
     ) -> Result<Tensor<2>, DecoderError> {
+        if let Some(result) = self.graphs.step(self, tokens, cache) {
+            return result;
+        }
         self.step_with(&Kernels, tokens, cache)
     }
 
@@ -481,12 +489,45 @@ impl Decoder {
     ) -> Result<Tensor<2>, DecoderError> {
         self.check_step(tokens, cache)?;
         let step = cache.plan_step(&seq_tokens(tokens))?;
-        let result = self.run_step(ops, tokens, &step, cache);
+        let result = self.run_step(ops, self.token_ids(tokens), &step, cache);
         if result.is_err() {
             // The step stored nothing a later step reads: give its rows back.
             cache.cancel_step(step);
         }
         result
+    }
+
+    /// [`Self::step_with`] of a step already planned on the host (its rows allocated): its
+    /// arrays uploaded, its layers run, its rows given back if it fails.
+    pub(crate) fn run_host_step(
+        &self,
+        ops: &impl LayerOps,
+        tokens: &[StepToken],
+        host: HostStep,
+        cache: &mut KvPool,
+    ) -> Result<Tensor<2>, DecoderError> {
+        let step = host.upload(&cache.device().clone());
+        let result = self.run_step(ops, self.token_ids(tokens), &step, cache);
+        if result.is_err() {
+            cache.cancel_step(step);
+        }
+        result
+    }
+
+    /// Captured decode steps on (the default) or off: on CubeCL devices, in builds without
+    /// Burn's `fusion`, a decode step (each sequence one token) of a batch size seen before is
+    /// replayed from a graph captured at its first step instead of launched kernel by kernel
+    /// (the same kernels; attention planned for a bucket of key counts). Elsewhere this changes
+    /// nothing.
+    pub fn with_step_graphs(self, on: bool) -> Self {
+        self.graphs.set_enabled(on);
+        self
+    }
+
+    /// Decode steps captured and replayed so far ([`Self::with_step_graphs`]).
+    #[cfg(feature = "testing")]
+    pub(crate) fn step_graph_counts(&self) -> (usize, usize) {
+        self.graphs.counts()
     }
 
     /// The checks of a step before anything is planned: token ids inside the vocabulary, a
@@ -562,15 +603,15 @@ impl Decoder {
         layers + fp8(&self.lm_head)
     }
 
-    /// The layers of a planned step.
-    fn run_step(
+    /// The layers of a planned step whose token ids are `ids` (`[T]`, batch order).
+    pub(crate) fn run_step(
         &self,
         ops: &impl LayerOps,
-        tokens: &[StepToken],
+        ids: Tensor<1, Int>,
         step: &StepPlan,
         cache: &mut KvPool,
     ) -> Result<Tensor<2>, DecoderError> {
-        let mut state = self.embed_step(tokens);
+        let mut state = self.embed_ids(ids);
         for (l, layer) in self.layers.iter().enumerate() {
             let attended = self.attention(ops, l, &mut state, step, cache)?;
             ops.project_residual(&mut state, &layer.o, attended);
@@ -582,8 +623,17 @@ impl Decoder {
 
     /// The residual stream of a step's tokens: their embeddings.
     pub(crate) fn embed_step(&self, tokens: &[StepToken]) -> StepState {
+        self.embed_ids(self.token_ids(tokens))
+    }
+
+    /// A step's token ids on the device.
+    fn token_ids(&self, tokens: &[StepToken]) -> Tensor<1, Int> {
         let ids: Vec<i64> = tokens.iter().map(|t| t.token as i64).collect();
-        let ids = ints(ids, [tokens.len()], &self.device);
+        ints(ids, [tokens.len()], &self.device)
+    }
+
+    /// The residual stream of tokens `ids`: their embeddings.
+    fn embed_ids(&self, ids: Tensor<1, Int>) -> StepState {
         StepState {
             x: self.embed.clone().select(0, ids),
             pending: None,
@@ -677,13 +727,21 @@ impl Decoder {
         state: StepState,
         step: &StepPlan,
     ) -> Tensor<2> {
-        let last: Vec<i64> = step.last_tokens().iter().map(|&i| i as i64).collect();
-        let last = ints(last, [step.last_tokens().len()], &self.device);
+        let last_tokens = step.last_tokens();
         // The last tokens' rows of the stream (and of the output pending for it), their norm and
-        // the LM head.
-        let mut rows = StepState {
-            x: state.x.select(0, last.clone()),
-            pending: state.pending.map(|y| y.select(0, last)),
+        // the LM head; every row where each token is its sequence's last, in order (decoding).
+        let every_row = last_tokens.iter().enumerate().all(|(at, &i)| at == i)
+            && last_tokens.len() == state.x.dims()[0];
+        let mut rows = match every_row {
+            true => state,
+            false => {
+                let last: Vec<i64> = last_tokens.iter().map(|&i| i as i64).collect();
+                let last = ints(last, [last_tokens.len()], &self.device);
+                StepState {
+                    x: state.x.select(0, last.clone()),
+                    pending: state.pending.map(|y| y.select(0, last)),
+                }
+            }
         };
         let eps = self.config.rms_norm_eps;
         ops.norm_project(&mut rows, &self.norm, eps, &self.lm_head, false)

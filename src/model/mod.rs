@@ -8,6 +8,7 @@ mod config;
 mod decoder;
 mod engine;
 mod generate;
+mod graph;
 pub(crate) mod kernels;
 #[cfg(feature = "testing")]
 pub(crate) mod oracle;

@@ -11,6 +11,10 @@ use crate::pool::{
     pool_attention, pool_bytes,
 };
 use burn::tensor::{DType, Device, Tensor};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The id of the next pool made.
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(0);
 
 /// What a pool's rows hold: the activations' float dtype, or fp8 e4m3 with one scale per pool.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -45,6 +49,11 @@ pub struct KvPool {
     config: RopePoolConfig,
     rows: usize,
     device: Device,
+    /// This pool among every pool of the process, and how many times its layers' buffers may
+    /// have been replaced (a write while a caller held a clone of a layer's pool copies it):
+    /// a graph captured over the pool replays only on the same buffers.
+    id: u64,
+    generation: u64,
 }
 
 const PRESENT: &str = "pool tensors are present between calls";
@@ -123,7 +132,34 @@ impl KvPool {
             config,
             rows,
             device: device.clone(),
+            id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+            generation: 0,
         })
+    }
+
+    /// Which buffers hold the pools: the same value only while every layer's pool stays in the
+    /// buffers it had (see the `id` and `generation` fields).
+    pub(crate) fn buffers_key(&self) -> (u64, u64) {
+        (self.id, self.generation)
+    }
+
+    /// Whether layer `layer`'s pools are held by this pool alone, so that a write updates them
+    /// in place (known on CubeCL devices without Burn's fusion stream; `false` elsewhere).
+    fn in_place(&self, layer: usize) -> bool {
+        #[cfg(all(feature = "cube", not(feature = "fusion")))]
+        {
+            let sole = |p: &Option<PoolTensor>| {
+                p.as_ref()
+                    .and_then(|p| crate::common::cube::cube_tensor(p.stored()))
+                    .is_some_and(|t| t.handle.can_mut())
+            };
+            sole(&self.k[layer]) && sole(&self.v[layer])
+        }
+        #[cfg(not(all(feature = "cube", not(feature = "fusion"))))]
+        {
+            let _ = layer;
+            false
+        }
     }
 
     /// The op's parameters for this pool.
@@ -217,6 +253,10 @@ impl KvPool {
         op: impl FnOnce(RopePoolInputs, &RopePoolConfig) -> Result<RopePoolOutputs, RefusedCall>,
     ) -> Result<(Tensor<3>, Tensor<3>), KvPoolError> {
         self.check_layer(layer)?;
+        if !self.in_place(layer) {
+            // The op may copy the pools into new buffers.
+            self.generation += 1;
+        }
         // M-RoPE takes three position rows; a text token has the same position in each.
         let positions = match self.config.mrope {
             Some(_) => {

@@ -18,6 +18,7 @@ pub(crate) use kv_pool::PoolStorage;
 pub use memory::memory_limit;
 pub(crate) use memory::{check_pool_memory, pool_bytes};
 pub use slots::{SeqId, SeqToken};
+pub(crate) use step::HostStep;
 pub use step::StepPlan;
 
 use crate::op::RopePoolError;

@@ -56,6 +56,66 @@ fn ints(values: Vec<i64>, device: &Device) -> Tensor<1, Int> {
     Tensor::from_data(TensorData::new(values, [n]), device)
 }
 
+/// A planned step on the host: what [`StepPlan`] uploads.
+#[derive(Clone, Debug)]
+pub(crate) struct HostStep {
+    pub(crate) sequences: Vec<(SeqId, usize)>,
+    pub(crate) last: Vec<usize>,
+    pub(crate) slots: Vec<i64>,
+    pub(crate) positions: Vec<i64>,
+    /// The attention plan's `qo_indptr`, `kv_indptr` and `kv_indices`.
+    pub(crate) qo: Vec<i64>,
+    pub(crate) kv: Vec<i64>,
+    pub(crate) indices: Vec<i64>,
+    /// Where the batch's tokens are not grouped by sequence: the batch rows in grouped order,
+    /// and back.
+    pub(crate) order: Option<(Vec<i64>, Vec<i64>)>,
+}
+
+impl HostStep {
+    /// Its arrays on `device`, each a fresh upload.
+    pub(crate) fn upload(self, device: &Device) -> StepPlan {
+        let data = |v: Vec<i64>| {
+            let n = v.len();
+            TensorData::new(v, [n])
+        };
+        let attention =
+            PoolAttentionPlan::new(data(self.qo), data(self.kv), data(self.indices), device);
+        let tokens = self.slots.len();
+        StepPlan {
+            sequences: self.sequences,
+            last: self.last,
+            slots: ints(self.slots, device),
+            positions: ints(self.positions, device),
+            attention,
+            order: self
+                .order
+                .map(|(grouped, back)| (ints(grouped, device), ints(back, device))),
+            tokens,
+        }
+    }
+
+    /// The plan of a step whose device arrays are already in `slots`, `positions` and
+    /// `attention` (a captured step's buffers, written before it runs).
+    pub(crate) fn on_buffers(
+        self,
+        slots: Tensor<1, Int>,
+        positions: Tensor<1, Int>,
+        attention: PoolAttentionPlan,
+    ) -> StepPlan {
+        let tokens = self.slots.len();
+        StepPlan {
+            sequences: self.sequences,
+            last: self.last,
+            slots,
+            positions,
+            attention,
+            order: None,
+            tokens,
+        }
+    }
+}
+
 impl KvPool {
     /// Plans one step: `tokens[t]` is the sequence and position of batch row `t`. Each
     /// sequence's new tokens come in position order (they may interleave with other sequences'),
@@ -63,6 +123,12 @@ impl KvPool {
     /// all or nothing; a refused batch takes no rows. Errors: [`KvPoolError::EmptyStep`],
     /// [`KvPoolError::Position`], [`KvPoolError::Exhausted`].
     pub fn plan_step(&mut self, tokens: &[SeqToken]) -> Result<StepPlan, KvPoolError> {
+        let device = self.device().clone();
+        Ok(self.plan_host(tokens)?.upload(&device))
+    }
+
+    /// [`Self::plan_step`] on the host: the rows are allocated, nothing is uploaded.
+    pub(crate) fn plan_host(&mut self, tokens: &[SeqToken]) -> Result<HostStep, KvPoolError> {
         if tokens.is_empty() {
             return Err(KvPoolError::EmptyStep);
         }
@@ -94,7 +160,6 @@ impl KvPool {
                 available,
             });
         }
-        let device = &self.device().clone();
         let mut slots = vec![0i64; tokens.len()];
         for (seq, _, rows) in &groups {
             let taken = self.slots.allocate(*seq, rows.len())?;
@@ -120,33 +185,33 @@ impl KvPool {
                 for (at, &i) in grouped.iter().enumerate() {
                     back[i as usize] = at as i64;
                 }
-                Some((ints(grouped, device), ints(back, device)))
+                Some((grouped, back))
             }
         };
-        let data = |v: Vec<i64>| {
-            let n = v.len();
-            TensorData::new(v, [n])
-        };
-        let attention = PoolAttentionPlan::new(data(qo), data(kv), data(indices), device);
-        let positions = tokens.iter().map(|t| t.position as i64).collect();
-        Ok(StepPlan {
+        Ok(HostStep {
             last: groups
                 .iter()
                 .map(|g| *g.2.last().expect("a token"))
                 .collect(),
             sequences: groups.iter().map(|g| (g.0, g.2.len())).collect(),
-            slots: ints(slots, device),
-            positions: ints(positions, device),
-            attention,
+            slots,
+            positions: tokens.iter().map(|t| t.position as i64).collect(),
+            qo,
+            kv,
+            indices,
             order,
-            tokens: tokens.len(),
         })
     }
 
     /// Gives back the rows `step` took: for a step that was planned and not run to the end
     /// (what its layers wrote to those rows is never read).
     pub fn cancel_step(&mut self, step: StepPlan) {
-        for &(seq, n) in &step.sequences {
+        self.cancel_rows(&step.sequences);
+    }
+
+    /// Gives back the rows of a step's `sequences` (each with its count of new tokens).
+    pub(crate) fn cancel_rows(&mut self, sequences: &[(SeqId, usize)]) {
+        for &(seq, n) in sequences {
             // The rows were allocated to `seq` by this pool's planner: it holds them.
             let _ = self.slots.free_last(seq, n);
         }

@@ -32,6 +32,11 @@ pub fn fp8_projections(decoder: &crate::model::Decoder) -> usize {
     decoder.fp8_projections()
 }
 
+/// The decode steps `decoder` captured, and those it replayed ([`Decoder::with_step_graphs`](crate::model::Decoder::with_step_graphs)).
+pub fn step_graph_counts(decoder: &crate::model::Decoder) -> (usize, usize) {
+    decoder.step_graph_counts()
+}
+
 /// The greedy step's argmax over each row of `logits` (`[S, vocab]` → `[S, 1]`).
 pub fn argmax_rows(logits: burn::tensor::Tensor<2>) -> burn::tensor::Tensor<2, burn::tensor::Int> {
     crate::model::sampling::argmax_rows(logits)

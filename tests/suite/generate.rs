@@ -233,6 +233,99 @@ fn batched_requests_match_the_same_requests_alone() {
     }
 }
 
+/// Decode steps replayed from captured graphs (CubeCL devices, builds without Burn's `fusion`)
+/// generate what the same steps launched kernel by kernel generate: batches that shrink as
+/// requests finish and grow as one joins, sequences whose keys cross a bucket, a fresh pool per
+/// run, fp8 weights, Qwen3's q/k norm. Elsewhere nothing is captured, and the test says so.
+#[test]
+fn captured_decode_steps_match_launched_steps() {
+    let requests = vec![
+        Request {
+            prompt: vec![5, 17, 300, 41],
+            max_new_tokens: 70,
+        },
+        Request {
+            prompt: vec![3, 141],
+            max_new_tokens: 5,
+        },
+        Request {
+            prompt: vec![200, 7, 7],
+            max_new_tokens: 30,
+        },
+    ];
+    let capture = cfg!(not(feature = "fusion"));
+    for (device_name, device) in crate::common::devices() {
+        let gpu = device_name != "flex";
+        for name in ["llama31_tiny", "qwen3_tiny", "llama31_tiny_fp8"] {
+            let launched = load(name, &device).with_step_graphs(false);
+            let captured = load(name, &device);
+            // A pool for two sequences at a time: the third joins when the second finishes.
+            let want = run(&launched, &requests, Some(96));
+            let got = run(&captured, &requests, Some(96));
+            let what = format!("{name} on {device_name}: captured vs launched");
+            assert_same(&got, &want, 1e-5, &what);
+            let again = run(&captured, &requests, Some(96));
+            assert_same(&again, &want, 1e-5, &format!("{what}, second pool"));
+            let launched_counts = burn_rope_pool::testing::step_graph_counts(&launched);
+            assert_eq!(launched_counts, (0, 0), "{what}: graphs off");
+            let (captures, replays) = burn_rope_pool::testing::step_graph_counts(&captured);
+            if capture && gpu {
+                // Batch sizes 2 and 1, keys past 64, twice (one pool each run): several
+                // captures, most steps replayed.
+                assert!(captures >= 4, "{what}: {captures} captures");
+                assert!(replays >= 150, "{what}: {replays} replays");
+            } else {
+                assert_eq!((captures, replays), (0, 0), "{what}");
+                eprintln!("{what}: no graph capture in this build or on this device");
+            }
+        }
+    }
+}
+
+/// A captured step is not replayed over pools a caller holds a clone of (the write copies them
+/// into new buffers): the next steps are captured over the new buffers, and every step's logits
+/// equal the launched decoder's.
+#[test]
+fn captured_steps_follow_pools_into_new_buffers() {
+    use burn_rope_pool::model::StepToken;
+    for (device_name, device) in crate::common::devices() {
+        let launched = load("llama31_tiny", &device).with_step_graphs(false);
+        let captured = load("llama31_tiny", &device);
+        let (mut a, mut b) = (
+            launched.new_cache(64).unwrap(),
+            captured.new_cache(64).unwrap(),
+        );
+        let mut held = Vec::new();
+        for position in 0..12 {
+            let tokens = [
+                StepToken {
+                    seq: 0,
+                    token: 11 + position as u32,
+                    position,
+                },
+                StepToken {
+                    seq: 1,
+                    token: 90 + position as u32,
+                    position,
+                },
+            ];
+            if position == 6 {
+                // A clone of a layer's pools, held across the next steps.
+                held.push((b.k(0).clone(), b.v(0).clone()));
+            }
+            let want = launched.step(&tokens, &mut a).unwrap();
+            let got = captured.step(&tokens, &mut b).unwrap();
+            let [want, got] = [want, got].map(|t| {
+                let v: Vec<f32> = t.into_data().convert::<f32>().iter::<f32>().collect();
+                v.iter().map(|&x| x as f64).collect::<Vec<_>>()
+            });
+            let err = norm_relative_error(&got, &want);
+            assert!(err <= 1e-5, "{device_name}, position {position}: {err:e}");
+        }
+        drop(held);
+    }
+}
+
 #[test]
 fn bad_checkpoints_give_clear_errors() {
     let dir = std::env::temp_dir().join(format!("rope-pool-bad-ckpt-{}", std::process::id()));

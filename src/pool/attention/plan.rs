@@ -93,6 +93,56 @@ impl PoolAttentionPlan {
         }
     }
 
+    /// A plan whose device arrays are already uploaded: `indices_on_device` holds `kv_indices`
+    /// as i32 (at its start: a longer buffer is fine), and `ranges` the
+    /// [`Self::query_ranges`] of its queries, causal, without a window, as i32 `[T, 2]`, for a
+    /// launch planned for up to `max_keys` keys a query (a captured step's buffers, written
+    /// before it runs; `max_keys` at least the largest count).
+    pub(crate) fn on_buffers(
+        qo_indptr: Vec<i64>,
+        kv_indptr: Vec<i64>,
+        kv_indices: Vec<i64>,
+        indices_on_device: Tensor<1, Int>,
+        ranges: Tensor<2, Int>,
+        max_keys: usize,
+        device: &Device,
+    ) -> Self {
+        let host = |values: Vec<i64>| HostIndex {
+            dims: Dims(vec![values.len()]),
+            values,
+        };
+        let num_tokens = qo_indptr.last().map_or(0, |&t| t.max(0) as usize);
+        let plan = Self {
+            qo_indptr: host(qo_indptr),
+            kv_indptr: host(kv_indptr),
+            kv_indices: host(kv_indices),
+            device: device.clone(),
+            indices_on_device,
+            ranges: Mutex::new(Vec::new()),
+        };
+        let ranges = Arc::new(Ranges {
+            ranges,
+            max_keys,
+            min_query_rows: plan.min_query_rows(),
+        });
+        plan.ranges
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(((num_tokens, true, None), ranges));
+        plan
+    }
+
+    /// The fewest queries of any sequence that has queries (0 for none).
+    fn min_query_rows(&self) -> usize {
+        self.qo_indptr
+            .values
+            .windows(2)
+            .map(|w| w[1].saturating_sub(w[0]))
+            .filter(|&n| n > 0)
+            .min()
+            .map_or(0, |n| usize::try_from(n).unwrap_or(0))
+    }
+
     /// The plan's device.
     pub fn device(&self) -> &Device {
         &self.device
@@ -205,14 +255,7 @@ impl PoolAttentionPlan {
         }
         let host = self.query_ranges(causal, window);
         let max_keys = host.iter().map(|r| r[1] as usize).max().unwrap_or(0);
-        let min_query_rows = self
-            .qo_indptr
-            .values
-            .windows(2)
-            .map(|w| w[1].saturating_sub(w[0]))
-            .filter(|&n| n > 0)
-            .min()
-            .map_or(0, |n| usize::try_from(n).unwrap_or(0));
+        let min_query_rows = self.min_query_rows();
         // Entries and counts fit i32: nnz entries were uploaded as i32 indices.
         let flat: Vec<i32> = host
             .iter()
