@@ -515,10 +515,10 @@ impl Decoder {
     }
 
     /// Captured decode steps on (the default) or off: on CubeCL devices, in builds without
-    /// Burn's `fusion`, a decode step (each sequence one token) of a batch size seen before is
-    /// replayed from a graph captured at its first step instead of launched kernel by kernel
-    /// (the same kernels; attention planned for a bucket of key counts). Elsewhere this changes
-    /// nothing.
+    /// Burn's `fusion`, decode steps (each sequence one token) of a shape seen at the step
+    /// before are replayed from a graph captured once instead of launched kernel by kernel (the
+    /// same kernels; attention planned for a bucket of key counts; CONTRACT, "Captured decode
+    /// steps"). Elsewhere this changes nothing.
     pub fn with_step_graphs(self, on: bool) -> Self {
         self.graphs.set_enabled(on);
         self

@@ -2,8 +2,8 @@
 //!
 //! A decode step launches the same kernels every time; only its inputs change (the tokens,
 //! their rows and positions, the rows each sequence attends over). On CubeCL devices, in builds
-//! without Burn's fusion stream, the first decode step of a shape is captured through Burn's
-//! graph capture (CubeCL records the launches once: a CUDA graph on CUDA; on wgpu each launch's
+//! without Burn's fusion stream, a decode step whose shape repeats the step before is captured
+//! through Burn's graph capture (CubeCL records the launches once: a CUDA graph on CUDA; on wgpu each launch's
 //! pipeline, bindings and metadata resolved once), and later steps of that shape write their
 //! inputs into the captured buffers and replay it: no launch code, allocation or binding per
 //! kernel on the host.
@@ -52,8 +52,8 @@ impl StepGraphs {
         (0, 0)
     }
 
-    /// [`Decoder::step`] through a captured graph where one applies (captured first where this
-    /// is the first step of its shape); `None` for a step of the launch-by-launch path.
+    /// [`Decoder::step`] through a captured graph where one applies (captured first where its
+    /// shape repeats the step before); `None` for a step the caller launches kernel by kernel.
     pub(crate) fn step(
         &self,
         decoder: &Decoder,
@@ -98,7 +98,7 @@ mod captured {
 
     /// The most captured steps a decoder keeps (the pages each one's launches used stay
     /// reserved for it).
-    const KEPT: usize = 4;
+    const KEPT: usize = 8;
 
     /// What a captured step is replayed for.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -208,6 +208,10 @@ mod captured {
         entries: Vec<Entry>,
         /// Shapes whose capture failed (they take the launch-by-launch path).
         refused: Vec<Key>,
+        /// The shape of the step before, launched: a shape is captured at its second step in a
+        /// row, so that batches changing every step (requests coming and going) launch their
+        /// steps rather than capture each one.
+        last: Option<Key>,
         pub(super) captured: usize,
         pub(super) replayed: usize,
     }
@@ -240,7 +244,9 @@ mod captured {
             tokens: &[StepToken],
             cache: &mut KvPool,
         ) -> Option<Result<Tensor<2>, DecoderError>> {
-            if self.off || !eligible(decoder, tokens) {
+            // A pool a caller holds a clone of is copied by the launched write, never changed
+            // in place.
+            if self.off || !eligible(decoder, tokens) || !cache.sole_holder() {
                 return None;
             }
             if let Err(e) = decoder.check_step(tokens, cache) {
@@ -276,7 +282,8 @@ mod captured {
                 self.entries.remove(at);
                 self.refused.push(key);
             }
-            if self.refused.contains(&key) {
+            let repeated = self.last.replace(key) == Some(key);
+            if !repeated || self.refused.contains(&key) {
                 return Some(decoder.run_host_step(&Kernels, tokens, host, cache));
             }
             Some(self.capture(decoder, tokens, host, cache, key, device))

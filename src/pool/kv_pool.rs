@@ -143,6 +143,12 @@ impl KvPool {
         (self.id, self.generation)
     }
 
+    /// Whether every layer's pools are held by this pool alone (see [`Self::in_place`]): a
+    /// captured step, which writes them in place, replays only then.
+    pub(crate) fn sole_holder(&self) -> bool {
+        (0..self.k.len()).all(|layer| self.in_place(layer))
+    }
+
     /// Whether layer `layer`'s pools are held by this pool alone, so that a write updates them
     /// in place (known on CubeCL devices without Burn's fusion stream; `false` elsewhere).
     fn in_place(&self, layer: usize) -> bool {

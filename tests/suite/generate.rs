@@ -310,8 +310,10 @@ fn captured_steps_follow_pools_into_new_buffers() {
                 },
             ];
             if position == 6 {
-                // A clone of a layer's pools, held across the next steps.
-                held.push((b.k(0).clone(), b.v(0).clone()));
+                // A clone of a layer's pools, held across the next steps: it keeps its values.
+                let k = b.k(0).clone();
+                let before = pool_values(&k);
+                held.push((k, before));
             }
             let want = launched.step(&tokens, &mut a).unwrap();
             let got = captured.step(&tokens, &mut b).unwrap();
@@ -322,8 +324,29 @@ fn captured_steps_follow_pools_into_new_buffers() {
             let err = norm_relative_error(&got, &want);
             assert!(err <= 1e-5, "{device_name}, position {position}: {err:e}");
         }
-        drop(held);
+        for (k, before) in held {
+            assert_eq!(
+                pool_values(&k),
+                before,
+                "{device_name}: a held pool changed"
+            );
+        }
+        let (captures, replays) = burn_rope_pool::testing::step_graph_counts(&captured);
+        if cfg!(not(feature = "fusion")) && device_name != "flex" {
+            // Captured before the clone and again over the new buffers.
+            assert!(
+                captures >= 2 && replays >= 6,
+                "{captures} captures, {replays} replays"
+            );
+        } else {
+            eprintln!("{device_name}: no graph capture in this build or on this device");
+        }
     }
+}
+
+fn pool_values(pool: &burn_rope_pool::pool::PoolTensor) -> Vec<f32> {
+    let t = pool.clone().into_float_tensor().expect("a float pool");
+    t.into_data().convert::<f32>().iter::<f32>().collect()
 }
 
 #[test]
