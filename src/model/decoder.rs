@@ -497,6 +497,7 @@ impl Decoder {
         result
     }
 
+    #[cfg_attr(not(all(feature = "cube", not(feature = "fusion"))), allow(dead_code))]
     /// [`Self::step_with`] of a step already planned on the host (its rows allocated): its
     /// arrays uploaded, its layers run, its rows given back if it fails.
     pub(crate) fn run_host_step(

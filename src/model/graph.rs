@@ -10,7 +10,7 @@
 //!
 //! A captured step's shape: its batch (each sequence one token), the pools' buffers, the thread
 //! it was captured on, and the attention split, planned for the bucket of key counts the
-//! longest sequence is in ([`keys_bucket`]), so a step whose longest sequence leaves the bucket
+//! longest sequence is in (`keys_bucket`), so a step whose longest sequence leaves the bucket
 //! is captured anew. Steps with several tokens of a sequence (prefill), models with a sliding
 //! window, and devices or builds without capture take the launch-by-launch path.
 
@@ -73,18 +73,9 @@ impl StepGraphs {
     }
 }
 
-/// The key counts a captured step's attention is planned for: `keys` rounded up to a quarter of
-/// its power of two (at least 64), so a growing sequence meets a new bucket at each quarter
-/// octave and an attention launch plans for at most a third more keys than its longest
-/// sequence has.
-pub(crate) fn keys_bucket(keys: usize) -> usize {
-    let quarter = (keys.max(1).next_power_of_two() / 4).max(64);
-    keys.max(1).div_ceil(quarter) * quarter
-}
-
 #[cfg(all(feature = "cube", not(feature = "fusion")))]
 mod captured {
-    use super::{Kernels, keys_bucket};
+    use super::Kernels;
     use crate::common::cube::cube_tensor;
     use crate::model::DecoderError;
     use crate::model::decoder::{Decoder, StepToken, seq_tokens};
@@ -99,6 +90,15 @@ mod captured {
     /// The most captured steps a decoder keeps (the pages each one's launches used stay
     /// reserved for it).
     const KEPT: usize = 8;
+
+    /// The key counts a captured step's attention is planned for: `keys` rounded up to a quarter of
+    /// its power of two (at least 64), so a growing sequence meets a new bucket at each quarter
+    /// octave and an attention launch plans for at most a third more keys than its longest
+    /// sequence has.
+    fn keys_bucket(keys: usize) -> usize {
+        let quarter = (keys.max(1).next_power_of_two() / 4).max(64);
+        keys.max(1).div_ceil(quarter) * quarter
+    }
 
     /// What a captured step is replayed for.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]

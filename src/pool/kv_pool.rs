@@ -49,6 +49,7 @@ pub struct KvPool {
     config: RopePoolConfig,
     rows: usize,
     device: Device,
+    #[cfg_attr(not(all(feature = "cube", not(feature = "fusion"))), allow(dead_code))]
     /// This pool among every pool of the process, and how many times its layers' buffers may
     /// have been replaced (a write while a caller held a clone of a layer's pool copies it):
     /// a graph captured over the pool replays only on the same buffers.
@@ -137,12 +138,14 @@ impl KvPool {
         })
     }
 
+    #[cfg_attr(not(all(feature = "cube", not(feature = "fusion"))), allow(dead_code))]
     /// Which buffers hold the pools: the same value only while every layer's pool stays in the
     /// buffers it had (see the `id` and `generation` fields).
     pub(crate) fn buffers_key(&self) -> (u64, u64) {
         (self.id, self.generation)
     }
 
+    #[cfg_attr(not(all(feature = "cube", not(feature = "fusion"))), allow(dead_code))]
     /// Whether every layer's pools are held by this pool alone (see [`Self::in_place`]): a
     /// captured step, which writes them in place, replays only then.
     pub(crate) fn sole_holder(&self) -> bool {

@@ -95,6 +95,7 @@ impl HostStep {
         }
     }
 
+    #[cfg_attr(not(all(feature = "cube", not(feature = "fusion"))), allow(dead_code))]
     /// The plan of a step whose device arrays are already in `slots`, `positions` and
     /// `attention` (a captured step's buffers, written before it runs).
     pub(crate) fn on_buffers(

@@ -93,6 +93,7 @@ impl PoolAttentionPlan {
         }
     }
 
+    #[cfg_attr(not(all(feature = "cube", not(feature = "fusion"))), allow(dead_code))]
     /// A plan whose device arrays are already uploaded: `indices_on_device` holds `kv_indices`
     /// as i32 (at its start: a longer buffer is fine), and `ranges` the
     /// [`Self::query_ranges`] of its queries, causal, without a window, as i32 `[T, 2]`, for a
