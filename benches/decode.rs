@@ -217,7 +217,8 @@ fn main() {
     let (captured, replayed) = step_graph_counts(&model);
     println!("\ndecode steps captured: {captured}, replayed: {replayed}");
     if args.profile {
-        model = model.with_fp8_cache(None);
+        // Every kernel launched (a replayed step's launches are not observed one by one).
+        model = model.with_fp8_cache(None).with_step_graphs(false);
         let weights = if args.fp8_weights { "fp8" } else { "float" };
         println!("\nProfile: the fused path, {weights} weights, float caches");
         for &batch in &args.batches {
