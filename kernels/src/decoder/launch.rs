@@ -9,6 +9,7 @@ use super::fp8::{
 };
 use super::matvec::{
     PlaneSums, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel, matvec_norm_kernel,
+    split_sum_kernel, staged_rows_kernel,
 };
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
 use crate::LaunchTuning;
@@ -48,6 +49,15 @@ pub struct DecoderTuning {
     /// Matrix-vector kernels on devices with plane operations: planes a cube
     /// (`ROPE_POOL_MATVEC_PLANES`, 1 to 32; default 8).
     pub matvec_planes: Option<usize>,
+    /// Measurement only: products from `staged_from` rows (`ROPE_POOL_STAGED_FROM`, 1 to 64) go
+    /// through the staged tensor-core kernel ([`StagedRows`]) where it fits, instead of
+    /// the matrix-vector or few-rows kernel. Applied by the root crate.
+    pub staged_from: Option<usize>,
+    /// Staged kernel: inner tiles a block (`ROPE_POOL_STAGED_BLOCK`, 1 to 16; default 8).
+    pub staged_block: Option<usize>,
+    /// Staged kernel: shares of the inner size (`ROPE_POOL_STAGED_SPLITS`, 1 to 8; default: the
+    /// fewest that give the grid 256 cubes).
+    pub staged_splits: Option<usize>,
 }
 
 #[cfg(feature = "tuning")]
@@ -66,6 +76,9 @@ impl DecoderTuning {
             fused_norm_rows: number("ROPE_POOL_FUSED_NORM_ROWS"),
             matvec_loads: number("ROPE_POOL_MATVEC_LOADS").filter(|n| (1..=16).contains(n)),
             matvec_planes: number("ROPE_POOL_MATVEC_PLANES").filter(|n| (1..=32).contains(n)),
+            staged_from: number("ROPE_POOL_STAGED_FROM").filter(|n| (1..=64).contains(n)),
+            staged_block: number("ROPE_POOL_STAGED_BLOCK").filter(|n| (1..=16).contains(n)),
+            staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=8).contains(n)),
         })
     }
 }
@@ -592,6 +605,163 @@ pub unsafe fn launch_few_rows(
             planes,
             float,
         );
+    }
+}
+
+/// The staged kernel's launch for one shape: column tiles a cube (one a plane), inner tiles a
+/// block, shares of the inner size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StagedRows {
+    rows: usize,
+    k: usize,
+    n: usize,
+    planes: usize,
+    block: usize,
+    splits: usize,
+}
+
+/// Shared memory a staged cube may take (the 48 KB Vulkan devices report).
+const STAGED_SHARED_BYTES: usize = 48 * 1024;
+/// Planes (column tiles) of a staged cube.
+const STAGED_PLANES: usize = 4;
+/// Cubes the staged launch's shares aim for.
+const STAGED_CUBES: usize = 256;
+
+impl StagedRows {
+    /// The launch of `out [rows, n] = x [rows, k] · wᵀ` (`w [n, k]`) through
+    /// `staged_rows_kernel` (measurement only, `DecoderTuning::staged_from`): `None` unless
+    /// `1 ≤ rows ≤ 64`, `float` is f16 with 16 × 16 × 16 tensor-core tiles, planes of 32, `n` a
+    /// multiple of 64 and `k` of 16 (rows past `rows` are read as zeros).
+    pub fn new(
+        client: &Client,
+        float: ElemType,
+        rows: usize,
+        k: usize,
+        n: usize,
+        tuning: &DecoderTuning,
+    ) -> Option<Self> {
+        let hardware = &client.properties().hardware;
+        let tile = TILE as u32;
+        let planes = STAGED_PLANES;
+        let fits = float == ElemType::Float(FloatKind::F16)
+            && (1..=FEW_ROWS_MAX).contains(&rows)
+            && k.is_multiple_of(TILE)
+            && k > 0
+            && n.is_multiple_of(TILE * planes)
+            && n > 0
+            && hardware.plane_size_min == 32
+            && hardware.plane_size_max == 32
+            && hardware.max_units_per_cube as usize >= 32 * planes
+            && has_tiles(client, float, [tile; 3]);
+        if !fits {
+            return None;
+        }
+        let k_tiles = k / TILE;
+        let m_tiles = rows.div_ceil(TILE);
+        let bytes =
+            |b: usize| (TILE * (planes + m_tiles)) * (TILE * b + 8) * 2 + planes * TILE * TILE * 4;
+        let most = tuning.staged_block.unwrap_or(8);
+        let block = (1..=most)
+            .rev()
+            .find(|b| k_tiles.is_multiple_of(*b) && bytes(*b) <= STAGED_SHARED_BYTES)?;
+        let groups = n / (TILE * planes);
+        let most_splits = (k_tiles / block).clamp(1, 8);
+        let splits = match tuning.staged_splits {
+            Some(s) => s.min(most_splits),
+            None => {
+                let mut s = 1;
+                while groups * s < STAGED_CUBES && s * 2 <= most_splits {
+                    s *= 2;
+                }
+                s
+            }
+        };
+        Some(Self {
+            rows,
+            k,
+            n,
+            planes,
+            block,
+            splits,
+        })
+    }
+
+    /// The f32 elements of the scratch buffer [`Self::launch`] needs for the shares' partial
+    /// sums (0: none, the kernel writes `out` itself).
+    pub fn partials(&self) -> usize {
+        match self.splits {
+            1 => 0,
+            s => s * self.rows * self.n,
+        }
+    }
+
+    /// Enqueues the product, then with several shares their sum into `out`; `partials` holds
+    /// at least [`Self::partials`] f32 elements (`None` when that is 0).
+    ///
+    /// # Safety
+    /// The tensors must be live and contiguous with the shapes of [`Self::new`], of float
+    /// `float`; `out` and `partials` must alias neither each other nor `x` or `w`.
+    pub unsafe fn launch(
+        &self,
+        client: &Client,
+        float: ElemType,
+        [x, w, out]: [TensorArg; 3],
+        partials: Option<TensorBinding>,
+    ) {
+        let (rows, k, n) = (self.rows, self.k, self.n);
+        let address = AddressType::from_len((n * k).max(rows * k).max(self.splits * rows * n));
+        let f32 = ElemType::Float(FloatKind::F32);
+        let (target, sum) = match (self.splits, partials) {
+            (1, _) => (out, None),
+            (_, Some(partials)) => (partials.clone().into_tensor_arg(), Some((partials, out))),
+            (_, None) => return,
+        };
+        let target_type = if sum.is_some() { f32 } else { float };
+        let vector = widest_vector(client, 2, |v| {
+            k.is_multiple_of(v) && (TILE * self.block).is_multiple_of(v)
+        });
+        let cube_dim = CubeDim::new_2d(32, self.planes as u32);
+        let cubes = n / (TILE * self.planes) * self.splits;
+        unsafe {
+            staged_rows_kernel::launch_unchecked(
+                client,
+                calculate_cube_count_elemwise(
+                    client,
+                    cubes * cube_dim.num_elems() as usize,
+                    cube_dim,
+                ),
+                cube_dim,
+                address,
+                vector,
+                x,
+                w,
+                target,
+                rows.div_ceil(TILE),
+                self.planes,
+                self.block,
+                self.splits,
+                k / vector,
+                vector,
+                [float, target_type],
+            );
+        }
+        let Some((partials, out)) = sum else { return };
+        let vector = widest_vector(client, 4, |v| n.is_multiple_of(v));
+        let units = rows * n / vector;
+        let sum_dim = CubeDim::new(client, units);
+        unsafe {
+            split_sum_kernel::launch_unchecked(
+                client,
+                calculate_cube_count_elemwise(client, units, sum_dim),
+                sum_dim,
+                AddressType::from_len(self.splits * rows * n),
+                vector,
+                partials.into_tensor_arg(),
+                out,
+                self.splits,
+                float,
+            );
+        }
     }
 }
 

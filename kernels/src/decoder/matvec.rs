@@ -540,3 +540,212 @@ pub(crate) fn few_rows_kernel<F: Float>(
         sync_cube();
     }
 }
+
+/// `out = Σ_s partials[s]` over the `splits` shares of [`staged_rows_kernel`](fn@staged_rows_kernel),
+/// in share order, in f32, rounded once; one unit per output vector of `N`.
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub(crate) fn split_sum_kernel<F: Float, N: Size>(
+    partials: &Tensor<Vector<f32, N>>,
+    out: &mut Tensor<Vector<F, N>>,
+    #[comptime] splits: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let i = ABSOLUTE_POS;
+    let len = out.len();
+    if i >= len {
+        terminate!();
+    }
+    let mut s = partials[i];
+    #[unroll]
+    for p in 1..splits {
+        s += partials[p * len + i];
+    }
+    out[i] = Vector::<F, N>::cast_from(s);
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` (`w [n, k]`) for `m ≤ 16 · m_tiles` rows with tensor-core tiles,
+/// both operands staged through shared memory: the cube owns `planes` tiles of 16 output columns
+/// (one a plane) and one of `splits` shares of the inner size, walked in blocks of `k_tiles`
+/// inner tiles. Each block of the weight (`16 · planes` rows) and of `x` (every row; rows past
+/// `m` as zeros) is read by all units in coalesced vectors of `N`, the next block's loads issued
+/// before the current block's products, and stored in shared memory (rows padded by 8 elements
+/// against bank conflicts). Each plane multiplies its column tile by every row tile, one f32
+/// accumulator per row tile over the whole share, so the planes never meet; the result goes
+/// through shared memory to the rows below `m`: rounded once into `out [m, n]` (`O` = `F`) with
+/// one share, as f32 into `out [splits, m, n]` (`O` = f32) with several, summed by
+/// [`split_sum_kernel`](fn@split_sum_kernel).
+#[cube(launch_unchecked, address_type = "dynamic")]
+pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
+    out: &mut Tensor<O>,
+    #[comptime] m_tiles: usize,
+    #[comptime] planes: usize,
+    #[comptime] k_tiles: usize,
+    #[comptime] splits: usize,
+    #[comptime] k_vectors: usize,
+    #[comptime] vector: usize,
+    #[define(F, O)] _dtypes: [ElemType; 2],
+) {
+    let m = x.shape(0);
+    let n = w.shape(0);
+    let groups = n / (TILE * planes);
+    let share = CUBE_POS / groups;
+    // The whole cube leaves together: the syncs below stay uniform.
+    if share >= splits {
+        terminate!();
+    }
+    let n0 = (CUBE_POS % groups) * TILE * planes;
+    let block = TILE * k_tiles;
+    let block_vectors = block / vector;
+    let ld = block + 8;
+    let w_rows = TILE * planes;
+    let x_rows = TILE * m_tiles;
+    let units = 32 * planes;
+    let w_loads = comptime!((w_rows * block_vectors).div_ceil(units));
+    let x_loads = comptime!((x_rows * block_vectors).div_ceil(units));
+    let mut w_s = Shared::<[F]>::new_slice(w_rows * ld);
+    let mut x_s = Shared::<[F]>::new_slice(x_rows * ld);
+    let mut w_r = Array::<Vector<F, N>>::new(w_loads);
+    let mut x_r = Array::<Vector<F, N>>::new(x_loads);
+    let unit = UNIT_POS as usize;
+    let blocks = k_vectors / block_vectors;
+    let first = share * blocks / splits;
+    let end = (share + 1) * blocks / splits;
+
+    let mut accs = Sequence::<cmma::Matrix<f32>>::new();
+    #[unroll]
+    for _ in 0..m_tiles {
+        accs.push(cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            TILE,
+            TILE,
+            TILE,
+            cmma::MatrixLayout::Undefined,
+            f32::new(0.0),
+        ));
+    }
+    // The first block's loads.
+    let mut kv0 = first * block_vectors;
+    #[unroll]
+    for l in 0..w_loads {
+        let i = unit + l * units;
+        let mut v = Vector::<F, N>::new(F::new(0.0));
+        if i < w_rows * block_vectors {
+            v = w[(n0 + i / block_vectors) * k_vectors + kv0 + i % block_vectors];
+        }
+        w_r[l] = v;
+    }
+    #[unroll]
+    for l in 0..x_loads {
+        let i = unit + l * units;
+        let row = i / block_vectors;
+        let mut v = Vector::<F, N>::new(F::new(0.0));
+        if i < x_rows * block_vectors && row < m {
+            v = x[row * k_vectors + kv0 + i % block_vectors];
+        }
+        x_r[l] = v;
+    }
+    let plane = UNIT_POS_Y as usize;
+    let mut b = first;
+    while b < end {
+        // The block before is multiplied: its shared memory is free.
+        sync_cube();
+        #[unroll]
+        for l in 0..w_loads {
+            let i = unit + l * units;
+            if i < w_rows * block_vectors {
+                let at = (i / block_vectors) * ld + (i % block_vectors) * vector;
+                #[unroll]
+                for j in 0..vector {
+                    w_s[at + j] = w_r[l].extract(j);
+                }
+            }
+        }
+        #[unroll]
+        for l in 0..x_loads {
+            let i = unit + l * units;
+            if i < x_rows * block_vectors {
+                let at = (i / block_vectors) * ld + (i % block_vectors) * vector;
+                #[unroll]
+                for j in 0..vector {
+                    x_s[at + j] = x_r[l].extract(j);
+                }
+            }
+        }
+        sync_cube();
+        // The next block's loads, in flight while this one is multiplied.
+        if b + 1 < end {
+            kv0 = (b + 1) * block_vectors;
+            #[unroll]
+            for l in 0..w_loads {
+                let i = unit + l * units;
+                if i < w_rows * block_vectors {
+                    w_r[l] = w[(n0 + i / block_vectors) * k_vectors + kv0 + i % block_vectors];
+                }
+            }
+            #[unroll]
+            for l in 0..x_loads {
+                let i = unit + l * units;
+                let row = i / block_vectors;
+                if i < x_rows * block_vectors && row < m {
+                    x_r[l] = x[row * k_vectors + kv0 + i % block_vectors];
+                }
+            }
+        }
+        #[unroll]
+        for t in 0..k_tiles {
+            let w0 = plane * TILE * ld + t * TILE;
+            let bt = cmma::Matrix::<F>::from_slice(
+                cmma::MatrixIdent::B,
+                TILE,
+                TILE,
+                TILE,
+                cmma::MatrixLayout::ColMajor,
+                w_s.slice(w0, w0 + (TILE - 1) * ld + TILE),
+                ld as u32,
+            );
+            #[unroll]
+            for r in 0..m_tiles {
+                let x0 = r * TILE * ld + t * TILE;
+                let at = cmma::Matrix::<F>::from_slice(
+                    cmma::MatrixIdent::A,
+                    TILE,
+                    TILE,
+                    TILE,
+                    cmma::MatrixLayout::RowMajor,
+                    x_s.slice(x0, x0 + (TILE - 1) * ld + TILE),
+                    ld as u32,
+                );
+                let acc = accs.index(r);
+                cmma::execute(&at, &bt, acc, acc);
+            }
+        }
+        b += 1;
+    }
+    // Each plane's row tiles through its own 16 × 16 of shared memory, the rows below `m` out.
+    let tile_elems = TILE * TILE;
+    let mut o_s = Shared::<[f32]>::new_slice(planes * tile_elems);
+    let lane = UNIT_POS_X as usize;
+    let col = n0 + plane * TILE;
+    #[unroll]
+    for r in 0..m_tiles {
+        sync_cube();
+        cmma::store(
+            o_s.slice_mut(plane * tile_elems, (plane + 1) * tile_elems),
+            accs.index(r),
+            TILE as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
+        sync_cube();
+        let mut e = lane;
+        while e < tile_elems {
+            let row = r * TILE + e / TILE;
+            if row < m {
+                out[(share * m + row) * n + col + e % TILE] =
+                    O::cast_from(o_s[plane * tile_elems + e]);
+            }
+            e += 32;
+        }
+    }
+}

@@ -5,7 +5,7 @@ use crate::model::kernels::backend::{
     ActTensors, AddNormTensors, DecoderKernels, Fp8AddTensors, Fp8NormTensors, Fp8ProductTensors,
     MatvecAddTensors, MatvecNormTensors, MatvecTensors, NormTensors,
 };
-use crate::model::kernels::{MatmulRoutine, decoder_kernel_fits};
+use crate::model::kernels::{MatmulRoutine, decoder_kernel_fits, staged_rows};
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
@@ -289,12 +289,24 @@ impl DecoderKernels for CubeBackend {
         let (m, k, n) = (x.shape()[0], x.shape()[1], w_t.shape()[0]);
         let out = fresh(&x, Shape::new([m, n]));
         let float = dtype_to_storage_type(x.dtype);
+        let client = out.client.clone();
+        let staged = staged_rows(&client, float, [m, k, n]);
+        // The staged kernel's partial sums (benchmark builds only), a fresh f32 buffer.
+        let partials = staged.filter(|s| s.partials() > 0).map(|s| {
+            let len = s.partials();
+            let handle = client.empty(len * DType::F32.size());
+            let shape = Shape::new([len]);
+            CubeTensor::new_contiguous(client.clone(), x.device.clone(), shape, handle, DType::F32)
+                .binding()
+        });
         let [x, w_t, o] = [x, w_t, out.clone()].map(|t| t.into_tensor_arg());
-        // Safety: `project` checked `matvec_fits` (up to 16 rows) or `few_rows_fits` (17 to 64)
-        // for these sizes, matching inner sizes k ≥ 1 and one dtype; x [m, k] and w_t [n, k]
-        // are contiguous; out is a fresh [m, n] buffer.
+        // Safety: `project` checked `matvec_fits` (up to 16 rows), `few_rows_fits` (17 to 64)
+        // or the staged kernel's fit for these sizes, matching inner sizes k ≥ 1 and one dtype;
+        // x [m, k] and w_t [n, k] are contiguous; out and the partials are fresh buffers.
         unsafe {
-            if m <= MATVEC_MAX_ROWS {
+            if let Some(staged) = staged {
+                staged.launch(&client, float, [x, w_t, o], partials);
+            } else if m <= MATVEC_MAX_ROWS {
                 launch_matvec(&out.client, float, out.dtype.size(), m, k, n, x, w_t, o);
             } else {
                 launch_few_rows(&out.client, float, m, k, n, x, w_t, o, &tuning().decoder);

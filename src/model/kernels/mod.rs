@@ -821,6 +821,22 @@ pub(crate) fn decoder_kernel_fits(
 ) -> bool {
     rope_pool_kernels::decoder::matvec_fits(client, m)
         || (n < 4 * k && rope_pool_kernels::decoder::few_rows_fits(client, float, m, k, n))
+        || staged_rows(client, float, [m, k, n]).is_some()
+}
+
+/// The staged tensor-core kernel's launch for `x [m, k] · wᵀ` where benchmark builds send `m`
+/// rows to it (`ROPE_POOL_STAGED_FROM`) and it fits; `None` in normal use.
+#[cfg(feature = "cube")]
+pub(crate) fn staged_rows(
+    client: &cubecl::client::Client,
+    float: cubecl::ir::ElemType,
+    [m, k, n]: [usize; 3],
+) -> Option<rope_pool_kernels::decoder::StagedRows> {
+    let tuning = crate::common::cube::tuning().decoder;
+    let from = tuning.staged_from?;
+    (m >= from)
+        .then(|| rope_pool_kernels::decoder::StagedRows::new(client, float, m, k, n, &tuning))
+        .flatten()
 }
 
 /// The MLP's activation of a stacked `gate_up [rows, 2m]` (gate columns, then up): `[rows, m]`,
