@@ -214,7 +214,7 @@ fn main() {
             rows.push(report(path, batch, dtype, config.num_layers, &stats, &args));
         }
     }
-    let (captured, replayed) = step_graph_counts(&model);
+    let (captured, replayed, _) = step_graph_counts(&model);
     println!("\ndecode steps captured: {captured}, replayed: {replayed}");
     if args.profile {
         // Every kernel launched (a replayed step's launches are not observed one by one).

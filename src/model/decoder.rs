@@ -460,6 +460,8 @@ impl Decoder {
         pool_rows: usize,
         limit: Option<u64>,
     ) -> Result<KvPool, KvPoolError> {
+        // Steps captured over pools that are gone let their memory go first.
+        self.graphs.prune();
         let (rope, layers) = (self.config.rope.clone(), self.layers.len());
         KvPool::with_layers(rope, layers, pool_rows, &self.device, self.storage(), limit)
     }
@@ -527,7 +529,7 @@ impl Decoder {
 
     /// Decode steps captured and replayed so far ([`Self::with_step_graphs`]).
     #[cfg(feature = "testing")]
-    pub(crate) fn step_graph_counts(&self) -> (usize, usize) {
+    pub(crate) fn step_graph_counts(&self) -> (usize, usize, usize) {
         self.graphs.counts()
     }
 

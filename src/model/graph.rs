@@ -40,16 +40,23 @@ impl StepGraphs {
         let _ = on;
     }
 
-    /// Steps captured and steps replayed so far.
+    /// Drops the steps captured over pools that are gone (their buffers, kept allocated for the
+    /// graph, go back to the device).
+    pub(crate) fn prune(&self) {
+        #[cfg(all(feature = "cube", not(feature = "fusion")))]
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).prune();
+    }
+
+    /// Steps captured and steps replayed so far, and captured steps kept now.
     #[cfg(feature = "testing")]
-    pub(crate) fn counts(&self) -> (usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize, usize) {
         #[cfg(all(feature = "cube", not(feature = "fusion")))]
         {
             let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            (inner.captured, inner.replayed)
+            (inner.captured, inner.replayed, inner.kept())
         }
         #[cfg(not(all(feature = "cube", not(feature = "fusion"))))]
-        (0, 0)
+        (0, 0, 0)
     }
 
     /// [`Decoder::step`] through a captured graph where one applies (captured first where its
@@ -198,6 +205,8 @@ mod captured {
         inputs: Inputs,
         /// The captured step's logits: the buffer each replay writes.
         logits: Tensor<2>,
+        /// The pool it was captured over (the entry goes when the pool does).
+        pool: std::sync::Weak<()>,
         graph: BackendGraph<Dispatch>,
     }
 
@@ -231,6 +240,15 @@ mod captured {
     }
 
     impl Captured {
+        #[cfg(feature = "testing")]
+        pub(super) fn kept(&self) -> usize {
+            self.entries.len()
+        }
+
+        pub(super) fn prune(&mut self) {
+            self.entries.retain(|e| e.pool.strong_count() > 0);
+        }
+
         pub(super) fn set_enabled(&mut self, on: bool) {
             self.off = !on;
             if !on {
@@ -252,6 +270,7 @@ mod captured {
             if let Err(e) = decoder.check_step(tokens, cache) {
                 return Some(Err(e));
             }
+            self.prune();
             let host = match cache.plan_host(&seq_tokens(tokens)) {
                 Ok(host) => host,
                 Err(e) => return Some(Err(e.into())),
@@ -301,6 +320,7 @@ mod captured {
         ) -> Result<Tensor<2>, DecoderError> {
             // Steps captured over other buffers are never replayed again.
             self.entries.retain(|e| e.key.buffers == key.buffers);
+            self.refused.retain(|k| k.buffers == key.buffers);
             if self.entries.len() >= KEPT {
                 self.entries.remove(0);
             }
@@ -361,6 +381,7 @@ mod captured {
                         key,
                         inputs,
                         logits,
+                        pool: cache.alive(),
                         graph,
                     })
                 }

@@ -55,6 +55,8 @@ pub struct KvPool {
     /// a graph captured over the pool replays only on the same buffers.
     id: u64,
     generation: u64,
+    /// Alive while the pool is: what a graph captured over it watches (it drops with the pool).
+    alive: std::sync::Arc<()>,
 }
 
 const PRESENT: &str = "pool tensors are present between calls";
@@ -135,6 +137,7 @@ impl KvPool {
             device: device.clone(),
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             generation: 0,
+            alive: std::sync::Arc::new(()),
         })
     }
 
@@ -143,6 +146,12 @@ impl KvPool {
     /// buffers it had (see the `id` and `generation` fields).
     pub(crate) fn buffers_key(&self) -> (u64, u64) {
         (self.id, self.generation)
+    }
+
+    /// A handle that stops upgrading once this pool is dropped.
+    #[cfg_attr(not(all(feature = "cube", not(feature = "fusion"))), allow(dead_code))]
+    pub(crate) fn alive(&self) -> std::sync::Weak<()> {
+        std::sync::Arc::downgrade(&self.alive)
     }
 
     #[cfg_attr(not(all(feature = "cube", not(feature = "fusion"))), allow(dead_code))]

@@ -32,8 +32,8 @@ pub fn fp8_projections(decoder: &crate::model::Decoder) -> usize {
     decoder.fp8_projections()
 }
 
-/// The decode steps `decoder` captured, and those it replayed ([`Decoder::with_step_graphs`](crate::model::Decoder::with_step_graphs)).
-pub fn step_graph_counts(decoder: &crate::model::Decoder) -> (usize, usize) {
+/// The decode steps `decoder` captured, those it replayed, and the captured steps it keeps ([`Decoder::with_step_graphs`](crate::model::Decoder::with_step_graphs)).
+pub fn step_graph_counts(decoder: &crate::model::Decoder) -> (usize, usize, usize) {
     decoder.step_graph_counts()
 }
 

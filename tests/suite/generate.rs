@@ -267,15 +267,20 @@ fn captured_decode_steps_match_launched_steps() {
             let again = run(&captured, &requests, Some(96));
             assert_same(&again, &want, 1e-5, &format!("{what}, second pool"));
             let launched_counts = burn_rope_pool::testing::step_graph_counts(&launched);
-            assert_eq!(launched_counts, (0, 0), "{what}: graphs off");
-            let (captures, replays) = burn_rope_pool::testing::step_graph_counts(&captured);
+            assert_eq!(launched_counts, (0, 0, 0), "{what}: graphs off");
+            let (captures, replays, kept) = burn_rope_pool::testing::step_graph_counts(&captured);
+            // The runs' pools are gone: a new pool lets their captured steps go.
+            drop(captured.new_cache(8).unwrap());
+            let (_, _, kept_after) = burn_rope_pool::testing::step_graph_counts(&captured);
+            assert_eq!(kept_after, 0, "{what}: steps kept over dropped pools");
             if capture && gpu {
                 // Batch sizes 2 and 1, keys past 64, twice (one pool each run): several
                 // captures, most steps replayed.
                 assert!(captures >= 4, "{what}: {captures} captures");
+                assert!(kept >= 1, "{what}: {kept} kept");
                 assert!(replays >= 150, "{what}: {replays} replays");
             } else {
-                assert_eq!((captures, replays), (0, 0), "{what}");
+                assert_eq!((captures, replays, kept), (0, 0, 0), "{what}");
                 eprintln!("{what}: no graph capture in this build or on this device");
             }
         }
@@ -331,7 +336,7 @@ fn captured_steps_follow_pools_into_new_buffers() {
                 "{device_name}: a held pool changed"
             );
         }
-        let (captures, replays) = burn_rope_pool::testing::step_graph_counts(&captured);
+        let (captures, replays, _) = burn_rope_pool::testing::step_graph_counts(&captured);
         if cfg!(not(feature = "fusion")) && device_name != "flex" {
             // Captured before the clone and again over the new buffers.
             assert!(
