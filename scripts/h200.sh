@@ -115,12 +115,22 @@ case "${1:-run}" in
       --json "$out/decode.json" "$@" 2>"$out/decode.log" | tee "$out/decode.md"
     if [ -z "${SKIP_AB:-}" ] && [ -x /tmp/decode-unfused ]; then
       # With and without Burn's fusion stream, alternated three times: batch 1 moves with the
-      # host between processes.
+      # host between processes. Without it, captured decode steps (path `fused`, the default
+      # there) against every step launched (`fused launched`).
       for i in 1 2 3; do
         for b in decode decode-unfused; do
-          /tmp/$b --device vulkan --fused-only --steps 32 --batches 1,8 2>>"$out/decode.log" |
-            grep '^| fused' | sed "s/^/$b /" | tee -a "$out/decode-fusion-ab.md"
+          launched=$([ $b = decode-unfused ] && echo --launched || true)
+          /tmp/$b --device vulkan --fused-only --steps 64 --batches 1,8 $launched \
+            2>>"$out/decode.log" | grep '^| fused' | sed "s/^/$b /" |
+            tee -a "$out/decode-fusion-ab.md"
         done
+      done
+      # The projections of the staged tensor-core kernel against the shipped ones.
+      for from in 0 1; do
+        ROPE_POOL_STAGED_FROM=$([ $from = 1 ] && echo 1 || echo 65) /tmp/decode-unfused \
+          --device vulkan --fused-only --steps 1 --batches 1 --layers 1 --matmul-probe \
+          --probe-project-only --probe-rows 8,16,24,64 2>>"$out/decode.log" |
+          grep '^| project' | sed "s/^/staged-$from /" | tee -a "$out/staged.md"
       done
     fi
     if [ -z "${SKIP_AB:-}" ]; then
