@@ -616,14 +616,7 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
     let mut accs = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
     for _ in 0..m_tiles {
-        accs.push(cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            TILE,
-            TILE,
-            TILE,
-            cmma::MatrixLayout::Undefined,
-            f32::new(0.0),
-        ));
+        accs.push(zero_accumulator());
     }
     // The first block's loads.
     let mut kv0 = first * block_vectors;
@@ -696,11 +689,8 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
         #[unroll]
         for t in 0..k_tiles {
             let w0 = plane * TILE * ld + t * TILE;
-            let bt = cmma::Matrix::<F>::from_slice(
+            let bt = load_fragment::<F>(
                 cmma::MatrixIdent::B,
-                TILE,
-                TILE,
-                TILE,
                 cmma::MatrixLayout::ColMajor,
                 w_s.slice(w0, w0 + (TILE - 1) * ld + TILE),
                 ld as u32,
@@ -708,11 +698,8 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
             #[unroll]
             for r in 0..m_tiles {
                 let x0 = r * TILE * ld + t * TILE;
-                let at = cmma::Matrix::<F>::from_slice(
+                let at = load_fragment::<F>(
                     cmma::MatrixIdent::A,
-                    TILE,
-                    TILE,
-                    TILE,
                     cmma::MatrixLayout::RowMajor,
                     x_s.slice(x0, x0 + (TILE - 1) * ld + TILE),
                     ld as u32,
