@@ -490,18 +490,13 @@ impl Decoder {
         cache: &mut KvPool,
     ) -> Result<Tensor<2>, DecoderError> {
         self.check_step(tokens, cache)?;
-        let step = cache.plan_step(&seq_tokens(tokens))?;
-        let result = self.run_step(ops, self.token_ids(tokens), &step, cache);
-        if result.is_err() {
-            // The step stored nothing a later step reads: give its rows back.
-            cache.cancel_step(step);
-        }
-        result
+        let host = cache.plan_host(&seq_tokens(tokens))?;
+        self.run_host_step(ops, tokens, host, cache)
     }
 
-    #[cfg_attr(not(all(feature = "cube", not(feature = "fusion"))), allow(dead_code))]
     /// [`Self::step_with`] of a step already planned on the host (its rows allocated): its
-    /// arrays uploaded, its layers run, its rows given back if it fails.
+    /// arrays uploaded, its layers run, its rows given back if it fails (the step stored
+    /// nothing a later step reads).
     pub(crate) fn run_host_step(
         &self,
         ops: &impl LayerOps,

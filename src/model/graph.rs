@@ -131,7 +131,7 @@ mod captured {
     impl Inputs {
         fn new(batch: usize, keys: usize, device: &Device) -> Self {
             // The ids, slots and positions in the dtype the launch-by-launch path uploads.
-            let ints = |n: usize| Tensor::from_data(TensorData::new(vec![0i64; n], [n]), device);
+            let ints = |n: usize| HostStep::zeros(n, device);
             let i32s = |n: usize| {
                 Tensor::<1, Int>::from_data(
                     TensorData::new(vec![0i32; n], [n]),
@@ -150,11 +150,10 @@ mod captured {
         /// Writes a step's inputs in place; `false` where a buffer cannot be written so.
         fn write(&self, tokens: &[StepToken], host: &HostStep) -> bool {
             let ids: Vec<i64> = tokens.iter().map(|t| t.token as i64).collect();
-            // One query a sequence, at its last position: it sees all its keys.
-            let ranges: Vec<i64> = host
-                .kv
-                .windows(2)
-                .flat_map(|w| [w[0], w[1] - w[0]])
+            // Causal, no window: what `PoolAttentionPlan::on_buffers` says the buffer holds.
+            let ranges: Vec<i64> = PoolAttentionPlan::ranges_of(&host.qo, &host.kv, true, None)
+                .into_iter()
+                .flatten()
                 .collect();
             write_ints(self.ids.clone().into_dispatch(), &ids)
                 && write_ints(self.slots.clone().into_dispatch(), &host.slots)

@@ -73,6 +73,13 @@ pub(crate) struct HostStep {
 }
 
 impl HostStep {
+    /// An index array of `n` zeros on `device`, in the dtype [`Self::upload`] gives its
+    /// arrays (a captured step's input buffer).
+    #[cfg_attr(not(all(feature = "cube", not(feature = "fusion"))), allow(dead_code))]
+    pub(crate) fn zeros(n: usize, device: &Device) -> Tensor<1, Int> {
+        ints(vec![0; n], device)
+    }
+
     /// Its arrays on `device`, each a fresh upload.
     pub(crate) fn upload(self, device: &Device) -> StepPlan {
         let data = |v: Vec<i64>| {

@@ -219,7 +219,21 @@ impl PoolAttentionPlan {
     /// position `p = L - n + i`; causal, it sees keys `j <= p`; with a window `W`, keys
     /// `j > p - W`.
     pub(crate) fn query_ranges(&self, causal: bool, window: Option<usize>) -> Vec<[i64; 2]> {
-        let (qo, kv) = (&self.qo_indptr.values, &self.kv_indptr.values);
+        Self::ranges_of(
+            &self.qo_indptr.values,
+            &self.kv_indptr.values,
+            causal,
+            window,
+        )
+    }
+
+    /// [`Self::query_ranges`] of the arrays `qo` and `kv` (`qo_indptr`, `kv_indptr`).
+    pub(crate) fn ranges_of(
+        qo: &[i64],
+        kv: &[i64],
+        causal: bool,
+        window: Option<usize>,
+    ) -> Vec<[i64; 2]> {
         let mut ranges = Vec::with_capacity(*qo.last().unwrap_or(&0) as usize);
         for (q, k) in qo.windows(2).zip(kv.windows(2)) {
             let (n, len) = (q[1] - q[0], k[1] - k[0]);
