@@ -10,7 +10,7 @@ mod step;
 
 pub use crate::op::{Fp8PoolError, PoolTensor};
 pub use attention::{
-    MAX_HEAD_DIM, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs,
+    Fp8Decode, MAX_HEAD_DIM, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs,
     PoolAttentionOutputs, PoolAttentionPlan, pool_attention,
 };
 pub use kv_pool::KvPool;

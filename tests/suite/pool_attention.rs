@@ -7,7 +7,8 @@ use crate::common::{Rng, devices, float_tensor, round_to};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use burn_rope_pool::pool::PoolTensor;
 use burn_rope_pool::pool::{
-    PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan, pool_attention,
+    Fp8Decode, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan,
+    pool_attention,
 };
 use burn_rope_pool::testing::attention_reference::{BatchIndices, pool_attention_reference};
 use burn_rope_pool::testing::reference::{e4m3_code, e4m3_value};
@@ -126,14 +127,16 @@ fn random_batches_match_the_reference() {
 }
 
 /// fp8 pools decoded through CubeCL's fp8 type (the device's conversion where it has one,
-/// CubeCL's software codec elsewhere) and through this crate's integer codec, each forced
-/// (`PoolAttentionConfig::native_fp8`), through every kernel, against the reference.
+/// CubeCL's software codec elsewhere), f16 halves (where the device has f16) and integer
+/// arithmetic, each forced (`PoolAttentionConfig::fp8_decode`), through every kernel, against
+/// the reference.
 #[test]
 fn fp8_pools_decode_alike_through_either_codec() {
     for kernel in [Kernel::Normal, Kernel::Portable, Kernel::QueryTiles] {
-        fp8_pools(kernel, Some(true));
+        fp8_pools(kernel, Some(Fp8Decode::Native));
+        fp8_pools(kernel, Some(Fp8Decode::Halves));
     }
-    fp8_pools(Kernel::Normal, Some(false));
+    fp8_pools(Kernel::Normal, Some(Fp8Decode::Integer));
 }
 
 /// The portable attention kernel, which a GPU with plane operations never picks by itself,
@@ -328,8 +331,8 @@ fn random_batches(kernel: Kernel) {
 
 /// Random batches over fp8 pools (e4m3 words, the kernels decode them in registers), f32 and f16
 /// queries, against the reference over the decoded pools, through `kernel` and the decoding
-/// `native` asks for (`PoolAttentionConfig::native_fp8`).
-fn fp8_pools(kernel: Kernel, native: Option<bool>) {
+/// `decode` asks for (`PoolAttentionConfig::fp8_decode`).
+fn fp8_pools(kernel: Kernel, decode: Option<Fp8Decode>) {
     let mut rng = Rng::new(0x0f8a_77e0);
     for (device_name, device) in devices() {
         for case in 0..8 {
@@ -340,7 +343,7 @@ fn fp8_pools(kernel: Kernel, native: Option<bool>) {
             let config = kernel.config(
                 PoolAttentionConfig::new(hq, hkv, d)
                     .with_causal(causal)
-                    .with_native_fp8(native),
+                    .with_fp8_decode(decode),
             );
             // f16 queries every other case where the device has f16 (prefill's tensor-core path).
             let dtype = match case % 4 >= 2 && device.supports_dtype(DType::F16) {

@@ -5,8 +5,8 @@ use super::plane::attention_plane_kernel;
 use super::portable::attention_kernel;
 use super::split::attention_merge;
 use super::tiles::{KV_PAD, LANES, P_PAD, S_PAD, TILE, attention_tiles_kernel};
-use crate::common::fp8::FP8_VECTOR;
-use crate::common::launch::{converts_fp8, has_tiles, widest_vector};
+use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
+use crate::common::launch::{has_tiles, widest_vector};
 use cubecl::client::Client;
 use cubecl::features::Plane;
 use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
@@ -45,13 +45,13 @@ pub struct AttentionTuning {
     /// queries or more: prefill; see `AttentionLaunch::tiles_pay`)
     /// (`ROPE_POOL_ATTENTION_TILES=1` / `0`). [`Self::portable`] wins over it.
     pub query_tiles: Option<bool>,
-    /// fp8 pools: `Some(true)` decodes them through CubeCL's fp8 type (the device's conversion
-    /// where it has one, CubeCL's software codec elsewhere: the root crate's tests run it on
-    /// every device this way), `Some(false)` through the crate's integer codec; `None`, the
-    /// normal launch, takes the fp8 type where the device likely converts in hardware (it lists
-    /// e4m3 tensor-core tiles) (`ROPE_POOL_ATTENTION_NATIVE_FP8=1` / `0`). Devices without f16
-    /// always take the codec (the fp8 type's decode goes through f16).
-    pub native_fp8: Option<bool>,
+    /// fp8 pools: how their words are decoded; `None`, the normal launch,
+    /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE=0` integers, `1` CubeCL's fp8 type, `2`
+    /// f16 halves). Devices without f16 always take the integer codec.
+    pub fp8_decode: Option<Fp8Decode>,
+    /// Plane kernel on fp8 pools: words a load (`ROPE_POOL_ATTENTION_FP8_WORDS`, 1, 2 or 4;
+    /// default [`PLANE_FP8_WORDS`]; fewer where a head row's words are not a multiple).
+    pub fp8_words: Option<usize>,
 }
 
 #[cfg(feature = "tuning")]
@@ -70,7 +70,8 @@ impl AttentionTuning {
             lanes: number("ROPE_POOL_ATTENTION_LANES"),
             portable: flag("ROPE_POOL_ATTENTION_PORTABLE"),
             query_tiles: number::<usize>("ROPE_POOL_ATTENTION_TILES").map(|v| v == 1),
-            native_fp8: number::<usize>("ROPE_POOL_ATTENTION_NATIVE_FP8").map(|v| v == 1),
+            fp8_decode: crate::common::tuning::fp8_decode(),
+            fp8_words: number("ROPE_POOL_ATTENTION_FP8_WORDS").filter(|w| [1, 2, 4].contains(w)),
         })
     }
 }
@@ -111,6 +112,8 @@ pub(crate) enum AttentionKernel {
         vecs: usize,
         /// Keys each key group loads per iteration.
         steps: usize,
+        /// Vectors a load (fp8 pools: words of one vector of the pool; float pools: 1).
+        words: usize,
     },
     /// [`attention_kernel`](fn@super::portable::attention_kernel), for devices without plane
     /// operations (or when [`AttentionTuning::portable`] asks for it): one key per unit per tile
@@ -146,8 +149,8 @@ pub struct AttentionLaunch {
     pub chunks: usize,
     /// Keys per chunk (a multiple of the kernel's keys per iteration).
     pub(crate) chunk_keys: usize,
-    /// fp8 pools are decoded through CubeCL's fp8 type ([`AttentionTuning::native_fp8`]).
-    pub(crate) native_fp8: bool,
+    /// How fp8 pools are decoded ([`AttentionTuning::fp8_decode`]).
+    pub(crate) fp8_decode: Fp8Decode,
 }
 
 /// Portable kernel: the most cubes a split aims for (more chunks cost the merge more than they
@@ -183,6 +186,8 @@ const PLANE_REGISTER_VECTORS: usize = 16;
 const PLANE_LOADS: usize = 4;
 /// Plane kernel: the most units per key.
 const PLANE_LANES: usize = 16;
+/// Plane kernel on fp8 pools: words (of four codes) a unit loads at once.
+pub const PLANE_FP8_WORDS: usize = 2;
 
 /// The largest divisor of `group` that `fits` accepts (1 when none does).
 fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {
@@ -204,13 +209,10 @@ impl AttentionLaunch {
         tuning: &AttentionTuning,
     ) -> Self {
         let elem_size = float.size();
-        // Float pools need no decode. (The fp8 type's decode goes through f16: never on a
-        // device without it.)
-        let native_fp8 = geometry.fp8_pools
-            && tuning.native_fp8.unwrap_or_else(|| converts_fp8(client))
-            && client
-                .properties()
-                .supports_type(ElemType::Float(FloatKind::F16));
+        let fp8_decode = tuning
+            .fp8_decode
+            .unwrap_or_else(|| Fp8Decode::for_device(client))
+            .on_device(client);
         let d = geometry.head_dim.max(1);
         let vector = match geometry.fp8_pools {
             true => FP8_VECTOR,
@@ -222,7 +224,7 @@ impl AttentionLaunch {
         let shared = properties.hardware.max_shared_memory_size;
         let plane_size = properties.hardware.plane_size_min as usize;
         let vector_bytes = vector * 4;
-        if let Some(launch) = Self::tiles(client, float, geometry, tuning, vector, native_fp8) {
+        if let Some(launch) = Self::tiles(client, float, geometry, tuning, vector, fp8_decode) {
             return launch;
         }
         let plane = properties.features.plane.contains(Plane::Ops)
@@ -240,12 +242,23 @@ impl AttentionLaunch {
         // whole number of them) and the chunks each query's keys are split into.
         let (kernel, units, heads, tile, chunks) = if plane {
             let max_lanes = tuning.lanes.unwrap_or(PLANE_LANES);
-            let lanes = row_vectors
+            // fp8 words of a row are loaded `words` at a time (one vector of the pool).
+            let words = match geometry.fp8_pools {
+                true => [4, 2, 1]
+                    .into_iter()
+                    .filter(|&w| w <= tuning.fp8_words.unwrap_or(PLANE_FP8_WORDS))
+                    .find(|&w| row_vectors.is_multiple_of(w))
+                    .unwrap_or(1),
+                false => 1,
+            };
+            let row_loads = row_vectors / words;
+            let lanes = row_loads
                 .next_power_of_two()
                 .min(plane_size)
                 .min(max_lanes.max(1).next_power_of_two());
-            let vecs = row_vectors.div_ceil(lanes);
-            let steps = tuning.steps.unwrap_or(PLANE_LOADS / vecs).max(1);
+            let loads = row_loads.div_ceil(lanes);
+            let vecs = loads * words;
+            let steps = tuning.steps.unwrap_or(PLANE_LOADS / loads).max(1);
             let heads = largest_divisor(group, |h| h <= PLANE_REGISTER_VECTORS / vecs);
             // Whole planes (a key group never straddles two, and no plane is partial): a power
             // of two, at least one plane. The final merge holds every unit's vectors of one head
@@ -269,7 +282,12 @@ impl AttentionLaunch {
             if work < target {
                 chunks = target.div_ceil(work).min(tiles.div_ceil(min_tiles)).max(1);
             }
-            let kernel = AttentionKernel::Plane { lanes, vecs, steps };
+            let kernel = AttentionKernel::Plane {
+                lanes,
+                vecs,
+                steps,
+                words,
+            };
             (kernel, units, heads, tile, chunks)
         } else {
             let units = row_vectors.next_power_of_two().max(UNITS);
@@ -301,7 +319,7 @@ impl AttentionLaunch {
             heads,
             chunks: keys.div_ceil(chunk_keys),
             chunk_keys,
-            native_fp8,
+            fp8_decode,
         }
     }
 }
@@ -339,7 +357,7 @@ impl AttentionLaunch {
         geometry: AttentionGeometry,
         tuning: &AttentionTuning,
         vector: usize,
-        native_fp8: bool,
+        fp8_decode: Fp8Decode,
     ) -> Option<Self> {
         let d = geometry.head_dim;
         if tuning.portable || tuning.query_tiles == Some(false) || d == 0 || !d.is_multiple_of(TILE)
@@ -390,7 +408,7 @@ impl AttentionLaunch {
             heads,
             chunks: 1,
             chunk_keys: geometry.max_keys.max(1),
-            native_fp8,
+            fp8_decode,
         })
     }
 }
@@ -465,7 +483,7 @@ pub unsafe fn launch_attention(
         heads,
         chunks,
         chunk_keys,
-        native_fp8,
+        fp8_decode,
     } = launch;
     let row_vectors = head_dim / vector;
     let head_blocks = num_qo_heads / num_kv_heads / heads;
@@ -497,18 +515,23 @@ pub unsafe fn launch_attention(
     }
     // The pools' element type and vector width, and their scales.
     let (pool_elem, pool_vector, (k_scale, v_scale), fp8) = match first.fp8_scales {
-        Some(scales) => (ElemType::UInt(UIntKind::U32), 1, scales, true),
+        Some(scales) => (ElemType::UInt(UIntKind::U32), 1usize, scales, true),
         None => (float, vector, (1.0, 1.0), false),
     };
     match kernel {
-        AttentionKernel::Plane { lanes, vecs, steps } => unsafe {
+        AttentionKernel::Plane {
+            lanes,
+            vecs,
+            steps,
+            words,
+        } => unsafe {
             attention_plane_kernel::launch_unchecked(
                 client,
                 cube_count,
                 cube_dim,
                 AddressType::from_len(len),
                 vector,
-                pool_vector,
+                pool_vector * words,
                 first.q,
                 first.k_pool,
                 first.v_pool,
@@ -534,8 +557,9 @@ pub unsafe fn launch_attention(
                 row_vectors,
                 split,
                 scalars.soft_cap.is_some(),
+                words,
                 fp8,
-                native_fp8,
+                fp8_decode,
                 [float, pool_elem],
             );
         },
@@ -572,7 +596,7 @@ pub unsafe fn launch_attention(
                 tensor_cores,
                 scalars.soft_cap.is_some(),
                 fp8,
-                native_fp8,
+                fp8_decode,
                 [float, pool_elem],
             );
         },
@@ -607,7 +631,7 @@ pub unsafe fn launch_attention(
                 split,
                 scalars.soft_cap.is_some(),
                 fp8,
-                native_fp8,
+                fp8_decode,
                 [float, pool_elem],
             );
         },

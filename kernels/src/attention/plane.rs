@@ -18,7 +18,7 @@
 //! pool is masked, never read.
 
 use super::split::cube_work;
-use crate::common::fp8::load_pool;
+use crate::common::fp8::{Fp8Decode, pool_vector};
 use crate::common::reduce::lane_sum;
 use cubecl::prelude::*;
 
@@ -71,8 +71,9 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     #[comptime] row_vectors: usize,
     #[comptime] split: bool,
     #[comptime] capped: bool,
+    #[comptime] words: usize,
     #[comptime] fp8: bool,
-    #[comptime] native_fp8: bool,
+    #[comptime] fp8_decode: Fp8Decode,
     #[define(F, P)] _dtypes: [ElemType; 2],
 ) {
     let num_tokens = q.shape(0);
@@ -93,12 +94,14 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let hi = (lo + chunk_keys as usize).min(count);
 
     // This unit's vectors of the block's queries, pre-scaled; zero past the row.
+    let loads = comptime!(vecs / words);
+    let row_loads = comptime!(row_vectors / words);
     let mut qr = Array::<Vector<f32, N>>::new(heads * vecs);
     #[unroll]
     for h in 0..heads {
         #[unroll]
         for i in 0..vecs {
-            let e = lane + i * lanes;
+            let e = (lane + comptime!(i / words) * lanes) * words + comptime!(i % words);
             let mut x = Vector::<f32, N>::new(f32::new(0.0));
             if e < row_vectors {
                 x = Vector::<f32, N>::cast_from(
@@ -142,18 +145,22 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         for s in 0..steps {
             let row = rows[s];
             #[unroll]
-            for i in 0..vecs {
-                let e = lane + i * lanes;
-                let mut kx = Vector::<f32, N>::new(f32::new(0.0));
-                let mut vx = Vector::<f32, N>::new(f32::new(0.0));
-                if row >= 0 && e < row_vectors {
-                    let at = (usize::cast_from(row) * num_kv_heads + g) * row_vectors + e;
-                    // fp8: k's scale is in the queries and v's goes into the output.
-                    kx = load_pool::<P, N, M>(k_pool, at, 1.0, fp8, native_fp8);
-                    vx = load_pool::<P, N, M>(v_pool, at, 1.0, fp8, native_fp8);
+            for i in 0..loads {
+                let c = lane + i * lanes;
+                let mut kw = Vector::<P, M>::new(P::from_int(0));
+                let mut vw = Vector::<P, M>::new(P::from_int(0));
+                if row >= 0 && c < row_loads {
+                    let at = (usize::cast_from(row) * num_kv_heads + g) * row_loads + c;
+                    kw = k_pool[at];
+                    vw = v_pool[at];
                 }
-                ks[s * vecs + i] = kx;
-                vs[s * vecs + i] = vx;
+                // fp8: k's scale is in the queries and v's goes into the output.
+                #[unroll]
+                for w in 0..words {
+                    let slot = s * vecs + i * words + w;
+                    ks[slot] = pool_vector::<P, N, M>(kw, w, 1.0, fp8, fp8_decode);
+                    vs[slot] = pool_vector::<P, N, M>(vw, w, 1.0, fp8, fp8_decode);
+                }
             }
         }
         let mut next = Array::<i32>::new(steps);
@@ -261,9 +268,11 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         sync_cube();
         let seen = total > 0.0;
         let head = t * num_qo_heads + head0 + h;
-        // Vector `e` of the row lives in unit `e % lanes`'s slot `e / lanes` of each group.
+        // Vector `e` of the row, in load `c = e / words`, lives in unit `c % lanes`'s slot
+        // `(c / lanes) * words + e % words` of each group.
         for e in range_stepped(u, row_vectors, units) {
-            let at = (e % lanes) * vecs + e / lanes;
+            let c = e / words;
+            let at = (c % lanes) * vecs + (c / lanes) * words + e % words;
             let mut value = Vector::<f32, N>::new(f32::new(0.0));
             for k in 0..key_groups {
                 value += acc_s[k * lanes * vecs + at];

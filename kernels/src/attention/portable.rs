@@ -23,7 +23,7 @@
 //! outside the pool is masked, never read.
 
 use super::split::cube_work;
-use crate::common::fp8::load_pool;
+use crate::common::fp8::{Fp8Decode, load_pool};
 use crate::common::reduce::{cube_sum, lane_sum};
 use cubecl::prelude::*;
 
@@ -60,7 +60,7 @@ pub(crate) fn attention_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     #[comptime] split: bool,
     #[comptime] capped: bool,
     #[comptime] fp8: bool,
-    #[comptime] native_fp8: bool,
+    #[comptime] fp8_decode: Fp8Decode,
     #[define(F, P)] _dtypes: [ElemType; 2],
 ) {
     let num_tokens = q.shape(0);
@@ -127,7 +127,7 @@ pub(crate) fn attention_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         }
         if row >= 0 {
             for v in 0..row_vectors {
-                let k = load_pool::<P, N, M>(k_pool, k_row + v, k_scale, fp8, native_fp8);
+                let k = load_pool::<P, N, M>(k_pool, k_row + v, k_scale, fp8, fp8_decode);
                 #[unroll]
                 for h in 0..heads {
                     dots[h] += q_s[h * row_vectors + v] * k;
@@ -181,7 +181,7 @@ pub(crate) fn attention_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 let r = rows_s[k];
                 if r >= 0 {
                     let at = (usize::cast_from(r) * num_kv_heads + g) * row_vectors + e;
-                    let v = load_pool::<P, N, M>(v_pool, at, v_scale, fp8, native_fp8);
+                    let v = load_pool::<P, N, M>(v_pool, at, v_scale, fp8, fp8_decode);
                     #[unroll]
                     for h in 0..heads {
                         acc[h] += v * Vector::new(s_s[h * units + k]);

@@ -34,7 +34,7 @@
 //! covers in the engine's steps) would reach the row as NaN, where the other kernels never read
 //! it (CONTRACT, `pool_attention`, Math).
 
-use crate::common::fp8::load_pool;
+use crate::common::fp8::{Fp8Decode, load_pool};
 pub(crate) use crate::common::fragment::TILE;
 use crate::common::fragment::{load_fragment, zero_accumulator};
 use cubecl::prelude::*;
@@ -108,7 +108,7 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     #[comptime] tensor_cores: bool,
     #[comptime] capped: bool,
     #[comptime] fp8: bool,
-    #[comptime] native_fp8: bool,
+    #[comptime] fp8_decode: Fp8Decode,
     #[define(F, P)] _dtypes: [ElemType; 2],
 ) {
     let num_tokens = q.shape(0);
@@ -249,8 +249,8 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 if row >= 0 {
                     let at =
                         (usize::cast_from(row) * num_kv_heads + g) * row_vectors + x % row_vectors;
-                    kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8, native_fp8);
-                    vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8, native_fp8);
+                    kx = load_pool::<P, N, M>(k_pool, at, k_scale, fp8, fp8_decode);
+                    vx = load_pool::<P, N, M>(v_pool, at, v_scale, fp8, fp8_decode);
                 }
             }
             ks[it] = Vector::<F, N>::cast_from(kx);
@@ -610,7 +610,10 @@ mod tests {
                 true,
                 capped,
                 fp8,
-                fp8,
+                match fp8 {
+                    true => Fp8Decode::Native,
+                    false => Fp8Decode::Integer,
+                },
                 [ElemType::Float(FloatKind::F16), pool_elem],
             );
             let source = CppCompiler::<Cuda>::default()

@@ -113,26 +113,118 @@ pub(crate) fn convert_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
     Vector::<f32, N>::cast_from(Vector::<f16, N>::cast_from(codes)) * Vector::new(scale)
 }
 
+/// How a kernel decodes fp8 e4m3 words: a launch's choice (comptime), the same values
+/// (NaN codes included) every way.
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Fp8Decode {
+    /// Integer arithmetic into f32 bits ([`unpack_e4m3`]): every device, WGSL without f16
+    /// included.
+    Integer,
+    /// Each code's bits moved under an f16's exponent, two codes to a word, then widened
+    /// ([`unpack_e4m3_halves`]): devices with f16; about half the integer codec's operations.
+    Halves,
+    /// CubeCL's fp8 type ([`convert_e4m3`]): the device's conversion where it has one.
+    Native,
+}
+
+impl Fp8Decode {
+    /// The normal choice on `client`'s device: the fp8 type where the device likely converts
+    /// in hardware and has f16, else f16 halves where [`Self::on_device`] keeps them, else
+    /// integers.
+    pub fn for_device(client: &cubecl::client::Client) -> Self {
+        match crate::common::launch::converts_fp8(client) {
+            true => Self::Native.on_device(client),
+            false => Self::Halves.on_device(client),
+        }
+    }
+
+    /// `self` where `client`'s device runs it, else [`Self::Integer`]: the fp8 type needs f16;
+    /// f16 halves need f16 and CubeCL's SPIR-V compiler (through WGSL, naga on Mesa's lavapipe
+    /// reads the pair's bitcast as one f32; the MSL and CUDA compilers' bitcast of a pair is not
+    /// checked).
+    pub fn on_device(self, client: &cubecl::client::Client) -> Self {
+        let f16 = client
+            .properties()
+            .supports_type(cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16));
+        match self {
+            Self::Native if f16 => self,
+            Self::Halves if f16 && client.name() == "wgpu<spirv>" => self,
+            _ => Self::Integer,
+        }
+    }
+}
+
+/// The four values of a word of e4m3 codes (a vector of four), times `scale`, through f16
+/// halves: codes 0 and 2, then 1 and 3, sixteen bits apart, each magnitude moved under an f16's
+/// exponent (shift 7) and its sign onto the f16 sign, as CubeCL's own fp4 decode does. Each lands
+/// on exactly its value times `2^-8` (the exponent biases differ by 8; a subnormal code is an f16
+/// subnormal of the same digits), widened exactly to f32; one multiply by `scale · 2^8` scales
+/// it. The NaN codes (`0x7F`, `0xFF`) land on ±1.875 and are replaced by NaN.
+#[cube]
+pub(crate) fn unpack_e4m3_halves<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
+    let even = ((word & 0x007F_007F) << 7) | ((word & 0x0080_0080) << 8);
+    let odd = ((word & 0x7F00_7F00) >> 1) | (word & 0x8000_8000);
+    let even = Vector::<f32, Const<2>>::cast_from(Vector::<f16, Const<2>>::reinterpret(even));
+    let odd = Vector::<f32, Const<2>>::cast_from(Vector::<f16, Const<2>>::reinterpret(odd));
+    let mut x = Vector::<f32, N>::new(0.0);
+    x.insert(0usize, even.extract(0usize));
+    x.insert(1usize, odd.extract(0usize));
+    x.insert(2usize, even.extract(1usize));
+    x.insert(3usize, odd.extract(1usize));
+    let n = N::value();
+    let nan = f32::reinterpret(0x7FC0_0000u32);
+    #[unroll]
+    for i in 0..comptime!(n.min(4)) {
+        let v = x.extract(i);
+        x.insert(i, select(f32::abs(v) == 1.875, nan, v));
+    }
+    x * Vector::new(scale * 256.0)
+}
+
+/// [`unpack_e4m3`], [`unpack_e4m3_halves`] or [`convert_e4m3`], as `decode` says.
+#[cube]
+pub(crate) fn decode_word<N: Size>(
+    word: u32,
+    scale: f32,
+    #[comptime] decode: Fp8Decode,
+) -> Vector<f32, N> {
+    if comptime!(decode == Fp8Decode::Native) {
+        convert_e4m3::<N>(word, scale)
+    } else if comptime!(decode == Fp8Decode::Halves) {
+        unpack_e4m3_halves::<N>(word, scale)
+    } else {
+        unpack_e4m3::<N>(word, scale)
+    }
+}
+
 /// Vector `at` of a pool as f32: a float pool's vector (`P` its float type, `M = N`), or with
-/// `fp8` one word of four e4m3 codes times `scale` (`P` = u32, `M = 1`, `N = 4`), decoded by
-/// [`convert_e4m3`] with `native`, else by [`unpack_e4m3`].
+/// `fp8` the first word of vector `at` (`P` = u32, `N = 4`) decoded as `decode` says, times
+/// `scale`.
 #[cube]
 pub(crate) fn load_pool<P: Numeric, N: Size, M: Size>(
     pool: &Tensor<Vector<P, M>>,
     at: usize,
     scale: f32,
     #[comptime] fp8: bool,
-    #[comptime] native: bool,
+    #[comptime] decode: Fp8Decode,
+) -> Vector<f32, N> {
+    pool_vector::<P, N, M>(pool[at], 0usize, scale, fp8, decode)
+}
+
+/// A pool's vector `value` as f32: a float pool's (`P` its float type, `M = N`), or with `fp8`
+/// its word `w` (`P` = u32, `M` words, `N = 4`) decoded as `decode` says, times `scale`.
+#[cube]
+pub(crate) fn pool_vector<P: Numeric, N: Size, M: Size>(
+    value: Vector<P, M>,
+    #[comptime] w: usize,
+    scale: f32,
+    #[comptime] fp8: bool,
+    #[comptime] decode: Fp8Decode,
 ) -> Vector<f32, N> {
     if comptime!(fp8) {
-        let word = u32::cast_from(pool[at].extract(0usize));
-        if comptime!(native) {
-            convert_e4m3::<N>(word, scale)
-        } else {
-            unpack_e4m3::<N>(word, scale)
-        }
+        decode_word::<N>(u32::cast_from(value.extract(w)), scale, decode)
     } else {
-        Vector::<f32, N>::cast_from(pool[at])
+        Vector::<f32, N>::cast_from(value)
     }
 }
 
@@ -168,21 +260,16 @@ pub fn encode_e4m3_kernel<N: Size>(
 }
 
 /// Decodes `words` (one per four elements) times `scale` into `out` (f32 in vectors of four): an
-/// fp8 pool read back as floats, through CubeCL's fp8 type with `native` (`convert_e4m3()`),
-/// else through the integer codec (`unpack_e4m3()`).
+/// fp8 pool read back as floats, as `decode` says.
 #[cube(launch_unchecked, address_type = "dynamic")]
 pub fn decode_e4m3_kernel<N: Size>(
     words: &Tensor<u32>,
     out: &mut Tensor<Vector<f32, N>>,
     scale: f32,
-    #[comptime] native: bool,
+    #[comptime] decode: Fp8Decode,
 ) {
     if ABSOLUTE_POS < words.len() {
-        out[ABSOLUTE_POS] = if comptime!(native) {
-            convert_e4m3::<N>(words[ABSOLUTE_POS], scale)
-        } else {
-            unpack_e4m3::<N>(words[ABSOLUTE_POS], scale)
-        };
+        out[ABSOLUTE_POS] = decode_word::<N>(words[ABSOLUTE_POS], scale, decode);
     }
 }
 

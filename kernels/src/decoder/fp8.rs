@@ -14,7 +14,7 @@
 use super::matvec::{
     PlaneSums, plane_columns, row_scales, store_added, store_plane_sums, store_silu,
 };
-use crate::common::fp8::unpack_e4m3;
+use crate::common::fp8::{Fp8Decode, decode_word, unpack_e4m3};
 use cubecl::ir::ElemType;
 use cubecl::prelude::*;
 
@@ -36,6 +36,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     #[comptime] w_vectors: usize,
     #[comptime] block_words: usize,
     #[comptime] sums: PlaneSums,
+    #[comptime] decode: Fp8Decode,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = codes.shape(0);
@@ -50,6 +51,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
         w_vectors,
         block_words,
         norm: false,
+        decode,
     });
     let acc = fp8_plane_products::<F, N, W>(x, x, &no_scales, codes, scales, col0, n, 0, shape);
     store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
@@ -133,6 +135,7 @@ pub(crate) struct Fp8Shape {
     pub(crate) w_vectors: usize,
     pub(crate) block_words: usize,
     pub(crate) norm: bool,
+    pub(crate) decode: Fp8Decode,
 }
 
 /// This unit's share of a plane's products on an fp8 weight: accumulator `r * cols * pairs + p *
@@ -213,7 +216,7 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
                                 + comptime!(j / cols) * offset;
                             scales[row * blocks + word / block_words]
                         };
-                        decoded[j] = unpack_e4m3::<N>(ws[u * width + j].extract(e), scale);
+                        decoded[j] = decode_word::<N>(ws[u * width + j].extract(e), scale, shape.decode);
                     }
                     #[unroll]
                     for r in 0..rows {

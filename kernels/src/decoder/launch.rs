@@ -13,7 +13,7 @@ use super::matvec::{
 };
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
 use crate::LaunchTuning;
-use crate::common::fp8::FP8_VECTOR;
+use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
 use crate::common::launch::{has_tiles, widest_vector};
 use cubecl::client::Client;
 use cubecl::features::Plane;
@@ -366,6 +366,7 @@ pub unsafe fn launch_matvec_fp8(
             shape.w_vectors,
             block_words,
             sums,
+            shape.decode,
             float,
         );
     }
@@ -487,8 +488,19 @@ fn fp8_shape(
         w_vectors: words / w_vector,
         block_words,
         norm,
+        decode: fp8_weight_decode(client),
     };
     (cube_dim, cube_count, w_vector, shape, sums)
+}
+
+/// How the fp8 matrix-vector kernels decode a weight's words on `client`'s device:
+/// [`Fp8Decode::for_device`], or in benchmark builds `ROPE_POOL_FP8_DECODE`.
+fn fp8_weight_decode(client: &Client) -> Fp8Decode {
+    #[cfg(feature = "tuning")]
+    if let Some(decode) = crate::common::tuning::fp8_decode() {
+        return decode.on_device(client);
+    }
+    Fp8Decode::for_device(client)
 }
 
 /// Enqueues the decoding of an fp8 weight (`decoder/fp8.rs`; `w [n, k / 4]`, `scales` as

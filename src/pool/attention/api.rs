@@ -55,13 +55,26 @@ pub struct PoolAttentionConfig {
     /// such devices (the conditions: CONTRACT, `pool_attention`, Math). `portable_kernel` wins
     /// over it. Flex has one path and ignores it.
     pub query_tiles: Option<bool>,
-    /// Tests and diagnostics: fp8 pools on CubeCL devices decoded through CubeCL's fp8 type
-    /// (`Some(true)`: the device's conversion where it has one, CubeCL's software codec
-    /// elsewhere) or through this crate's integer codec (`Some(false)`); `None`, the normal
-    /// launch, takes the fp8 type where the device lists e4m3 tensor-core tiles (a sign of a
-    /// hardware conversion). A device without f16 always takes the codec. The same values
-    /// either way. Flex has one path and ignores it.
-    pub native_fp8: Option<bool>,
+    /// Tests and diagnostics: how fp8 pools are decoded on CubeCL devices; `None`, the normal
+    /// launch, takes CubeCL's fp8 type where the device lists e4m3 tensor-core tiles (a sign of
+    /// a hardware conversion), else f16 halves where it has f16, else integer arithmetic (the
+    /// device paths: CONTRACT, "fp8 pools"). A device without f16 always takes integers. The
+    /// same values every way. Flex has one path and ignores it.
+    pub fp8_decode: Option<Fp8Decode>,
+}
+
+/// How a kernel decodes fp8 e4m3 pool words ([`PoolAttentionConfig::fp8_decode`]): the same
+/// values (NaN codes included) every way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Fp8Decode {
+    /// Integer arithmetic into f32 bits: every device.
+    Integer,
+    /// Each code's bits under an f16's exponent, two codes to a word, widened to f32: devices
+    /// with f16.
+    Halves,
+    /// CubeCL's fp8 type: the device's own conversion where it has one, CubeCL's software codec
+    /// elsewhere.
+    Native,
 }
 
 impl PoolAttentionConfig {
@@ -283,7 +296,7 @@ pub fn pool_attention(
         min_query_rows: ranges.min_query_rows,
         portable_kernel: config.portable_kernel,
         query_tiles: config.query_tiles,
-        native_fp8: config.native_fp8,
+        fp8_decode: config.fp8_decode,
     };
     let (out, lse) = <Dispatch as PoolAttentionBackend>::pool_attention(tensors, params);
     Ok(PoolAttentionOutputs {

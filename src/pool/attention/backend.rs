@@ -46,8 +46,8 @@ pub struct AttentionParams {
     pub portable_kernel: bool,
     /// [`PoolAttentionConfig::query_tiles`](crate::pool::PoolAttentionConfig).
     pub query_tiles: Option<bool>,
-    /// [`PoolAttentionConfig::native_fp8`](crate::pool::PoolAttentionConfig).
-    pub native_fp8: Option<bool>,
+    /// [`PoolAttentionConfig::fp8_decode`](crate::pool::PoolAttentionConfig).
+    pub fp8_decode: Option<crate::pool::Fp8Decode>,
 }
 
 /// Burn backends that implement attention over the token-slot pool.

@@ -7,6 +7,7 @@ use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
+use rope_pool_kernels::common::fp8::Fp8Decode;
 use rope_pool_kernels::attention::{
     AttentionArgs, AttentionGeometry, AttentionLaunch, AttentionScalars, launch_attention,
 };
@@ -58,7 +59,14 @@ impl PoolAttentionBackend for CubeBackend {
         let mut knobs = tuning().attention;
         knobs.portable |= params.portable_kernel;
         knobs.query_tiles = params.query_tiles.or(knobs.query_tiles);
-        knobs.native_fp8 = params.native_fp8.or(knobs.native_fp8);
+        knobs.fp8_decode = params
+            .fp8_decode
+            .map(|d| match d {
+                crate::pool::Fp8Decode::Integer => Fp8Decode::Integer,
+                crate::pool::Fp8Decode::Halves => Fp8Decode::Halves,
+                crate::pool::Fp8Decode::Native => Fp8Decode::Native,
+            })
+            .or(knobs.fp8_decode);
         let float = dtype_to_storage_type(q.dtype);
         let launch = AttentionLaunch::tuned(&q.client, float, geometry, &knobs);
         #[cfg(feature = "tuning")]

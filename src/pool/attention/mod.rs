@@ -20,7 +20,8 @@ mod plan;
 pub mod reference;
 
 pub use api::{
-    MAX_HEAD_DIM, PoolAttentionConfig, PoolAttentionInputs, PoolAttentionOutputs, pool_attention,
+    Fp8Decode, MAX_HEAD_DIM, PoolAttentionConfig, PoolAttentionInputs, PoolAttentionOutputs,
+    pool_attention,
 };
 pub use error::PoolAttentionError;
 pub use plan::PoolAttentionPlan;
