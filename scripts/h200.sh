@@ -174,11 +174,11 @@ case "${1:-run}" in
     fi
     /tmp/attention-vulkan --device vulkan --json "$out/attention-vulkan.json" "$@" 2>"$out/attention.log" |
       tee "$out/attention-vulkan.md"
-    # fp8 pools decoded through the integer codec and through CubeCL's fp8 type: the A/B.
-    for native in 0 1; do
-      ROPE_POOL_ATTENTION_NATIVE_FP8=$native /tmp/attention-vulkan --device vulkan --fp8 --no-gather \
-        --dtypes f16 --json "$out/attention-vulkan-fp8-native$native.json" 2>>"$out/attention.log" |
-        tee "$out/attention-vulkan-fp8-native$native.md"
+    # fp8 pools decoded through integers, CubeCL's fp8 type and f16 halves: the A/B.
+    for decode in 0 1 2; do
+      ROPE_POOL_FP8_DECODE=$decode /tmp/attention-vulkan --device vulkan --fp8 --no-gather \
+        --dtypes f16 --json "$out/attention-vulkan-fp8-decode$decode.json" 2>>"$out/attention.log" |
+        tee "$out/attention-vulkan-fp8-decode$decode.md"
     done
     # The prefill rows again without the query-tile kernel (the per-row kernels), f16: the A/B.
     /tmp/attention-vulkan --device vulkan --prefill-only --no-gather --dtypes f16 --query-tiles off \

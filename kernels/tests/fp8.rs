@@ -105,7 +105,10 @@ fn kernel_codec_matches_the_golden_file() {
     let decodes = [Fp8Decode::Integer, Fp8Decode::Halves, Fp8Decode::Native];
     for decode in decodes {
         if decode.on_device(&client) != decode {
-            eprintln!("fp8 kernel test: {decode:?} not run, {} does not take it", client.name());
+            eprintln!(
+                "fp8 kernel test: {decode:?} not run, {} does not take it",
+                client.name()
+            );
             continue;
         }
         let w = client.create_from_slice(&codes);

@@ -50,7 +50,7 @@ pub struct AttentionTuning {
     /// f16 halves). Devices without f16 always take the integer codec.
     pub fp8_decode: Option<Fp8Decode>,
     /// Plane kernel on fp8 pools: words a load (`ROPE_POOL_ATTENTION_FP8_WORDS`, 1, 2 or 4;
-    /// default [`PLANE_FP8_WORDS`]; fewer where a head row's words are not a multiple).
+    /// default `PLANE_FP8_WORDS`; fewer where a head row's words are not a multiple).
     pub fp8_words: Option<usize>,
 }
 
@@ -186,8 +186,9 @@ const PLANE_REGISTER_VECTORS: usize = 16;
 const PLANE_LOADS: usize = 4;
 /// Plane kernel: the most units per key.
 const PLANE_LANES: usize = 16;
-/// Plane kernel on fp8 pools: words (of four codes) a unit loads at once.
-pub const PLANE_FP8_WORDS: usize = 2;
+/// Plane kernel on fp8 pools: words (of four codes) a unit loads at once. Two or four gained 4–6%
+/// on four decode rows of the H200 and lost 2.4× at 64 × 4096 (benches/NOTES.md, 'fp8 codec').
+const PLANE_FP8_WORDS: usize = 1;
 
 /// The largest divisor of `group` that `fits` accepts (1 when none does).
 fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {

@@ -550,6 +550,7 @@ mod tests {
     //! runs; the same kernel without tensor cores runs in those tests everywhere.
 
     use super::attention_tiles_kernel;
+    use crate::common::fp8::Fp8Decode;
     use crate::test_common as common;
     use cubecl::Compiler as _;
     use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};

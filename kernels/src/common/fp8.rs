@@ -7,6 +7,9 @@
 //!   in memory on a little-endian machine), with one scale: stored code = e4m3(x · (1 / scale))
 //!   (`pack_e4m3()`), read back exactly as code value × scale (`unpack_e4m3()`).
 //!
+//! Reads may instead go through f16 halves (`unpack_e4m3_halves()`) or CubeCL's fp8 type
+//! (`convert_e4m3()`) where the device runs them ([`Fp8Decode`]): the same values.
+//!
 //! [`encode_host`] and [`decode_host`] are the same arithmetic on the host.
 
 use cubecl::e4m3;
@@ -117,13 +120,13 @@ pub(crate) fn convert_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
 /// (NaN codes included) every way.
 #[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Fp8Decode {
-    /// Integer arithmetic into f32 bits ([`unpack_e4m3`]): every device, WGSL without f16
+    /// Integer arithmetic into f32 bits (`unpack_e4m3`): every device, WGSL without f16
     /// included.
     Integer,
     /// Each code's bits moved under an f16's exponent, two codes to a word, then widened
-    /// ([`unpack_e4m3_halves`]): devices with f16; about half the integer codec's operations.
+    /// (`unpack_e4m3_halves`): devices with f16; about half the integer codec's operations.
     Halves,
-    /// CubeCL's fp8 type ([`convert_e4m3`]): the device's conversion where it has one.
+    /// CubeCL's fp8 type (`convert_e4m3`): the device's conversion where it has one.
     Native,
 }
 
@@ -161,7 +164,11 @@ impl Fp8Decode {
 /// subnormal of the same digits), widened exactly to f32; one multiply by `scale · 2^8` scales
 /// it. The NaN codes (`0x7F`, `0xFF`) land on ±1.875 and are replaced by NaN.
 #[cube]
-pub(crate) fn unpack_e4m3_halves<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
+pub(crate) fn unpack_e4m3_halves<N: Size>(
+    word: u32,
+    scale: f32,
+    #[comptime] nan_codes: bool,
+) -> Vector<f32, N> {
     let even = ((word & 0x007F_007F) << 7) | ((word & 0x0080_0080) << 8);
     let odd = ((word & 0x7F00_7F00) >> 1) | (word & 0x8000_8000);
     let even = Vector::<f32, Const<2>>::cast_from(Vector::<f16, Const<2>>::reinterpret(even));
@@ -171,12 +178,14 @@ pub(crate) fn unpack_e4m3_halves<N: Size>(word: u32, scale: f32) -> Vector<f32, 
     x.insert(1usize, odd.extract(0usize));
     x.insert(2usize, even.extract(1usize));
     x.insert(3usize, odd.extract(1usize));
-    let n = N::value();
-    let nan = f32::reinterpret(0x7FC0_0000u32);
-    #[unroll]
-    for i in 0..comptime!(n.min(4)) {
-        let v = x.extract(i);
-        x.insert(i, select(f32::abs(v) == 1.875, nan, v));
+    if comptime!(nan_codes) {
+        let n = N::value();
+        let nan = f32::reinterpret(0x7FC0_0000u32);
+        #[unroll]
+        for i in 0..comptime!(n.min(4)) {
+            let v = x.extract(i);
+            x.insert(i, select(f32::abs(v) == 1.875, nan, v));
+        }
     }
     x * Vector::new(scale * 256.0)
 }
@@ -188,10 +197,22 @@ pub(crate) fn decode_word<N: Size>(
     scale: f32,
     #[comptime] decode: Fp8Decode,
 ) -> Vector<f32, N> {
+    decode_codes::<N>(word, scale, decode, true)
+}
+
+/// [`decode_word`]; without `nan_codes`, f16 halves read the NaN codes as ±480 (measurement
+/// only: words known to hold none).
+#[cube]
+pub(crate) fn decode_codes<N: Size>(
+    word: u32,
+    scale: f32,
+    #[comptime] decode: Fp8Decode,
+    #[comptime] nan_codes: bool,
+) -> Vector<f32, N> {
     if comptime!(decode == Fp8Decode::Native) {
         convert_e4m3::<N>(word, scale)
     } else if comptime!(decode == Fp8Decode::Halves) {
-        unpack_e4m3_halves::<N>(word, scale)
+        unpack_e4m3_halves::<N>(word, scale, nan_codes)
     } else {
         unpack_e4m3::<N>(word, scale)
     }

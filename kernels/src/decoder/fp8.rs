@@ -14,7 +14,7 @@
 use super::matvec::{
     PlaneSums, plane_columns, row_scales, store_added, store_plane_sums, store_silu,
 };
-use crate::common::fp8::{Fp8Decode, decode_word, unpack_e4m3};
+use crate::common::fp8::{Fp8Decode, decode_codes, unpack_e4m3};
 use cubecl::ir::ElemType;
 use cubecl::prelude::*;
 
@@ -37,6 +37,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     #[comptime] block_words: usize,
     #[comptime] sums: PlaneSums,
     #[comptime] decode: Fp8Decode,
+    #[comptime] nan_codes: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = codes.shape(0);
@@ -52,6 +53,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
         block_words,
         norm: false,
         decode,
+        nan_codes,
     });
     let acc = fp8_plane_products::<F, N, W>(x, x, &no_scales, codes, scales, col0, n, 0, shape);
     store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
@@ -136,6 +138,7 @@ pub(crate) struct Fp8Shape {
     pub(crate) block_words: usize,
     pub(crate) norm: bool,
     pub(crate) decode: Fp8Decode,
+    pub(crate) nan_codes: bool,
 }
 
 /// This unit's share of a plane's products on an fp8 weight: accumulator `r * cols * pairs + p *
@@ -216,7 +219,12 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
                                 + comptime!(j / cols) * offset;
                             scales[row * blocks + word / block_words]
                         };
-                        decoded[j] = decode_word::<N>(ws[u * width + j].extract(e), scale, shape.decode);
+                        decoded[j] = decode_codes::<N>(
+                            ws[u * width + j].extract(e),
+                            scale,
+                            shape.decode,
+                            shape.nan_codes,
+                        );
                     }
                     #[unroll]
                     for r in 0..rows {
@@ -274,6 +282,7 @@ mod tests {
         Fp8Shape, dequantize_fp8_kernel, matvec_fp8_add_kernel, matvec_fp8_kernel,
         matvec_fp8_norm_kernel,
     };
+    use crate::common::fp8::Fp8Decode;
     use crate::test_common as common;
     use cubecl::Compiler as _;
     use cubecl::ir::{AddressType, ElemType, FloatKind};
@@ -333,6 +342,8 @@ mod tests {
                         k / 4 / w_vector,
                         block_words,
                         sums,
+                        Fp8Decode::Integer,
+                        true,
                         ElemType::Float(float),
                     );
                     let source = MslCompiler::default()
@@ -357,6 +368,8 @@ mod tests {
                             w_vectors: k / 4 / w_vector,
                             block_words,
                             norm: true,
+                            decode: Fp8Decode::Integer,
+                            nan_codes: true,
                         };
                         let kernel = matvec_fp8_norm_kernel::create_dummy_kernel(
                             Arc::new(client.properties().clone()),
@@ -387,6 +400,8 @@ mod tests {
                         w_vectors: k / 4 / w_vector,
                         block_words,
                         norm: false,
+                        decode: Fp8Decode::Integer,
+                        nan_codes: true,
                     };
                     let kernel = matvec_fp8_add_kernel::create_dummy_kernel(
                         Arc::new(client.properties().clone()),

@@ -367,6 +367,7 @@ pub unsafe fn launch_matvec_fp8(
             block_words,
             sums,
             shape.decode,
+            shape.nan_codes,
             float,
         );
     }
@@ -489,6 +490,7 @@ fn fp8_shape(
         block_words,
         norm,
         decode: fp8_weight_decode(client),
+        nan_codes: fp8_nan_codes(),
     };
     (cube_dim, cube_count, w_vector, shape, sums)
 }
@@ -501,6 +503,16 @@ fn fp8_weight_decode(client: &Client) -> Fp8Decode {
         return decode.on_device(client);
     }
     Fp8Decode::for_device(client)
+}
+
+/// Whether the fp8 matrix-vector kernels read NaN codes as NaN: always, but in benchmark builds
+/// with `ROPE_POOL_FP8_FINITE=1` (measurement only: the weights' codes are not checked).
+fn fp8_nan_codes() -> bool {
+    #[cfg(feature = "tuning")]
+    if crate::common::tuning::flag("ROPE_POOL_FP8_FINITE") {
+        return false;
+    }
+    true
 }
 
 /// Enqueues the decoding of an fp8 weight (`decoder/fp8.rs`; `w [n, k / 4]`, `scales` as

@@ -7,10 +7,10 @@ use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
-use rope_pool_kernels::common::fp8::Fp8Decode;
 use rope_pool_kernels::attention::{
     AttentionArgs, AttentionGeometry, AttentionLaunch, AttentionScalars, launch_attention,
 };
+use rope_pool_kernels::common::fp8::Fp8Decode;
 
 /// A fresh dense tensor of `shape` and `dtype` on `like`'s device, its buffer at least one
 /// vector of the widest load (a binding is never empty, nor smaller than one vector).
