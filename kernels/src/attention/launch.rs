@@ -186,9 +186,9 @@ const PLANE_REGISTER_VECTORS: usize = 16;
 const PLANE_LOADS: usize = 4;
 /// Plane kernel: the most units per key.
 const PLANE_LANES: usize = 16;
-/// Plane kernel on fp8 pools: words (of four codes) a unit loads at once. Two or four gained 4–6%
-/// on four decode rows of the H200 and lost 2.4× at 64 × 4096 (benches/NOTES.md, 'fp8 codec').
-const PLANE_FP8_WORDS: usize = 1;
+/// Plane kernel on fp8 pools: words (of four codes) a unit loads at once. Two beat one by 4–8% on
+/// four decode rows of the H200 and lost 14% at 1 × 4096 (benches/NOTES.md, 'fp8 codec').
+const PLANE_FP8_WORDS: usize = 2;
 
 /// The largest divisor of `group` that `fits` accepts (1 when none does).
 fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {
