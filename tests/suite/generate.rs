@@ -847,6 +847,12 @@ fn projections_match_float64() {
             (64, 256, 32),
             (33, 64, 128),
             (24, 160, 64),
+            // Sizes the staged tensor-core kernel takes (f16, where the device has the tiles):
+            // 9–16 rows of any shape, split-K included; 17–64 rows of q/k/v- and o-like shapes.
+            (12, 256, 192),
+            (10, 1024, 128),
+            (16, 512, 1024),
+            (48, 512, 640),
             // The prefill routine's wide stage (f16, 2048 rows; devices with only 16 × 16 × 16
             // tensor-core tiles), and a size it leaves to cubek's own choice.
             (2048, 64, 256),

@@ -49,9 +49,9 @@ pub struct DecoderTuning {
     /// Matrix-vector kernels on devices with plane operations: planes a cube
     /// (`ROPE_POOL_MATVEC_PLANES`, 1 to 32; default 8).
     pub matvec_planes: Option<usize>,
-    /// Measurement only: products from `staged_from` rows (`ROPE_POOL_STAGED_FROM`, 1 to 64) go
-    /// through the staged tensor-core kernel ([`StagedRows`]) where it fits, instead of
-    /// the matrix-vector or few-rows kernel. Applied by the root crate.
+    /// Every product from `staged_from` rows (`ROPE_POOL_STAGED_FROM`, 1 to 64; 65 and more: none)
+    /// goes through the staged tensor-core kernel ([`StagedRows`]) where it fits, instead of the
+    /// normal routing (the root crate's `staged_pays`). Applied by the root crate.
     pub staged_from: Option<usize>,
     /// Staged kernel: inner tiles a block (`ROPE_POOL_STAGED_BLOCK`, 1 to 16; default 8).
     pub staged_block: Option<usize>,
@@ -76,7 +76,7 @@ impl DecoderTuning {
             fused_norm_rows: number("ROPE_POOL_FUSED_NORM_ROWS"),
             matvec_loads: number("ROPE_POOL_MATVEC_LOADS").filter(|n| (1..=16).contains(n)),
             matvec_planes: number("ROPE_POOL_MATVEC_PLANES").filter(|n| (1..=32).contains(n)),
-            staged_from: number("ROPE_POOL_STAGED_FROM").filter(|n| (1..=64).contains(n)),
+            staged_from: number("ROPE_POOL_STAGED_FROM").filter(|n| *n >= 1),
             staged_block: number("ROPE_POOL_STAGED_BLOCK").filter(|n| (1..=16).contains(n)),
             staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=8).contains(n)),
         })
@@ -653,7 +653,7 @@ const STAGED_CUBES: usize = 256;
 
 impl StagedRows {
     /// The launch of `out [rows, n] = x [rows, k] · wᵀ` (`w [n, k]`) through
-    /// `staged_rows_kernel` (measurement only, `DecoderTuning::staged_from`): `None` unless
+    /// `staged_rows_kernel` (the root crate routes products to it): `None` unless
     /// `1 ≤ rows ≤ 64`, `float` is f16 with 16 × 16 × 16 tensor-core tiles, planes of 32, `n` a
     /// multiple of 64 and `k` of 16 (rows past `rows` are read as zeros).
     pub fn new(

@@ -120,8 +120,11 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 
 /// `x [m, in] · w_tᵀ` for a weight stored `w_t [out, in]` (HuggingFace's layout): `[m, out]`
 /// in x's dtype, accumulated in f32. For up to 16 rows on a CubeCL device with plane
-/// operations, one matrix-vector kernel that reads each weight byte once for all rows; for 17 to
-/// 64 rows of f16 where the device has f16 tensor-core tiles with f32 accumulation and the output
+/// operations, one matrix-vector kernel that reads each weight byte once for all rows; for 9 to
+/// 16 rows of f16 on every shape, and for 17 to 64 where the output is at least as wide as the
+/// input and narrower than 4× (q/k/v, o), where the device has f16 16 × 16 × 16 tensor-core tiles
+/// with f32 accumulation and planes of 32, the staged tensor-core kernel instead
+/// ([`staged_pays`]); for other products of 17 to 64 rows of f16 on such devices whose output
 /// is narrower than 4× the input (not gate/up or the LM head, where cubek's routines were faster),
 /// one kernel of such tiles that also reads the weight once
 /// (`rope_pool_kernels::decoder::launch_few_rows`); otherwise, on
@@ -244,7 +247,24 @@ pub enum FusedForm {
 pub fn fuses(x: &Tensor<2>, w_t: &Tensor<2>, form: FusedForm) -> bool {
     let ([m, k], [n, inner]) = (x.dims(), w_t.dims());
     let same = x.dtype() == w_t.dtype() && x.device() == w_t.device();
-    same && m > 0 && k > 0 && n > 0 && k == inner && fused_rows_fit(&x.device(), m, form)
+    same && m > 0
+        && k > 0
+        && n > 0
+        && k == inner
+        && fused_rows_fit(&x.device(), m, form)
+        && !staged_takes(x, [m, k, n])
+}
+
+/// Whether the staged tensor-core kernel takes `x [m, k] · wᵀ` (`w [n, k]`) on x's device: the
+/// fused forms then leave the product to it (the add or norm as its own launch).
+fn staged_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
+    #[cfg(feature = "cube")]
+    if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
+        let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
+        return staged_rows(&cube.client(), float, [m, k, n]).is_some();
+    }
+    let _ = (x, m, k, n);
+    false
 }
 
 /// Whether the fused form `form` takes `m` rows on `device` (the shapes and dtypes checked).
@@ -824,8 +844,9 @@ pub(crate) fn decoder_kernel_fits(
         || staged_rows(client, float, [m, k, n]).is_some()
 }
 
-/// The staged tensor-core kernel's launch for `x [m, k] · wᵀ` where benchmark builds send `m`
-/// rows to it (`ROPE_POOL_STAGED_FROM`) and it fits; `None` in normal use.
+/// The staged tensor-core kernel's launch for `x [m, k] · wᵀ` where it takes the product
+/// ([`staged_pays`], or in benchmark builds every product from `ROPE_POOL_STAGED_FROM` rows) and
+/// fits the device and sizes.
 #[cfg(feature = "cube")]
 pub(crate) fn staged_rows(
     client: &cubecl::client::Client,
@@ -833,10 +854,23 @@ pub(crate) fn staged_rows(
     [m, k, n]: [usize; 3],
 ) -> Option<rope_pool_kernels::decoder::StagedRows> {
     let tuning = crate::common::cube::tuning().decoder;
-    let from = tuning.staged_from?;
-    (m >= from)
+    let routed = match tuning.staged_from {
+        Some(from) => m >= from,
+        None => staged_pays(m, k, n),
+    };
+    routed
         .then(|| rope_pool_kernels::decoder::StagedRows::new(client, float, m, k, n, &tuning))
         .flatten()
+}
+
+/// Where the staged tensor-core kernel beat the shipped kernels in the H200 probe
+/// (`benches/RESULTS.md`, "Captured decode steps"): 9 to 16 rows on every shape (2.1–2.6× the
+/// matrix-vector kernel at 16 rows), 17 to 64 rows where the output is at least as wide as the
+/// input and narrower than 4× (q/k/v and o: 1.4–1.6× the few-rows kernel; it lost gate/up, down
+/// and the LM head there).
+#[cfg(feature = "cube")]
+fn staged_pays(m: usize, k: usize, n: usize) -> bool {
+    (9..=16).contains(&m) || ((17..=64).contains(&m) && k <= n && n < 4 * k)
 }
 
 /// The MLP's activation of a stacked `gate_up [rows, 2m]` (gate columns, then up): `[rows, m]`,
