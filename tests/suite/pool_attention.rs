@@ -139,6 +139,55 @@ fn fp8_pools_decode_alike_through_either_codec() {
     fp8_pools(Kernel::Normal, Some(Fp8Decode::Integer));
 }
 
+/// Every e4m3 code, read through each decode and each kernel: one query over one key whose value
+/// row holds codes 0 to 255 (scale 1), so the output is the value row itself — each code's exact
+/// value (NaN for the NaN codes; ±0 alike), f32 queries. Where a device does not take a decode
+/// (`Fp8Decode`'s rules), the launch falls back to integers and the case checks those.
+#[test]
+fn every_fp8_code_decodes_exactly() {
+    for (device_name, device) in devices() {
+        let d = 256;
+        let plan = PoolAttentionPlan::new(
+            TensorData::from([0i32, 1].as_slice()),
+            TensorData::from([0i32, 1].as_slice()),
+            TensorData::from([0i32].as_slice()),
+            &device,
+        );
+        let codes: Vec<u32> = (0..d / 4)
+            .map(|w| (0..4).map(|i| ((4 * w + i) as u32) << (8 * i)).sum())
+            .collect();
+        let words = |w: Vec<u32>| {
+            let data = TensorData::new(w, [1, 1, d / 4]);
+            PoolTensor::fp8(
+                Tensor::<3, Int>::from_data(data, (&device, DType::U32)),
+                1.0,
+            )
+        };
+        for decode in [Fp8Decode::Integer, Fp8Decode::Halves, Fp8Decode::Native] {
+            for kernel in [Kernel::Normal, Kernel::Portable, Kernel::QueryTiles] {
+                let config =
+                    kernel.config(PoolAttentionConfig::new(1, 1, d).with_fp8_decode(Some(decode)));
+                let inputs = PoolAttentionInputs::new(
+                    float_tensor(&vec![0.0; d], [1, 1, d], &device, DType::F32),
+                    words(vec![0; d / 4]),
+                    words(codes.clone()),
+                );
+                let what = format!("{device_name} {decode:?} {config:?}");
+                let out = pool_attention(inputs, &plan, &config)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let got: Vec<f32> = out.out.into_data().iter::<f32>().collect();
+                for (code, got) in got.iter().enumerate() {
+                    let want = e4m3_value(code as u8) as f32;
+                    assert!(
+                        got == &want || (got.is_nan() && want.is_nan()),
+                        "{what}: code {code:#04x} read {got:e}, want {want:e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The portable attention kernel, which a GPU with plane operations never picks by itself,
 /// forced on every device (`PoolAttentionConfig::portable_kernel`; on Flex the normal path):
 /// the random batches above, then fp8 pools, against the reference.

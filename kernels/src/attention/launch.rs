@@ -91,8 +91,8 @@ pub struct AttentionGeometry {
     pub pool_size: usize,
     /// The most keys any query sees.
     pub max_keys: usize,
-    /// The pools are fp8 words ([`AttentionArgs::fp8_scales`]): rows are read in vectors of
-    /// four, one word each.
+    /// The pools are fp8 words ([`AttentionArgs::fp8_scales`]): rows are decoded in vectors of
+    /// four elements, one word each (the plane kernel loads `words` of them at once).
     pub fp8_pools: bool,
     /// The fewest query rows of any sequence of the batch that has queries (each sequence's rows
     /// adjacent; 0 for none): whether a tile of query rows serves one key range.

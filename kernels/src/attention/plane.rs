@@ -3,9 +3,11 @@
 //!
 //! One cube owns one (query row, block of `heads` q heads of one kv head, chunk of the row's
 //! visible keys). Its units form key groups of `lanes` adjacent units (inside one plane); a key
-//! group reads one key row and one value row at a time, each unit `vecs` vectors of them (unit
-//! `lane` reads vectors `lane`, `lane + lanes`, …), so the row's bytes are read by adjacent units
-//! in one coalesced load and every byte once for all the block's heads. Each unit holds its
+//! group reads one key row and one value row at a time, each unit `vecs` vectors of them in loads
+//! of `words` adjacent vectors (unit `lane` reads loads `lane`, `lane + lanes`, …; `words` is 1
+//! but for fp8 pools, whose pool vectors hold several words of four codes), so the row's bytes
+//! are read by adjacent units in one coalesced load and every byte once for all the block's
+//! heads. Each unit holds its
 //! vectors of the block's queries in registers; a key's score is the plane sum of the units'
 //! partial dot products (`lanes` units, shuffle-xor). Every key group keeps its own online
 //! softmax (running maximum, sum of weights, weighted values) over the keys it reads — keys
@@ -38,11 +40,11 @@ fn pool_row(kv_indices: &Tensor<i32>, first: usize, j: usize, hi: usize, pool_si
 
 /// The attention of one (query row, head block, chunk) per cube (see the module doc). Shapes as
 /// [`attention_kernel`](fn@super::portable::attention_kernel): `q [T, Hq, D]`, pools
-/// `[P, Hkv, D]` (as vectors of `N`), `kv_indices [nnz]`, `ranges [T, 2]`; direct or split
-/// outputs. The cube has `units` units (a multiple of `lanes`);
-/// `lanes` is a power of two no larger than the device's smallest plane; `vecs` is
-/// `row_vectors / lanes` rounded up; `head_blocks` blocks of `heads` q heads make a kv head's
-/// group.
+/// `[P, Hkv, D]` (float pools as vectors of `M = N`; fp8 pools as vectors of `M = words` words,
+/// `N = 4`), `kv_indices [nnz]`, `ranges [T, 2]`; direct or split outputs. The cube has `units`
+/// units (a multiple of `lanes`); `lanes` is a power of two no larger than the device's smallest
+/// plane; `row_vectors` is a multiple of `words`, and `vecs` is `row_vectors / words / lanes`
+/// rounded up, times `words`; `head_blocks` blocks of `heads` q heads make a kv head's group.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(

@@ -124,7 +124,8 @@ pub enum Fp8Decode {
     /// included.
     Integer,
     /// Each code's bits moved under an f16's exponent, two codes to a word, then widened
-    /// (`unpack_e4m3_halves`): devices with f16; about half the integer codec's operations.
+    /// (`unpack_e4m3_halves`): NVIDIA GPUs through SPIR-V ([`Self::on_device`]); about half the
+    /// integer codec's operations.
     Halves,
     /// CubeCL's fp8 type (`convert_e4m3`): the device's conversion where it has one.
     Native,
@@ -142,16 +143,23 @@ impl Fp8Decode {
     }
 
     /// `self` where `client`'s device runs it, else [`Self::Integer`]: the fp8 type needs f16;
-    /// f16 halves need f16 and CubeCL's SPIR-V compiler (through WGSL, naga on Mesa's lavapipe
-    /// reads the pair's bitcast as one f32; the MSL and CUDA compilers' bitcast of a pair is not
-    /// checked).
+    /// f16 halves need f16, CubeCL's SPIR-V compiler and an NVIDIA GPU. Through WGSL, naga on
+    /// Mesa's lavapipe reads the pair's bitcast as one f32; the subnormal codes are f16
+    /// subnormals, which a Vulkan driver may flush when widening them (CubeCL declares no
+    /// denormal mode), and NVIDIA's driver is where every code was checked (H100, H200); the MSL
+    /// and CUDA compilers' bitcast of a pair is not checked.
     pub fn on_device(self, client: &cubecl::client::Client) -> Self {
-        let f16 = client
-            .properties()
-            .supports_type(cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16));
+        let properties = client.properties();
+        let f16 = properties.supports_type(cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16));
+        let nvidia = properties
+            .identity
+            .physical
+            .as_ref()
+            .and_then(|card| card.vendor)
+            == Some(cubecl::ir::PciVendor::Nvidia);
         match self {
             Self::Native if f16 => self,
-            Self::Halves if f16 && client.name() == "wgpu<spirv>" => self,
+            Self::Halves if f16 && nvidia && client.name() == "wgpu<spirv>" => self,
             _ => Self::Integer,
         }
     }

@@ -291,7 +291,7 @@ impl DecoderKernels for CubeBackend {
         let float = dtype_to_storage_type(x.dtype);
         let client = out.client.clone();
         let staged = staged_rows(&client, float, [m, k, n]);
-        // The staged kernel's partial sums (benchmark builds only), a fresh f32 buffer.
+        // The staged kernel's partial sums (split-K), a fresh f32 buffer.
         let partials = staged.filter(|s| s.partials() > 0).map(|s| {
             let len = s.partials();
             let handle = client.empty(len * DType::F32.size());

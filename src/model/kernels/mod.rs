@@ -121,10 +121,10 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 /// `x [m, in] · w_tᵀ` for a weight stored `w_t [out, in]` (HuggingFace's layout): `[m, out]`
 /// in x's dtype, accumulated in f32. For up to 16 rows on a CubeCL device with plane
 /// operations, one matrix-vector kernel that reads each weight byte once for all rows; for 9 to
-/// 16 rows of f16 on every shape, and for 17 to 64 where the output is at least as wide as the
-/// input and narrower than 4× (q/k/v, o), where the device has f16 16 × 16 × 16 tensor-core tiles
-/// with f32 accumulation and planes of 32, the staged tensor-core kernel instead
-/// ([`staged_pays`]); for other products of 17 to 64 rows of f16 on such devices whose output
+/// 16 rows of f16, and for 17 to 64 where the output is at least as wide as the input and
+/// narrower than 4× (q/k/v, o), where the device has f16 16 × 16 × 16 tensor-core tiles with f32
+/// accumulation and planes of 32 and the output width is a multiple of 64 and the input's of 16,
+/// the staged tensor-core kernel instead ([`staged_takes`]); for other products of 17 to 64 rows of f16 on such devices whose output
 /// is narrower than 4× the input (not gate/up or the LM head, where cubek's routines were faster),
 /// one kernel of such tiles that also reads the weight once
 /// (`rope_pool_kernels::decoder::launch_few_rows`); otherwise, on
@@ -240,7 +240,8 @@ pub enum FusedForm {
 
 /// Whether [`norm_project`] or [`project_add`] (`form`) takes `x [m, k] · w_tᵀ` in one launch: a
 /// CubeCL device (without Autodiff) with the matrix-vector kernel for `m` rows, `x` and `w_t` of
-/// one dtype on it, no empty size. The residual add fuses up to 16 rows; the norm only at one row
+/// one dtype on it, no empty size, and not a product the staged tensor-core kernel takes
+/// ([`staged_takes`]: from 9 rows). The residual add fuses up to 16 rows; the norm only at one row
 /// ([`rope_pool_kernels::decoder::NORM_FUSED_MAX_ROWS`]), where a step is host-bound: each plane
 /// normalises the elements it reads, arithmetic that grows with the rows, and past one row the
 /// kernel is bound by its arithmetic (`benches/NOTES.md`, 'Projections per row count').
@@ -255,9 +256,10 @@ pub fn fuses(x: &Tensor<2>, w_t: &Tensor<2>, form: FusedForm) -> bool {
         && !staged_takes(x, [m, k, n])
 }
 
-/// Whether the staged tensor-core kernel takes `x [m, k] · wᵀ` (`w [n, k]`) on x's device: the
-/// fused forms then leave the product to it (the add or norm as its own launch).
-fn staged_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
+/// Whether [`project`] sends `x [m, k] · w_tᵀ` (`w_t [n, k]`, x's dtype) to the staged
+/// tensor-core kernel on x's device; [`fuses`] then leaves the product to it (the residual add
+/// as its own launch).
+pub fn staged_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
     #[cfg(feature = "cube")]
     if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
         let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
@@ -811,10 +813,11 @@ impl MatmulRoutine {
     }
 }
 
-/// Which of the decoder's kernels takes `x · w_tᵀ`: `Some(true)` the matrix-vector kernels (up to
-/// 16 rows; 17 to 64 of f16 with tensor-core tiles where the device has them and the output is
-/// narrower than 4× the input), `Some(false)` the matmul routine; `None` Burn's matmul (not one dtype or device, an empty product, not a CubeCL device
-/// without Autodiff).
+/// Which of the decoder's kernels takes `x · w_tᵀ`: `Some(true)` its own (the matrix-vector
+/// kernels up to 16 rows, the staged tensor-core kernel where [`staged_takes`], the few-rows
+/// tensor-core kernel for other products of 17 to 64 rows of f16 narrower than 4× the input),
+/// `Some(false)` the matmul routine; `None` Burn's matmul (not one dtype or device, an empty
+/// product, not a CubeCL device without Autodiff).
 #[cfg(feature = "cube")]
 fn kernel_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<bool> {
     let ([m, k], [n, _]) = (x.dims(), w_t.dims());

@@ -57,9 +57,10 @@ pub struct PoolAttentionConfig {
     pub query_tiles: Option<bool>,
     /// Tests and diagnostics: how fp8 pools are decoded on CubeCL devices; `None`, the normal
     /// launch, takes CubeCL's fp8 type where the device lists e4m3 tensor-core tiles (a sign of
-    /// a hardware conversion), else f16 halves where it has f16, else integer arithmetic (the
-    /// device paths: CONTRACT, "fp8 pools"). A device without f16 always takes integers. The
-    /// same values every way. Flex has one path and ignores it.
+    /// a hardware conversion), else f16 halves on NVIDIA GPUs through SPIR-V, else integer
+    /// arithmetic (CONTRACT, `pool_attention`, Math). A device without f16 always takes
+    /// integers, and halves asked of another device take integers. The same values every way.
+    /// Flex has one path and ignores it.
     pub fp8_decode: Option<Fp8Decode>,
 }
 
@@ -69,8 +70,8 @@ pub struct PoolAttentionConfig {
 pub enum Fp8Decode {
     /// Integer arithmetic into f32 bits: every device.
     Integer,
-    /// Each code's bits under an f16's exponent, two codes to a word, widened to f32: devices
-    /// with f16.
+    /// Each code's bits under an f16's exponent, two codes to a word, widened to f32: NVIDIA
+    /// GPUs through SPIR-V (the default build on Vulkan).
     Halves,
     /// CubeCL's fp8 type: the device's own conversion where it has one, CubeCL's software codec
     /// elsewhere.
