@@ -1,7 +1,7 @@
 //! A decoder's weights: its layers' tensors, read from a checkpoint (or, for benchmarks behind
 //! the `testing` feature, drawn at random), and the layer's building blocks.
 
-use crate::model::kernels::{Fp8Weight, device_on_cube, owned, project, project_fp8};
+use crate::model::kernels::{Fp8Weight, device_on_cube, has_nan_code, owned, project, project_fp8};
 use crate::model::{Checkpoint, DecoderError};
 #[cfg(feature = "testing")]
 use burn::tensor::Distribution;
@@ -225,6 +225,7 @@ impl FromCheckpoint<'_> {
                 return Ok(None);
             };
             let blocks = i.div_ceil(scales.block_k);
+            let nan_codes = words.iter().any(|&w| has_nan_code(w));
             let codes = Tensor::<2, Int>::from_data(
                 TensorData::new(words, [o, i / 4]),
                 (self.device, DType::U32),
@@ -233,7 +234,7 @@ impl FromCheckpoint<'_> {
                 TensorData::new(scales.rows, [o, blocks]),
                 (self.device, DType::F32),
             );
-            weights.push(Fp8Weight::new(codes, scale, scales.block_k));
+            weights.push(Fp8Weight::new(codes, scale, scales.block_k).with_nan_codes(nan_codes));
         }
         Ok(Fp8Weight::cat(weights))
     }
@@ -278,7 +279,8 @@ impl Weights for Random<'_> {
                 .bitwise_and_scalar(0x7777_7777)
                 .cast(DType::U32);
             let scales = Tensor::full([o, i / BLOCK], 1e-4, (self.device, DType::F32));
-            let w = Weight::Fp8(Fp8Weight::new(codes, scales, BLOCK));
+            // No NaN code by construction (bytes below 0x78).
+            let w = Weight::Fp8(Fp8Weight::new(codes, scales, BLOCK).with_nan_codes(false));
             return Ok(Linear { w, b });
         }
         let normal = Distribution::Normal(0.0, 0.02);

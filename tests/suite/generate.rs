@@ -1097,6 +1097,53 @@ fn random_fp8_weight(
 /// against float64 over the decoded weight, for blocks of 4, 32 and 128 elements and one per
 /// row, across the row limits and odd output widths; the tensor-op dequantization equals the
 /// host's decoding exactly.
+/// An fp8 weight made with `Fp8Weight::new` may hold NaN codes: a NaN code reaches its output
+/// column as NaN through every fp8 product (plain, with the residual add, with the norm), where
+/// loaded weights without NaN codes skip the check.
+#[test]
+fn fp8_nan_codes_give_nan() {
+    use burn::tensor::{Int, Tensor, TensorData};
+    use burn_rope_pool::testing::{Fp8Weight, norm_project_fp8, project_add_fp8, project_fp8};
+    for (name, device) in crate::common::devices() {
+        let (n, k) = (64usize, 128usize);
+        // Column 1 holds 0x7F in its first word, column 2 0xFF in its last; codes 0x38 (1.0)
+        // elsewhere.
+        let mut words = vec![0x3838_3838u32; n * k / 4];
+        words[k / 4] = 0x3838_387F;
+        words[3 * k / 4 - 1] = 0xFF38_3838;
+        let codes =
+            Tensor::<2, Int>::from_data(TensorData::new(words, [n, k / 4]), (&device, DType::U32));
+        let scales = Tensor::<2>::from_data(
+            TensorData::new(vec![1.0f32; n], [n, 1]),
+            (&device, DType::F32),
+        );
+        let weight = Fp8Weight::new(codes, scales, k);
+        for m in [1usize, 3] {
+            let x = || float_tensor(&vec![0.5; m * k], [m, k], &device, DType::F32);
+            let norm_w = float_tensor(&vec![1.0; k], [k], &device, DType::F32);
+            let residual = float_tensor(&vec![0.0; m * n], [m, n], &device, DType::F32);
+            let outs = [
+                ("plain", project_fp8(x(), &weight)),
+                ("add", project_add_fp8(x(), &weight, residual)),
+                ("norm", norm_project_fp8(x(), &norm_w, 1e-5, &weight, false)),
+            ];
+            for (path, out) in outs {
+                let got: Vec<f32> = out.into_data().iter::<f32>().collect();
+                for r in 0..m {
+                    for c in 0..n {
+                        let v = got[r * n + c];
+                        assert_eq!(
+                            v.is_nan(),
+                            c == 1 || c == 2,
+                            "{name} {path} {m} rows: ({r}, {c}) = {v}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn fp8_projections_match_float64() {
     use burn_rope_pool::testing::project_fp8;

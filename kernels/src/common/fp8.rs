@@ -71,9 +71,19 @@ pub(crate) fn pack_e4m3<N: Size>(x: Vector<f32, N>, inv_scale: f32) -> u32 {
 /// f32 exponent with the bias moved by 120 (`2^(e-7) · (1 + m/8)`, right for every normal code);
 /// for a subnormal code (`e = 0`) that reads `2^-7 · (1 + m/8)`, and `2 · (x - 2^-7) = m · 2^-9`
 /// is its value. The NaN codes (`0x7F`, `0xFF`) read ±480 this way (no e4m3 value) and are
-/// replaced by NaN.
+/// replaced by NaN ([`unpack_e4m3_codes`] without `nan_codes`: words known to hold none).
 #[cube]
 pub(crate) fn unpack_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
+    unpack_e4m3_codes::<N>(word, scale, true)
+}
+
+/// [`unpack_e4m3`]; without `nan_codes` the NaN codes read ±480 (words known to hold none).
+#[cube]
+pub(crate) fn unpack_e4m3_codes<N: Size>(
+    word: u32,
+    scale: f32,
+    #[comptime] nan_codes: bool,
+) -> Vector<f32, N> {
     let n = N::value();
     let magnitudes = word & 0x7F7F_7F7F;
     let signs = word & 0x8080_8080;
@@ -89,11 +99,13 @@ pub(crate) fn unpack_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
     }
     // The NaN codes, without a branch (a branch here costs the attention kernel its loads'
     // scheduling): any lane that reads ±480 becomes NaN.
-    let nan = f32::reinterpret(word | 0x7FC0_0000);
-    #[unroll]
-    for i in 0..comptime!(n.min(4)) {
-        let v = x.extract(i);
-        x.insert(i, select(f32::abs(v) == 480.0, nan, v));
+    if comptime!(nan_codes) {
+        let nan = f32::reinterpret(word | 0x7FC0_0000);
+        #[unroll]
+        for i in 0..comptime!(n.min(4)) {
+            let v = x.extract(i);
+            x.insert(i, select(f32::abs(v) == 480.0, nan, v));
+        }
     }
     x * Vector::new(scale)
 }
@@ -208,8 +220,8 @@ pub(crate) fn decode_word<N: Size>(
     decode_codes::<N>(word, scale, decode, true)
 }
 
-/// [`decode_word`]; without `nan_codes`, f16 halves read the NaN codes as ±480 (measurement
-/// only: words known to hold none).
+/// [`decode_word`]; without `nan_codes`, integers and f16 halves read the NaN codes as ±480
+/// (words known to hold none).
 #[cube]
 pub(crate) fn decode_codes<N: Size>(
     word: u32,
@@ -222,7 +234,7 @@ pub(crate) fn decode_codes<N: Size>(
     } else if comptime!(decode == Fp8Decode::Halves) {
         unpack_e4m3_halves::<N>(word, scale, nan_codes)
     } else {
-        unpack_e4m3::<N>(word, scale)
+        unpack_e4m3_codes::<N>(word, scale, nan_codes)
     }
 }
 

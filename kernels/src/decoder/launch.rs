@@ -328,7 +328,8 @@ pub unsafe fn launch_matvec_add(
 /// Enqueues `out [rows, n] = x [rows, k] · wᵀ` for an fp8 weight (`decoder/fp8.rs`): `w [n, k /
 /// 4]` words of e4m3 codes (`U32`), `scales [n, ceil(k / 4 / block_words)]` f32, `x` and `out`
 /// contiguous of float `float`, decoded in registers. The same plane layout as
-/// [`launch_matvec`]. Does nothing for an empty product.
+/// [`launch_matvec`]. Without `nan_codes` the NaN codes (`0x7F`, `0xFF`) read as ±480 × scale:
+/// for weights known to hold none (one check fewer a code). Does nothing for an empty product.
 ///
 /// # Safety
 /// [`matvec_fits`] must hold, `k` must be a multiple of 4 and `block_words` at least 1; the
@@ -341,13 +342,14 @@ pub unsafe fn launch_matvec_fp8(
     k: usize,
     n: usize,
     block_words: usize,
+    nan_codes: bool,
     [x, w, scales, out]: [TensorArg; 4],
 ) {
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
     let (cube_dim, cube_count, w_vector, shape, sums) =
-        fp8_shape(client, rows, k, n, block_words, 1, false);
+        fp8_shape(client, rows, k, n, block_words, nan_codes, 1, false);
     unsafe {
         matvec_fp8_kernel::launch_unchecked(
             client,
@@ -390,6 +392,7 @@ pub unsafe fn launch_matvec_fp8_norm(
     k: usize,
     n: usize,
     block_words: usize,
+    nan_codes: bool,
     eps: f32,
     silu: bool,
     [x, norm_w, w, scales, out]: [TensorArg; 5],
@@ -399,7 +402,7 @@ pub unsafe fn launch_matvec_fp8_norm(
     }
     let pairs = 1 + silu as usize;
     let (cube_dim, cube_count, w_vector, shape, sums) =
-        fp8_shape(client, rows, k, n, block_words, pairs, true);
+        fp8_shape(client, rows, k, n, block_words, nan_codes, pairs, true);
     unsafe {
         matvec_fp8_norm_kernel::launch_unchecked(
             client,
@@ -437,13 +440,14 @@ pub unsafe fn launch_matvec_fp8_add(
     k: usize,
     n: usize,
     block_words: usize,
+    nan_codes: bool,
     [x, w, scales, res, out]: [TensorArg; 5],
 ) {
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
     let (cube_dim, cube_count, w_vector, shape, sums) =
-        fp8_shape(client, rows, k, n, block_words, 1, false);
+        fp8_shape(client, rows, k, n, block_words, nan_codes, 1, false);
     unsafe {
         matvec_fp8_add_kernel::launch_unchecked(
             client,
@@ -474,6 +478,7 @@ fn fp8_shape(
     k: usize,
     n: usize,
     block_words: usize,
+    nan_codes: bool,
     pairs: usize,
     norm: bool,
 ) -> (CubeDim, CubeCount, usize, Fp8Shape, PlaneSums) {
@@ -490,7 +495,7 @@ fn fp8_shape(
         block_words,
         norm,
         decode: fp8_weight_decode(client),
-        nan_codes: fp8_nan_codes(),
+        nan_codes: nan_codes && fp8_nan_codes(),
     };
     (cube_dim, cube_count, w_vector, shape, sums)
 }
@@ -505,8 +510,9 @@ fn fp8_weight_decode(client: &Client) -> Fp8Decode {
     Fp8Decode::for_device(client)
 }
 
-/// Whether the fp8 matrix-vector kernels read NaN codes as NaN: always, but in benchmark builds
-/// with `ROPE_POOL_FP8_FINITE=1` (measurement only: the weights' codes are not checked).
+/// Whether the fp8 matrix-vector kernels read NaN codes as NaN where the weight may hold them:
+/// yes, but in benchmark builds with `ROPE_POOL_FP8_FINITE=1` (measurement only: every weight
+/// read as if it had none).
 fn fp8_nan_codes() -> bool {
     #[cfg(feature = "tuning")]
     if crate::common::tuning::flag("ROPE_POOL_FP8_FINITE") {

@@ -150,14 +150,15 @@ pub trait DecoderKernels: Backend {
     #[fusion(meta = matmul_meta)]
     fn matmul(#[extension_type] inputs: MatvecTensors<Self>, routine: u32) -> FloatTensor<Self>;
 
-    /// `x · wᵀ` for an fp8 weight (blocks of `block_words` words a scale), `[m, out]` in x's
-    /// dtype: decoded in registers where the matrix-vector kernel fits, else decoded into x's
-    /// dtype and multiplied as [`matvec`](Self::matvec) or [`matmul`](Self::matmul) with
-    /// `routine` would.
+    /// `x · wᵀ` for an fp8 weight (blocks of `block_words` words a scale; `nan_codes`: it may
+    /// hold NaN codes), `[m, out]` in x's dtype: decoded in registers where the matrix-vector
+    /// kernel fits, else decoded into x's dtype and multiplied as [`matvec`](Self::matvec) or
+    /// [`matmul`](Self::matmul) with `routine` would.
     #[fusion(meta = fp8_product_meta)]
     fn fp8_product(
         #[extension_type] inputs: Fp8ProductTensors<Self>,
         block_words: u32,
+        nan_codes: bool,
         routine: u32,
     ) -> FloatTensor<Self>;
 
@@ -167,6 +168,7 @@ pub trait DecoderKernels: Backend {
     fn fp8_norm_product(
         #[extension_type] inputs: Fp8NormTensors<Self>,
         block_words: u32,
+        nan_codes: bool,
         eps: f32,
         silu: bool,
     ) -> FloatTensor<Self>;
@@ -177,6 +179,7 @@ pub trait DecoderKernels: Backend {
     fn fp8_product_add(
         #[extension_type] inputs: Fp8AddTensors<Self>,
         block_words: u32,
+        nan_codes: bool,
     ) -> FloatTensor<Self>;
 
     /// `cast(silu(gate)) * up`, `[rows, m]` in the input's dtype.
@@ -234,6 +237,7 @@ mod meta {
     pub(super) fn fp8_product_meta(
         inputs: &Fp8ProductTensorsMetadata,
         _block_words: &u32,
+        _nan_codes: &bool,
         _routine: &u32,
     ) -> TensorSpec {
         let shape = Shape::from(vec![inputs.x.shape[0], inputs.codes.shape[0]]);
@@ -244,6 +248,7 @@ mod meta {
     pub(super) fn fp8_norm_meta(
         inputs: &Fp8NormTensorsMetadata,
         _block_words: &u32,
+        _nan_codes: &bool,
         _eps: &f32,
         silu: &bool,
     ) -> TensorSpec {
@@ -252,7 +257,11 @@ mod meta {
     }
 
     /// Output metadata for the lazy (fusion) path.
-    pub(super) fn fp8_add_meta(inputs: &Fp8AddTensorsMetadata, _block_words: &u32) -> TensorSpec {
+    pub(super) fn fp8_add_meta(
+        inputs: &Fp8AddTensorsMetadata,
+        _block_words: &u32,
+        _nan_codes: &bool,
+    ) -> TensorSpec {
         inputs.residual.clone()
     }
 

@@ -248,6 +248,7 @@ fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
 fn fp8_product(
     inputs: Fp8ProductTensors<CubeBackend>,
     block_words: usize,
+    nan_codes: bool,
     routine: u32,
 ) -> CubeTensor {
     let [x, codes, scales] = [inputs.x, inputs.codes, inputs.scales].map(into_contiguous);
@@ -259,7 +260,7 @@ fn fp8_product(
         // Safety: `matvec_fits` holds; `Fp8Weight` keeps k a multiple of 4 (codes are [n, k /
         // 4]) and block_words ≥ 1; scales are [n, ceil(k / 4 / block_words)] f32; all
         // contiguous; out is a fresh [m, n] buffer.
-        unsafe { launch_matvec_fp8(&out.client, float, m, k, n, block_words, args) };
+        unsafe { launch_matvec_fp8(&out.client, float, m, k, n, block_words, nan_codes, args) };
         return out;
     }
     let w_t = fresh(&x, Shape::new([n, k]));
@@ -355,6 +356,7 @@ impl DecoderKernels for CubeBackend {
     fn fp8_norm_product(
         inputs: Fp8NormTensors<Self>,
         block_words: u32,
+        nan_codes: bool,
         eps: f32,
         silu: bool,
     ) -> CubeTensor {
@@ -370,12 +372,27 @@ impl DecoderKernels for CubeBackend {
         // multiple of 4 (codes [n, k / 4]) and block_words ≥ 1, scales [n, ceil(k / 4 /
         // block_words)] f32; all contiguous; out is a fresh buffer of the output's shape.
         unsafe {
-            launch_matvec_fp8_norm(&out.client, float, m, k, n, block_words, eps, silu, args);
+            launch_matvec_fp8_norm(
+                &out.client,
+                float,
+                m,
+                k,
+                n,
+                block_words,
+                nan_codes,
+                eps,
+                silu,
+                args,
+            );
         }
         out
     }
 
-    fn fp8_product_add(inputs: Fp8AddTensors<Self>, block_words: u32) -> CubeTensor {
+    fn fp8_product_add(
+        inputs: Fp8AddTensors<Self>,
+        block_words: u32,
+        nan_codes: bool,
+    ) -> CubeTensor {
         let [x, codes, scales, residual] =
             [inputs.x, inputs.codes, inputs.scales, inputs.residual].map(into_contiguous);
         let (m, k, n) = (x.shape()[0], x.shape()[1], codes.shape()[0]);
@@ -385,7 +402,8 @@ impl DecoderKernels for CubeBackend {
         // Safety: `project_add_fp8` checked `matvec_fits` for these rows and the residual's
         // shape [m, n] and dtype; k, block_words and the scales as in `fp8_norm_product`; all
         // contiguous; out is a fresh [m, n] buffer.
-        unsafe { launch_matvec_fp8_add(&out.client, float, m, k, n, block_words as usize, args) };
+        let block_words = block_words as usize;
+        unsafe { launch_matvec_fp8_add(&out.client, float, m, k, n, block_words, nan_codes, args) };
         out
     }
 
@@ -394,8 +412,13 @@ impl DecoderKernels for CubeBackend {
         routine_product(x, w_t, routine)
     }
 
-    fn fp8_product(inputs: Fp8ProductTensors<Self>, block_words: u32, routine: u32) -> CubeTensor {
-        fp8_product(inputs, block_words as usize, routine)
+    fn fp8_product(
+        inputs: Fp8ProductTensors<Self>,
+        block_words: u32,
+        nan_codes: bool,
+        routine: u32,
+    ) -> CubeTensor {
+        fp8_product(inputs, block_words as usize, nan_codes, routine)
     }
 
     fn silu_mul(inputs: ActTensors<Self>) -> CubeTensor {

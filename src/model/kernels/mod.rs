@@ -291,6 +291,15 @@ fn fused_rows_fit(device: &burn::tensor::Device, m: usize, form: FusedForm) -> b
     false
 }
 
+/// Whether a word of four e4m3 codes holds a NaN code (`0x7F` or `0xFF`): a byte whose low seven
+/// bits are all set.
+pub(crate) fn has_nan_code(word: u32) -> bool {
+    // Per byte, `!w & 0x7F` is zero exactly for a NaN code; adding 0x7F carries into bit 7
+    // unless it is (no carry crosses a byte: at most 0x7F + 0x7F).
+    let low = !word & 0x7F7F_7F7F;
+    (low + 0x7F7F_7F7F) & 0x8080_8080 != 0x8080_8080
+}
+
 /// A projection's weight kept as fp8 e4m3 codes with f32 scales, as HuggingFace's fine-grained
 /// FP8 and compressed-tensors' float8 checkpoints store it: `[out, in]` codes, four to a `U32`
 /// word (element `4j + i` of a row in bits `8i..8i + 8` of word `j`), and one scale per row and
@@ -301,6 +310,9 @@ pub struct Fp8Weight {
     codes: Tensor<2, Int>,
     scales: Tensor<2>,
     block_k: usize,
+    /// The codes may hold NaN codes (`0x7F`, `0xFF`): the kernels then check every code for
+    /// them. False only where the loader saw every code on the host ([`Self::nan_free`]).
+    nan_codes: bool,
 }
 
 impl Fp8Weight {
@@ -337,7 +349,17 @@ impl Fp8Weight {
             codes,
             scales,
             block_k,
+            nan_codes: true,
         }
+    }
+
+    /// `self`, known to hold NaN codes or not (`nan_codes`: [`has_nan_code`] of any of its words,
+    /// as the loader read them on the host). Without them the matrix-vector kernels skip the
+    /// check (7% faster at batch 1 on an H100, `benches/RESULTS.md`, "fp8 decoded through f16
+    /// halves").
+    pub(crate) fn with_nan_codes(mut self, nan_codes: bool) -> Self {
+        self.nan_codes = nan_codes;
+        self
     }
 
     /// Words of codes a scale covers (the launches' `block_words`).
@@ -359,11 +381,13 @@ impl Fp8Weight {
         if parts.iter().any(|p| p.block_k != block_k) {
             return None;
         }
+        let nan_codes = parts.iter().any(|p| p.nan_codes);
         let (codes, scales) = parts.into_iter().map(|p| (p.codes, p.scales)).unzip();
         Some(Self {
             codes: Tensor::cat(codes, 0),
             scales: Tensor::cat(scales, 0),
             block_k,
+            nan_codes,
         })
     }
 
@@ -385,6 +409,7 @@ impl Fp8Weight {
             codes: owned(Tensor::cat(codes.collect(), 0), device),
             scales: owned(Tensor::cat(scales.collect(), 0), device),
             block_k: self.block_k,
+            nan_codes: self.nan_codes,
         }
     }
 
@@ -421,6 +446,7 @@ impl Fp8Weight {
             ),
             scales: owned(self.scales.clone().slice([0..out, blocks]), device),
             block_k,
+            nan_codes: self.nan_codes,
         })
     }
 
@@ -510,6 +536,7 @@ pub fn norm_project_fp8(
         let out = <burn::backend::Dispatch as backend::DecoderKernels>::fp8_norm_product(
             inputs,
             w.block_words(),
+            w.nan_codes,
             eps as f32,
             silu,
         );
@@ -553,6 +580,7 @@ pub fn project_add_fp8(x: Tensor<2>, w: &Fp8Weight, residual: Tensor<2>) -> Tens
         let out = <burn::backend::Dispatch as backend::DecoderKernels>::fp8_product_add(
             inputs,
             w.block_words(),
+            w.nan_codes,
         );
         return Tensor::from_dispatch(out);
     }
@@ -598,6 +626,7 @@ pub fn project_fp8(x: Tensor<2>, w: &Fp8Weight) -> Tensor<2> {
         let out = <burn::backend::Dispatch as backend::DecoderKernels>::fp8_product(
             inputs,
             w.block_words(),
+            w.nan_codes,
             routine,
         );
         return Tensor::from_dispatch(out);
@@ -905,4 +934,26 @@ pub(crate) fn silu_mul_tensor_ops(gate_up: Tensor<2>) -> Tensor<2> {
     let [rows, width] = gate_up.dims();
     let m = width / 2;
     silu(gate_up.clone().slice([0..rows, 0..m])) * gate_up.slice([0..rows, m..2 * m])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_nan_code;
+
+    #[test]
+    fn nan_codes_are_found_in_every_byte() {
+        for code in 0..=255u32 {
+            for at in 0..4 {
+                for filler in [0x00u32, 0x7E, 0x80, 0xFE] {
+                    let others = (0..4).filter(|&i| i != at).map(|i| filler << (8 * i));
+                    let word = (code << (8 * at)) | others.fold(0, |a, b| a | b);
+                    assert_eq!(
+                        has_nan_code(word),
+                        code & 0x7F == 0x7F,
+                        "{word:#010x}: code {code:#04x} at byte {at}"
+                    );
+                }
+            }
+        }
+    }
 }
