@@ -129,8 +129,8 @@ pub(crate) fn convert_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
 }
 
 /// How a kernel decodes fp8 e4m3 words: a launch's choice (comptime), the same values
-/// (NaN codes included) every way.
-#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
+/// (NaN codes included) every way. The root crate's `PoolAttentionConfig::fp8_decode` takes it.
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Fp8Decode {
     /// Integer arithmetic into f32 bits (`unpack_e4m3`): every device, WGSL without f16
     /// included.
@@ -139,7 +139,8 @@ pub enum Fp8Decode {
     /// (`unpack_e4m3_halves`): NVIDIA GPUs through SPIR-V ([`Self::on_device`]); about half the
     /// integer codec's operations.
     Halves,
-    /// CubeCL's fp8 type (`convert_e4m3`): the device's conversion where it has one.
+    /// CubeCL's fp8 type (`convert_e4m3`): the device's own conversion where it has one,
+    /// CubeCL's software codec elsewhere.
     Native,
 }
 

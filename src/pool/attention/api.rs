@@ -8,6 +8,7 @@ use crate::pool::attention::{PoolAttentionError, PoolAttentionPlan};
 use burn::backend::{Dispatch, DispatchDevice, TensorMetadata};
 use burn::config::Config;
 use burn::tensor::{DType, Device, DispatchTensor, Tensor};
+pub use rope_pool_kernels::common::fp8::Fp8Decode;
 
 /// Parameters of [`pool_attention`]: the head geometry the tensors must have, the scale, the
 /// mask (causal, sliding window) and the logits soft cap.
@@ -62,20 +63,6 @@ pub struct PoolAttentionConfig {
     /// integers, and halves asked of another device take integers. The same values every way.
     /// Flex has one path and ignores it.
     pub fp8_decode: Option<Fp8Decode>,
-}
-
-/// How a kernel decodes fp8 e4m3 pool words ([`PoolAttentionConfig::fp8_decode`]): the same
-/// values (NaN codes included) every way.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Fp8Decode {
-    /// Integer arithmetic into f32 bits: every device.
-    Integer,
-    /// Each code's bits under an f16's exponent, two codes to a word, widened to f32: NVIDIA
-    /// GPUs through SPIR-V (the default build on Vulkan).
-    Halves,
-    /// CubeCL's fp8 type: the device's own conversion where it has one, CubeCL's software codec
-    /// elsewhere.
-    Native,
 }
 
 impl PoolAttentionConfig {

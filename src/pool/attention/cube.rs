@@ -10,7 +10,6 @@ use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
 use rope_pool_kernels::attention::{
     AttentionArgs, AttentionGeometry, AttentionLaunch, AttentionScalars, launch_attention,
 };
-use rope_pool_kernels::common::fp8::Fp8Decode;
 
 /// A fresh dense tensor of `shape` and `dtype` on `like`'s device, its buffer at least one
 /// vector of the widest load (a binding is never empty, nor smaller than one vector).
@@ -59,14 +58,7 @@ impl PoolAttentionBackend for CubeBackend {
         let mut knobs = tuning().attention;
         knobs.portable |= params.portable_kernel;
         knobs.query_tiles = params.query_tiles.or(knobs.query_tiles);
-        knobs.fp8_decode = params
-            .fp8_decode
-            .map(|d| match d {
-                crate::pool::Fp8Decode::Integer => Fp8Decode::Integer,
-                crate::pool::Fp8Decode::Halves => Fp8Decode::Halves,
-                crate::pool::Fp8Decode::Native => Fp8Decode::Native,
-            })
-            .or(knobs.fp8_decode);
+        knobs.fp8_decode = params.fp8_decode.or(knobs.fp8_decode);
         let float = dtype_to_storage_type(q.dtype);
         let launch = AttentionLaunch::tuned(&q.client, float, geometry, &knobs);
         #[cfg(feature = "tuning")]
