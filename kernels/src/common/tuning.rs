@@ -30,11 +30,10 @@ pub(crate) fn numbers<const N: usize>(name: &str) -> Option<[u32; N]> {
 /// halves.
 pub(crate) fn fp8_decode() -> Option<crate::common::fp8::Fp8Decode> {
     use crate::common::fp8::Fp8Decode;
-    static DECODE: std::sync::OnceLock<Option<Fp8Decode>> = std::sync::OnceLock::new();
-    *DECODE.get_or_init(|| match number::<usize>("ROPE_POOL_FP8_DECODE")? {
+    match number::<usize>("ROPE_POOL_FP8_DECODE")? {
         0 => Some(Fp8Decode::Integer),
         1 => Some(Fp8Decode::Native),
         2 => Some(Fp8Decode::Halves),
         _ => None,
-    })
+    }
 }

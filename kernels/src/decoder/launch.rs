@@ -58,6 +58,12 @@ pub struct DecoderTuning {
     /// Staged kernel: shares of the inner size (`ROPE_POOL_STAGED_SPLITS`, 1 to 8; default: the
     /// fewest that give the grid 256 cubes).
     pub staged_splits: Option<usize>,
+    /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
+    /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
+    pub fp8_decode: Option<Fp8Decode>,
+    /// Measurement only: the fp8-weight kernels read every weight as holding no NaN code
+    /// (`ROPE_POOL_FP8_FINITE=1`).
+    pub fp8_finite: bool,
 }
 
 #[cfg(feature = "tuning")]
@@ -79,6 +85,8 @@ impl DecoderTuning {
             staged_from: number("ROPE_POOL_STAGED_FROM").filter(|n| *n >= 1),
             staged_block: number("ROPE_POOL_STAGED_BLOCK").filter(|n| (1..=16).contains(n)),
             staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=8).contains(n)),
+            fp8_decode: crate::common::tuning::fp8_decode(),
+            fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
         })
     }
 }
@@ -482,6 +490,7 @@ fn fp8_shape(
     pairs: usize,
     norm: bool,
 ) -> (CubeDim, CubeCount, usize, Fp8Shape, PlaneSums) {
+    let tuning = LaunchTuning::current().decoder;
     let words = k / FP8_VECTOR;
     // Words a load: up to four (16 bytes), as the float kernel's widest vectors.
     let w_vector = widest_vector(client, 4, |n| n <= 4 && words.is_multiple_of(n));
@@ -494,31 +503,12 @@ fn fp8_shape(
         w_vectors: words / w_vector,
         block_words,
         norm,
-        decode: fp8_weight_decode(client),
-        nan_codes: nan_codes && fp8_nan_codes(),
+        decode: tuning
+            .fp8_decode
+            .map_or_else(|| Fp8Decode::for_device(client), |d| d.on_device(client)),
+        nan_codes: nan_codes && !tuning.fp8_finite,
     };
     (cube_dim, cube_count, w_vector, shape, sums)
-}
-
-/// How the fp8 matrix-vector kernels decode a weight's words on `client`'s device:
-/// [`Fp8Decode::for_device`], or in benchmark builds `ROPE_POOL_FP8_DECODE`.
-fn fp8_weight_decode(client: &Client) -> Fp8Decode {
-    #[cfg(feature = "tuning")]
-    if let Some(decode) = crate::common::tuning::fp8_decode() {
-        return decode.on_device(client);
-    }
-    Fp8Decode::for_device(client)
-}
-
-/// Whether the fp8 matrix-vector kernels read NaN codes as NaN where the weight may hold them:
-/// yes, but in benchmark builds with `ROPE_POOL_FP8_FINITE=1` (measurement only: every weight
-/// read as if it had none).
-fn fp8_nan_codes() -> bool {
-    #[cfg(feature = "tuning")]
-    if crate::common::tuning::flag("ROPE_POOL_FP8_FINITE") {
-        return false;
-    }
-    true
 }
 
 /// Enqueues the decoding of an fp8 weight (`decoder/fp8.rs`; `w [n, k / 4]`, `scales` as
