@@ -99,7 +99,7 @@ fn kernel_codec_matches_the_golden_file() {
         assert!(ok, "kernel encode({x:e}) = {got:#04x}, want {code:#04x}");
     }
     // Decode: all 256 codes, in 64 words, scale 1, through the integer codec, f16 halves (where
-    // the device has f16) and CubeCL's fp8 type (the device's conversion, or CubeCL's software
+    // the device takes them: `Fp8Decode::on_device`) and CubeCL's fp8 type (the device's conversion, or CubeCL's software
     // codec where it has none).
     let codes: Vec<u8> = (0..=255).collect();
     let decodes = [Fp8Decode::Integer, Fp8Decode::Halves, Fp8Decode::Native];

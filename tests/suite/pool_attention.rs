@@ -127,7 +127,7 @@ fn random_batches_match_the_reference() {
 }
 
 /// fp8 pools decoded through CubeCL's fp8 type (the device's conversion where it has one,
-/// CubeCL's software codec elsewhere), f16 halves (where the device has f16) and integer
+/// CubeCL's software codec elsewhere), f16 halves (where the device takes them) and integer
 /// arithmetic, each forced (`PoolAttentionConfig::fp8_decode`), through every kernel, against
 /// the reference.
 #[test]
