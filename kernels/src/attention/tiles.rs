@@ -36,7 +36,7 @@
 
 use crate::common::fp8::{Fp8Decode, load_pool};
 pub(crate) use crate::common::fragment::TILE;
-use crate::common::fragment::{load_fragment, zero_accumulator};
+use crate::common::fragment::{load_fragment, load_fragment_vectors, zero_accumulator};
 use cubecl::prelude::*;
 
 /// Units per plane the kernel is written for (a 16 × 16 tile's fragments spread over 32 lanes).
@@ -148,15 +148,20 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let kv_row = comptime!(head_dim + KV_PAD);
     let s_row = comptime!(block_keys + S_PAD);
     let p_row = comptime!(block_keys + P_PAD);
-    let kv_elems = comptime!(block_keys * kv_row);
+    // The key and value tiles are stored as the pool's vectors of `N` (`nv` elements).
+    let nv = comptime!(head_dim / row_vectors);
+    let kv_rowv = comptime!(kv_row / nv);
+    let kv_elemsv = comptime!(block_keys * kv_rowv);
+    let tile_vectors = comptime!(TILE / nv);
     let score_elems = comptime!(TILE * s_row);
     let weight_elems = comptime!(TILE * p_row);
     let half_keys = comptime!(block_keys / 2);
     let key_tiles = comptime!(block_keys / TILE);
     let d_tiles = comptime!(head_dim / TILE);
     // Key tile, then value tile (at the start, the planes' queries).
-    // (Tensor-core fragments load from and store to these: 128-byte aligned.)
-    let mut kv_s = Shared::<[F]>::new_aligned_slice(comptime!(2 * kv_elems), 128usize);
+    // (Tensor-core fragments load from and store to these: 128-byte aligned. The fragments are
+    // loaded from vectors, with their alignment.)
+    let mut kv_s = Shared::<[Vector<F, N>]>::new_aligned_slice(comptime!(2 * kv_elemsv), 128usize);
     // Per plane: the scores (or a staged accumulator), and the weights.
     let mut s_s = Shared::<[f32]>::new_aligned_slice(comptime!(planes * score_elems), 128usize);
     let mut p_s = Shared::<[F]>::new_aligned_slice(comptime!(planes * weight_elems), 128usize);
@@ -190,23 +195,27 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let mut o_accs = Sequence::<cmma::Matrix<f32>>::new();
     let mut o = Array::<f32>::new(comptime!(if tensor_cores { 1 } else { head_dim / 2 }));
     if comptime!(tensor_cores) {
-        let q_base = plane * TILE * kv_row;
-        for e in range_stepped(lane, comptime!(TILE * head_dim), LANES) {
-            let tt = t0 + e / head_dim;
-            let mut x = F::new(0.0);
+        let q_base = plane * TILE * kv_rowv;
+        for e in range_stepped(lane, comptime!(TILE * row_vectors), LANES) {
+            let tt = t0 + e / row_vectors;
+            let mut x = Vector::<F, N>::new(F::new(0.0));
             if tt < num_tokens {
-                x = q[(tt * num_qo_heads + head) * head_dim + e % head_dim];
+                let q0 = (tt * num_qo_heads + head) * head_dim + e % row_vectors * nv;
+                #[unroll]
+                for c in 0..nv {
+                    x.insert(c, q[q0 + c]);
+                }
             }
-            kv_s[q_base + e / head_dim * kv_row + e % head_dim] = x;
+            kv_s[q_base + e / row_vectors * kv_rowv + e % row_vectors] = x;
         }
         sync_cube();
         #[unroll]
         for kc in 0..d_tiles {
-            let at = q_base + kc * TILE;
-            q_frags.push(load_fragment::<F>(
+            let at = q_base + kc * tile_vectors;
+            q_frags.push(load_fragment_vectors::<F, N>(
                 cmma::MatrixIdent::A,
                 cmma::MatrixLayout::RowMajor,
-                kv_s.slice(at, at + (TILE - 1) * kv_row + TILE),
+                kv_s.slice(at, at + (TILE - 1) * kv_rowv + tile_vectors),
                 kv_row as u32,
             ));
             o_accs.push(zero_accumulator());
@@ -260,13 +269,9 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         for it in 0..per_unit {
             let x = u + it * units;
             if x < total {
-                let at = x / row_vectors * kv_row + x % row_vectors * N::value();
-                let (kx, vx) = (ks[it], vs[it]);
-                #[unroll]
-                for c in 0..N::value() {
-                    kv_s[at + c] = kx.extract(c);
-                    kv_s[kv_elems + at + c] = vx.extract(c);
-                }
+                let at = x / row_vectors * kv_rowv + x % row_vectors;
+                kv_s[at] = ks[it];
+                kv_s[kv_elemsv + at] = vs[it];
             }
         }
         sync_cube();
@@ -278,11 +283,11 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 let acc = zero_accumulator();
                 #[unroll]
                 for kc in 0..d_tiles {
-                    let at = kt * TILE * kv_row + kc * TILE;
-                    let b = load_fragment::<F>(
+                    let at = kt * TILE * kv_rowv + kc * tile_vectors;
+                    let b = load_fragment_vectors::<F, N>(
                         cmma::MatrixIdent::B,
                         cmma::MatrixLayout::ColMajor,
-                        kv_s.slice(at, at + (TILE - 1) * kv_row + TILE),
+                        kv_s.slice(at, at + (TILE - 1) * kv_rowv + tile_vectors),
                         kv_row as u32,
                     );
                     cmma::execute(q_frags.index(kc), &b, &acc, &acc);
@@ -298,7 +303,7 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         } else {
             for x in range_stepped(lane, comptime!(TILE * block_keys), LANES) {
                 let tt = t0 + x / block_keys;
-                let k0 = (x % block_keys) * kv_row;
+                let k0 = (x % block_keys) * kv_rowv;
                 let mut dot = f32::new(0.0);
                 if tt < num_tokens {
                     let q0 = (tt * num_qo_heads + head) * head_dim;
@@ -306,9 +311,13 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                     // iterations).
                     for d0 in range_stepped(0, head_dim, TILE) {
                         #[unroll]
-                        for d in 0..TILE {
-                            dot +=
-                                f32::cast_from(q[q0 + d0 + d]) * f32::cast_from(kv_s[k0 + d0 + d]);
+                        for dv in 0..tile_vectors {
+                            let kx = kv_s[k0 + d0 / nv + dv];
+                            #[unroll]
+                            for c in 0..nv {
+                                dot += f32::cast_from(q[q0 + d0 + dv * nv + c])
+                                    * f32::cast_from(kx.extract(c));
+                            }
                         }
                     }
                 }
@@ -387,11 +396,11 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 );
                 #[unroll]
                 for dt in 0..d_tiles {
-                    let at = kv_elems + kt * TILE * kv_row + dt * TILE;
-                    let b = load_fragment::<F>(
+                    let at = kv_elemsv + kt * TILE * kv_rowv + dt * tile_vectors;
+                    let b = load_fragment_vectors::<F, N>(
                         cmma::MatrixIdent::B,
                         cmma::MatrixLayout::RowMajor,
-                        kv_s.slice(at, at + (TILE - 1) * kv_row + TILE),
+                        kv_s.slice(at, at + (TILE - 1) * kv_rowv + tile_vectors),
                         kv_row as u32,
                     );
                     let acc = o_accs.index(dt);
@@ -400,7 +409,7 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
             }
         } else {
             let w_at = p_base + i * p_row;
-            let v0 = kv_elems + half * (TILE / 2);
+            let v0 = kv_elemsv + half * comptime!(TILE / 2 / nv);
             #[unroll]
             for x in 0..comptime!(head_dim / 2) {
                 o[x] *= alpha;
@@ -410,9 +419,12 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 #[unroll]
                 for dt in 0..d_tiles {
                     #[unroll]
-                    for c in 0..comptime!(TILE / 2) {
-                        let v = f32::cast_from(kv_s[v0 + j * kv_row + dt * TILE + c]);
-                        o[dt * (TILE / 2) + c] += p * v;
+                    for cv in 0..comptime!(TILE / 2 / nv) {
+                        let vx = kv_s[v0 + j * kv_rowv + dt * tile_vectors + cv];
+                        #[unroll]
+                        for c in 0..nv {
+                            o[dt * (TILE / 2) + cv * nv + c] += p * f32::cast_from(vx.extract(c));
+                        }
                     }
                 }
             }

@@ -18,6 +18,22 @@ pub(crate) fn load_fragment<F: CubePrimitive>(
     cmma::Matrix::<F>::from_slice(ident, TILE, TILE, TILE, layout, slice, stride)
 }
 
+/// A `TILE × TILE` operand fragment (`ident` A or B) loaded from `slice`, a slice of vectors
+/// of `F` (rows or columns `stride` elements of `F` apart, as `layout` says). The load then
+/// carries the vector's alignment, which lets a driver read whole rows at once where a slice of
+/// scalars tells it only the scalar's.
+#[cube]
+pub(crate) fn load_fragment_vectors<F: Float, N: Size>(
+    #[comptime] ident: cmma::MatrixIdent,
+    layout: cmma::MatrixLayout,
+    slice: &[Vector<F, N>],
+    stride: u32,
+) -> cmma::Matrix<F> {
+    let mut fragment = unsafe { cmma::Matrix::<F>::uninitialized(ident, TILE, TILE, TILE, layout) };
+    cmma::load(&mut fragment, slice, stride);
+    fragment
+}
+
 /// A `TILE × TILE` f32 accumulator fragment of zeros.
 #[cube]
 pub(crate) fn zero_accumulator() -> cmma::Matrix<f32> {

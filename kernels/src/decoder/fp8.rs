@@ -512,6 +512,51 @@ mod tests {
         }
     }
 
+    /// The staged kernel's tensor-core fragments, loaded from shared vectors, expanded and
+    /// compiled to CUDA C++ and SPIR-V against the properties of a device with f16 16 × 16 × 16
+    /// tiles (one share writing `out` in f16, several writing f32 partials); its arithmetic is
+    /// checked by the root crate's projection tests where it runs.
+    #[test]
+    fn staged_rows_kernel_expands_and_compiles_to_cuda_and_spirv() {
+        use super::super::matvec::staged_rows_kernel;
+        use cubecl_cpp::shared::CppCompiler;
+        use cubecl_cpp::target::Cuda;
+        let Some(client) = common::any_client("staged kernel's CUDA check") else {
+            return;
+        };
+        let (m, n, k, vector) = (40usize, 128usize, 512usize, 4usize);
+        let f16 = ElemType::Float(FloatKind::F16);
+        for (splits, out_type) in [(1usize, f16), (2, ElemType::Float(FloatKind::F32))] {
+            let kernel = staged_rows_kernel::create_dummy_kernel(
+                common::properties_with_f16_tiles(&client),
+                Arc::new(client.target_properties().clone()),
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_2d(32, 4),
+                AddressType::U32,
+                vector,
+                common::dummy_tensor(&client, &[m, k / vector]),
+                common::dummy_tensor(&client, &[n, k / vector]),
+                common::dummy_tensor(&client, &[splits * m, n]),
+                m.div_ceil(16),
+                4,
+                8,
+                splits,
+                k / vector,
+                vector,
+                [f16, out_type],
+            );
+            let source = CppCompiler::<Cuda>::default()
+                .compile(kernel.define(), &CompilationOptions::default())
+                .expect("staged_rows_kernel compiles to CUDA C++")
+                .to_string();
+            assert!(source.contains("wmma::mma_sync"), "no tensor-core product");
+            let spirv = cubecl_spirv::SpirvCompiler
+                .compile(kernel.define(), &common::vulkan_options())
+                .expect("staged_rows_kernel compiles to SPIR-V");
+            assert!(!spirv.assembled_module.is_empty());
+        }
+    }
+
     /// The few-rows kernel's tensor-core fragments, expanded and compiled to CUDA C++ (`cmma`
     /// becomes `wmma`) against the properties of a device with f16 16 × 16 × 16 tiles; its
     /// arithmetic is checked by the root crate's projection tests where it runs.

@@ -53,11 +53,16 @@ pub struct DecoderTuning {
     /// goes through the staged tensor-core kernel ([`StagedRows`]) where it fits, instead of the
     /// normal routing (the root crate's `staged_pays`). Applied by the root crate.
     pub staged_from: Option<usize>,
-    /// Staged kernel: inner tiles a block (`ROPE_POOL_STAGED_BLOCK`, 1 to 16; default 8).
+    /// Staged kernel: inner tiles a block (`ROPE_POOL_STAGED_BLOCK`, 1 to 16; default 4).
     pub staged_block: Option<usize>,
-    /// Staged kernel: shares of the inner size (`ROPE_POOL_STAGED_SPLITS`, 1 to 8; default: the
-    /// fewest that give the grid 256 cubes).
+    /// Staged kernel: shares of the inner size (`ROPE_POOL_STAGED_SPLITS`, 1 to 16; default: the
+    /// fewest that give the grid [`Self::staged_cubes`] cubes, at most 8).
     pub staged_splits: Option<usize>,
+    /// Staged kernel: the cubes its shares aim for (`ROPE_POOL_STAGED_CUBES`; default 256).
+    pub staged_cubes: Option<usize>,
+    /// Staged kernel: planes (column tiles) a cube (`ROPE_POOL_STAGED_PLANES`, 1 to 8; default
+    /// 4).
+    pub staged_planes: Option<usize>,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
@@ -84,7 +89,9 @@ impl DecoderTuning {
             matvec_planes: number("ROPE_POOL_MATVEC_PLANES").filter(|n| (1..=32).contains(n)),
             staged_from: number("ROPE_POOL_STAGED_FROM").filter(|n| *n >= 1),
             staged_block: number("ROPE_POOL_STAGED_BLOCK").filter(|n| (1..=16).contains(n)),
-            staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=8).contains(n)),
+            staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=16).contains(n)),
+            staged_cubes: number("ROPE_POOL_STAGED_CUBES").filter(|n| *n >= 1),
+            staged_planes: number("ROPE_POOL_STAGED_PLANES").filter(|n| (1..=8).contains(n)),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
         })
@@ -646,6 +653,11 @@ const STAGED_SHARED_BYTES: usize = 48 * 1024;
 const STAGED_PLANES: usize = 4;
 /// Cubes the staged launch's shares aim for.
 const STAGED_CUBES: usize = 256;
+/// The most shares the staged launch takes unless told.
+const STAGED_MAX_SPLITS: usize = 8;
+/// Inner tiles a staged block, at most (the H100 probe of `benches/RESULTS.md`, "Staged products
+/// from shared vectors": 4 beat 8 at every row count but 32).
+const STAGED_BLOCK: usize = 4;
 
 impl StagedRows {
     /// The launch of `out [rows, n] = x [rows, k] · wᵀ` (`w [n, k]`) through
@@ -662,7 +674,7 @@ impl StagedRows {
     ) -> Option<Self> {
         let hardware = &client.properties().hardware;
         let tile = TILE as u32;
-        let planes = STAGED_PLANES;
+        let planes = tuning.staged_planes.unwrap_or(STAGED_PLANES);
         let fits = float == ElemType::Float(FloatKind::F16)
             && (1..=FEW_ROWS_MAX).contains(&rows)
             && k.is_multiple_of(TILE)
@@ -680,17 +692,19 @@ impl StagedRows {
         let m_tiles = rows.div_ceil(TILE);
         let bytes =
             |b: usize| (TILE * (planes + m_tiles)) * (TILE * b + 8) * 2 + planes * TILE * TILE * 4;
-        let most = tuning.staged_block.unwrap_or(8);
+        let most = tuning.staged_block.unwrap_or(STAGED_BLOCK);
         let block = (1..=most)
             .rev()
             .find(|b| k_tiles.is_multiple_of(*b) && bytes(*b) <= STAGED_SHARED_BYTES)?;
         let groups = n / (TILE * planes);
-        let most_splits = (k_tiles / block).clamp(1, 8);
+        let blocks = (k_tiles / block).max(1);
         let splits = match tuning.staged_splits {
-            Some(s) => s.min(most_splits),
+            Some(s) => s.min(blocks),
             None => {
+                let most_splits = blocks.min(STAGED_MAX_SPLITS);
+                let cubes = tuning.staged_cubes.unwrap_or(STAGED_CUBES);
                 let mut s = 1;
-                while groups * s < STAGED_CUBES && s * 2 <= most_splits {
+                while groups * s < cubes && s * 2 <= most_splits {
                     s *= 2;
                 }
                 s
@@ -737,8 +751,9 @@ impl StagedRows {
             (_, None) => return,
         };
         let target_type = if sum.is_some() { f32 } else { float };
+        // Rows of the staged blocks are padded by 8 elements: vectors of up to 8.
         let vector = widest_vector(client, 2, |v| {
-            k.is_multiple_of(v) && (TILE * self.block).is_multiple_of(v)
+            k.is_multiple_of(v) && (TILE * self.block).is_multiple_of(v) && 8 % v == 0
         });
         let cube_dim = CubeDim::new_2d(32, self.planes as u32);
         let cubes = n / (TILE * self.planes) * self.splits;

@@ -10,7 +10,7 @@
 //! count'. Their launches are in [`super::launch`].
 
 pub(crate) use crate::common::fragment::TILE;
-use crate::common::fragment::{load_fragment, zero_accumulator};
+use crate::common::fragment::{load_fragment, load_fragment_vectors, zero_accumulator};
 use crate::common::reduce::lane_sum;
 use cubecl::ir::ElemType;
 use cubecl::prelude::*;
@@ -568,13 +568,14 @@ pub(crate) fn split_sum_kernel<F: Float, N: Size>(
 /// (one a plane) and one of `splits` shares of the inner size, walked in blocks of `k_tiles`
 /// inner tiles. Each block of the weight (`16 · planes` rows) and of `x` (every row; rows past
 /// `m` as zeros) is read by all units in coalesced vectors of `N`, the next block's loads issued
-/// before the current block's products, and stored in shared memory (rows padded by 8 elements
-/// against bank conflicts). Each plane multiplies its column tile by every row tile, one f32
+/// before the current block's products, and stored in shared memory as those vectors (rows
+/// padded by 8 elements against bank conflicts; the fragments are loaded from the vectors, with
+/// their alignment). Each plane multiplies its column tile by every row tile, one f32
 /// accumulator per row tile over the whole share, so the planes never meet; the result goes
 /// through shared memory to the rows below `m`: rounded once into `out [m, n]` (`O` = `F`) with
 /// one share, as f32 into `out [splits, m, n]` (`O` = f32) with several, summed by
 /// [`split_sum_kernel`](fn@split_sum_kernel).
-#[cube(launch_unchecked, address_type = "dynamic")]
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
     w: &Tensor<Vector<F, N>>,
@@ -599,13 +600,14 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
     let block = TILE * k_tiles;
     let block_vectors = block / vector;
     let ld = block + 8;
+    let ldv = ld / vector;
     let w_rows = TILE * planes;
     let x_rows = TILE * m_tiles;
     let units = 32 * planes;
     let w_loads = comptime!((w_rows * block_vectors).div_ceil(units));
     let x_loads = comptime!((x_rows * block_vectors).div_ceil(units));
-    let mut w_s = Shared::<[F]>::new_slice(w_rows * ld);
-    let mut x_s = Shared::<[F]>::new_slice(x_rows * ld);
+    let mut w_s = Shared::<[Vector<F, N>]>::new_aligned_slice(w_rows * ldv, 16usize);
+    let mut x_s = Shared::<[Vector<F, N>]>::new_aligned_slice(x_rows * ldv, 16usize);
     let mut w_r = Array::<Vector<F, N>>::new(w_loads);
     let mut x_r = Array::<Vector<F, N>>::new(x_loads);
     let unit = UNIT_POS as usize;
@@ -648,22 +650,14 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
         for l in 0..w_loads {
             let i = unit + l * units;
             if i < w_rows * block_vectors {
-                let at = (i / block_vectors) * ld + (i % block_vectors) * vector;
-                #[unroll]
-                for j in 0..vector {
-                    w_s[at + j] = w_r[l].extract(j);
-                }
+                w_s[(i / block_vectors) * ldv + i % block_vectors] = w_r[l];
             }
         }
         #[unroll]
         for l in 0..x_loads {
             let i = unit + l * units;
             if i < x_rows * block_vectors {
-                let at = (i / block_vectors) * ld + (i % block_vectors) * vector;
-                #[unroll]
-                for j in 0..vector {
-                    x_s[at + j] = x_r[l].extract(j);
-                }
+                x_s[(i / block_vectors) * ldv + i % block_vectors] = x_r[l];
             }
         }
         sync_cube();
@@ -688,20 +682,21 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
         }
         #[unroll]
         for t in 0..k_tiles {
-            let w0 = plane * TILE * ld + t * TILE;
-            let bt = load_fragment::<F>(
+            let tile_vectors = comptime!(TILE / vector);
+            let w0 = plane * TILE * ldv + t * tile_vectors;
+            let bt = load_fragment_vectors::<F, N>(
                 cmma::MatrixIdent::B,
                 cmma::MatrixLayout::ColMajor,
-                w_s.slice(w0, w0 + (TILE - 1) * ld + TILE),
+                w_s.slice(w0, w0 + (TILE - 1) * ldv + tile_vectors),
                 ld as u32,
             );
             #[unroll]
             for r in 0..m_tiles {
-                let x0 = r * TILE * ld + t * TILE;
-                let at = load_fragment::<F>(
+                let x0 = r * TILE * ldv + t * tile_vectors;
+                let at = load_fragment_vectors::<F, N>(
                     cmma::MatrixIdent::A,
                     cmma::MatrixLayout::RowMajor,
-                    x_s.slice(x0, x0 + (TILE - 1) * ld + TILE),
+                    x_s.slice(x0, x0 + (TILE - 1) * ldv + tile_vectors),
                     ld as u32,
                 );
                 let acc = accs.index(r);

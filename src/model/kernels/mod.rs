@@ -120,13 +120,12 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 
 /// `x [m, in] · w_tᵀ` for a weight stored `w_t [out, in]` (HuggingFace's layout): `[m, out]`
 /// in x's dtype, accumulated in f32. For up to 16 rows on a CubeCL device with plane
-/// operations, one matrix-vector kernel that reads each weight byte once for all rows; for 9 to
-/// 16 rows of f16, and for 17 to 64 where the output is at least as wide as the input and
-/// narrower than 4× (q/k/v, o), where the device has f16 16 × 16 × 16 tensor-core tiles with f32
-/// accumulation and planes of 32 and the output width is a multiple of 64 and the input's of 16,
-/// the staged tensor-core kernel instead ([`staged_takes`]); for other products of 17 to 64 rows of f16 on such devices whose output
-/// is narrower than 4× the input (not gate/up or the LM head, where cubek's routines were faster),
-/// one kernel of such tiles that also reads the weight once
+/// operations, one matrix-vector kernel that reads each weight byte once for all rows; for 5 to
+/// 64 rows of f16 where the device has f16 16 × 16 × 16 tensor-core tiles with f32 accumulation
+/// and planes of 32 and the output width is a multiple of 64 and the input's of 16, the staged
+/// tensor-core kernel instead ([`staged_takes`]); for other products of 17 to 64 rows of f16 on
+/// such devices whose output is narrower than 4× the input, one kernel of such tiles that also
+/// reads the weight once
 /// (`rope_pool_kernels::decoder::launch_few_rows`); otherwise, on
 /// CubeCL devices, the matmul routine [`MatmulRoutine::for_problem`] picks, reading the
 /// weight as stored; Burn's matmul on the transposed view elsewhere.
@@ -241,7 +240,7 @@ pub enum FusedForm {
 /// Whether [`norm_project`] or [`project_add`] (`form`) takes `x [m, k] · w_tᵀ` in one launch: a
 /// CubeCL device (without Autodiff) with the matrix-vector kernel for `m` rows, `x` and `w_t` of
 /// one dtype on it, no empty size, and not a product the staged tensor-core kernel takes
-/// ([`staged_takes`]: from 9 rows). The residual add fuses up to 16 rows; the norm only at one row
+/// ([`staged_takes`]: from 5 rows). The residual add fuses up to 16 rows; the norm only at one row
 /// ([`rope_pool_kernels::decoder::NORM_FUSED_MAX_ROWS`]), where a step is host-bound: each plane
 /// normalises the elements it reads, arithmetic that grows with the rows, and past one row the
 /// kernel is bound by its arithmetic (`benches/NOTES.md`, 'Projections per row count').
@@ -895,14 +894,19 @@ pub(crate) fn staged_rows(
         .flatten()
 }
 
-/// Where the staged tensor-core kernel beat the shipped kernels in the H200 probe
-/// (`benches/RESULTS.md`, "Captured decode steps"): 9 to 16 rows on every shape (2.1–2.6× the
-/// matrix-vector kernel at 16 rows), 17 to 64 rows where the output is at least as wide as the
-/// input and narrower than 4× (q/k/v and o: 1.4–1.6× the few-rows kernel; it lost gate/up, down
-/// and the LM head there).
+/// The fewest rows the staged tensor-core kernel takes a product from: in the H100 probe of
+/// `benches/RESULTS.md` ("Staged products from shared vectors") it beat the matrix-vector kernel
+/// on every shape at 8 rows and was level with it at 4 (a layer's products 242 µs against 258).
 #[cfg(feature = "cube")]
-fn staged_pays(m: usize, k: usize, n: usize) -> bool {
-    (9..=16).contains(&m) || ((17..=64).contains(&m) && k <= n && n < 4 * k)
+const STAGED_MIN_ROWS: usize = 5;
+
+/// Where the staged tensor-core kernel takes a product: 5 to 64 rows of every shape (from 8 rows
+/// it beat the matrix-vector kernel, the few-rows kernel and cubek's routines on every
+/// projection of Llama-3-8B, the LM head included: `benches/RESULTS.md`, "Staged products from
+/// shared vectors").
+#[cfg(feature = "cube")]
+fn staged_pays(m: usize, _k: usize, _n: usize) -> bool {
+    (STAGED_MIN_ROWS..=64).contains(&m)
 }
 
 /// The MLP's activation of a stacked `gate_up [rows, 2m]` (gate columns, then up): `[rows, m]`,
