@@ -6,27 +6,15 @@ use cubecl::prelude::*;
 /// The side of a tensor-core tile.
 pub(crate) const TILE: usize = 16;
 
-/// A `TILE × TILE` operand fragment (`ident` A or B) loaded from `slice` (rows or columns
-/// `stride` elements apart, as `layout` says).
+/// A `TILE × TILE` operand fragment of `F` (`ident` A or B) loaded from `slice`, of `F` or of
+/// vectors of `F` (rows or columns `stride` elements of `F` apart, as `layout` says). A slice of
+/// vectors gives the load the vector's alignment, which lets a driver read whole rows at once
+/// where a slice of scalars tells it only the scalar's.
 #[cube]
-pub(crate) fn load_fragment<F: CubePrimitive>(
+pub(crate) fn load_fragment<F: CubePrimitive, V: CubePrimitive>(
     #[comptime] ident: cmma::MatrixIdent,
     layout: cmma::MatrixLayout,
-    slice: &[F],
-    stride: u32,
-) -> cmma::Matrix<F> {
-    cmma::Matrix::<F>::from_slice(ident, TILE, TILE, TILE, layout, slice, stride)
-}
-
-/// A `TILE × TILE` operand fragment (`ident` A or B) loaded from `slice`, a slice of vectors
-/// of `F` (rows or columns `stride` elements of `F` apart, as `layout` says). The load then
-/// carries the vector's alignment, which lets a driver read whole rows at once where a slice of
-/// scalars tells it only the scalar's.
-#[cube]
-pub(crate) fn load_fragment_vectors<F: Float, N: Size>(
-    #[comptime] ident: cmma::MatrixIdent,
-    layout: cmma::MatrixLayout,
-    slice: &[Vector<F, N>],
+    slice: &[V],
     stride: u32,
 ) -> cmma::Matrix<F> {
     let mut fragment = unsafe { cmma::Matrix::<F>::uninitialized(ident, TILE, TILE, TILE, layout) };

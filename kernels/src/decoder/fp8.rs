@@ -519,8 +519,6 @@ mod tests {
     #[test]
     fn staged_rows_kernel_expands_and_compiles_to_cuda_and_spirv() {
         use super::super::matvec::staged_rows_kernel;
-        use cubecl_cpp::shared::CppCompiler;
-        use cubecl_cpp::target::Cuda;
         let Some(client) = common::any_client("staged kernel's CUDA check") else {
             return;
         };
@@ -545,15 +543,10 @@ mod tests {
                 vector,
                 [f16, out_type],
             );
-            let source = CppCompiler::<Cuda>::default()
-                .compile(kernel.define(), &CompilationOptions::default())
-                .expect("staged_rows_kernel compiles to CUDA C++")
-                .to_string();
-            assert!(source.contains("wmma::mma_sync"), "no tensor-core product");
-            let spirv = cubecl_spirv::SpirvCompiler
-                .compile(kernel.define(), &common::vulkan_options())
-                .expect("staged_rows_kernel compiles to SPIR-V");
-            assert!(!spirv.assembled_module.is_empty());
+            common::assert_tensor_core_kernel_compiles(
+                kernel,
+                &format!("staged_rows_kernel, {splits} shares"),
+            );
         }
     }
 
@@ -563,8 +556,6 @@ mod tests {
     #[test]
     fn few_rows_kernel_expands_and_compiles_to_cuda_and_spirv() {
         use super::super::matvec::few_rows_kernel;
-        use cubecl_cpp::shared::CppCompiler;
-        use cubecl_cpp::target::Cuda;
         let Some(client) = common::any_client("few-rows kernel's CUDA check") else {
             return;
         };
@@ -583,14 +574,6 @@ mod tests {
             8,
             ElemType::Float(FloatKind::F16),
         );
-        let source = CppCompiler::<Cuda>::default()
-            .compile(kernel.define(), &CompilationOptions::default())
-            .expect("few_rows_kernel compiles to CUDA C++")
-            .to_string();
-        assert!(source.contains("wmma::mma_sync"), "no tensor-core product");
-        let spirv = cubecl_spirv::SpirvCompiler
-            .compile(kernel.define(), &common::vulkan_options())
-            .expect("few_rows_kernel compiles to SPIR-V");
-        assert!(!spirv.assembled_module.is_empty());
+        common::assert_tensor_core_kernel_compiles(kernel, "few_rows_kernel");
     }
 }

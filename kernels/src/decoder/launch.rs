@@ -51,7 +51,7 @@ pub struct DecoderTuning {
     pub matvec_planes: Option<usize>,
     /// Every product from `staged_from` rows (`ROPE_POOL_STAGED_FROM`, 1 to 64; 65 and more: none)
     /// goes through the staged tensor-core kernel ([`StagedRows`]) where it fits, instead of the
-    /// normal routing (the root crate's `staged_pays`). Applied by the root crate.
+    /// normal routing (the root crate's `STAGED_MIN_ROWS`). Applied by the root crate.
     pub staged_from: Option<usize>,
     /// Staged kernel: inner tiles a block (`ROPE_POOL_STAGED_BLOCK`, 1 to 16; default 4).
     pub staged_block: Option<usize>,

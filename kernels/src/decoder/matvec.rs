@@ -10,7 +10,7 @@
 //! count'. Their launches are in [`super::launch`].
 
 pub(crate) use crate::common::fragment::TILE;
-use crate::common::fragment::{load_fragment, load_fragment_vectors, zero_accumulator};
+use crate::common::fragment::{load_fragment, zero_accumulator};
 use crate::common::reduce::lane_sum;
 use cubecl::ir::ElemType;
 use cubecl::prelude::*;
@@ -481,7 +481,7 @@ pub(crate) fn few_rows_kernel<F: Float>(
         #[unroll]
         for c in 0..cols {
             let w0 = (n0 + c * TILE) * k + k0;
-            bs.push(load_fragment::<F>(
+            bs.push(load_fragment::<F, F>(
                 cmma::MatrixIdent::B,
                 cmma::MatrixLayout::ColMajor,
                 w.slice(w0, w0 + (TILE - 1) * k + TILE),
@@ -491,7 +491,7 @@ pub(crate) fn few_rows_kernel<F: Float>(
         #[unroll]
         for r in 0..m_tiles {
             let x0 = usize::min(r * TILE, m - TILE) * k + k0;
-            let a = load_fragment::<F>(
+            let a = load_fragment::<F, F>(
                 cmma::MatrixIdent::A,
                 cmma::MatrixLayout::RowMajor,
                 x.slice(x0, x0 + (TILE - 1) * k + TILE),
@@ -684,7 +684,7 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
         for t in 0..k_tiles {
             let tile_vectors = comptime!(TILE / vector);
             let w0 = plane * TILE * ldv + t * tile_vectors;
-            let bt = load_fragment_vectors::<F, N>(
+            let bt = load_fragment::<F, Vector<F, N>>(
                 cmma::MatrixIdent::B,
                 cmma::MatrixLayout::ColMajor,
                 w_s.slice(w0, w0 + (TILE - 1) * ldv + tile_vectors),
@@ -693,7 +693,7 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
             #[unroll]
             for r in 0..m_tiles {
                 let x0 = r * TILE * ldv + t * tile_vectors;
-                let at = load_fragment_vectors::<F, N>(
+                let at = load_fragment::<F, Vector<F, N>>(
                     cmma::MatrixIdent::A,
                     cmma::MatrixLayout::RowMajor,
                     x_s.slice(x0, x0 + (TILE - 1) * ldv + tile_vectors),

@@ -132,3 +132,27 @@ pub fn vulkan_options() -> cubecl::WgpuCompilationOptions {
         },
     }
 }
+
+/// `kernel` (expanded against [`properties_with_f16_tiles`]) compiles to CUDA C++ with a
+/// tensor-core product (`cmma` becomes `wmma`) and to SPIR-V for Vulkan's cooperative matrices,
+/// so that an expansion or lowering error of a tensor-core kernel shows without a GPU; `what`
+/// names it in the failure.
+pub fn assert_tensor_core_kernel_compiles(kernel: impl cubecl::prelude::CubeKernel, what: &str) {
+    use cubecl::Compiler as _;
+    use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
+    let source = CppCompiler::<cubecl_cpp::target::Cuda>::default()
+        .compile(kernel.define(), &CompilationOptions::default())
+        .unwrap_or_else(|e| panic!("{what} compiles to CUDA C++: {e:?}"))
+        .to_string();
+    assert!(
+        source.contains("wmma::mma_sync"),
+        "{what}: no tensor-core product in\n{source}"
+    );
+    let spirv = cubecl_spirv::SpirvCompiler
+        .compile(kernel.define(), &vulkan_options())
+        .unwrap_or_else(|e| panic!("{what} compiles to SPIR-V: {e:?}"));
+    assert!(
+        !spirv.assembled_module.is_empty(),
+        "{what}: an empty SPIR-V module"
+    );
+}

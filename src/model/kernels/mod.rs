@@ -861,9 +861,8 @@ fn kernel_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<bool> {
 }
 
 /// Whether the decoder's own kernels take `x [m, k] · wᵀ` (`w [n, k]`) of float `float`: the
-/// matrix-vector kernel, or the few-rows kernel for outputs narrower than the MLP's (the matmul
-/// routines were faster on gate/up and the LM head in the H200 probe, `benches/NOTES.md`,
-/// 'Projections per row count').
+/// matrix-vector kernel, the staged tensor-core kernel, or the few-rows kernel for outputs
+/// narrower than 4× the input (`benches/NOTES.md`, 'Projections per row count').
 #[cfg(feature = "cube")]
 pub(crate) fn decoder_kernel_fits(
     client: &cubecl::client::Client,
@@ -876,7 +875,7 @@ pub(crate) fn decoder_kernel_fits(
 }
 
 /// The staged tensor-core kernel's launch for `x [m, k] · wᵀ` where it takes the product
-/// ([`staged_pays`], or in benchmark builds every product from `ROPE_POOL_STAGED_FROM` rows) and
+/// (from `STAGED_MIN_ROWS` rows, or in benchmark builds from `ROPE_POOL_STAGED_FROM`) and
 /// fits the device and sizes.
 #[cfg(feature = "cube")]
 pub(crate) fn staged_rows(
@@ -885,29 +884,20 @@ pub(crate) fn staged_rows(
     [m, k, n]: [usize; 3],
 ) -> Option<rope_pool_kernels::decoder::StagedRows> {
     let tuning = crate::common::cube::tuning().decoder;
-    let routed = match tuning.staged_from {
-        Some(from) => m >= from,
-        None => staged_pays(m, k, n),
-    };
+    // (The kernel itself refuses more than 64 rows.)
+    let routed = m >= tuning.staged_from.unwrap_or(STAGED_MIN_ROWS);
     routed
         .then(|| rope_pool_kernels::decoder::StagedRows::new(client, float, m, k, n, &tuning))
         .flatten()
 }
 
-/// The fewest rows the staged tensor-core kernel takes a product from: in the H100 probe of
-/// `benches/RESULTS.md` ("Staged products from shared vectors") it beat the matrix-vector kernel
-/// on every shape at 8 rows and was level with it at 4 (a layer's products 242 µs against 258).
+/// The fewest rows the staged tensor-core kernel takes a product from, of every shape it fits
+/// (up to 64 rows): in the H100 probe of `benches/RESULTS.md` ("Staged products from shared
+/// vectors") it beat the matrix-vector kernel, the few-rows kernel and cubek's routines on every
+/// projection of Llama-3-8B from 8 rows, the LM head included, and was level with the
+/// matrix-vector kernel at 4 (a layer's products 242 µs against 258).
 #[cfg(feature = "cube")]
 const STAGED_MIN_ROWS: usize = 5;
-
-/// Where the staged tensor-core kernel takes a product: 5 to 64 rows of every shape (from 8 rows
-/// it beat the matrix-vector kernel, the few-rows kernel and cubek's routines on every
-/// projection of Llama-3-8B, the LM head included: `benches/RESULTS.md`, "Staged products from
-/// shared vectors").
-#[cfg(feature = "cube")]
-fn staged_pays(m: usize, _k: usize, _n: usize) -> bool {
-    (STAGED_MIN_ROWS..=64).contains(&m)
-}
 
 /// The MLP's activation of a stacked `gate_up [rows, 2m]` (gate columns, then up): `[rows, m]`,
 /// `cast(silu(gate)) * up` as transformers computes `act_fn(gate_proj(x)) * up_proj(x)` — the
