@@ -905,7 +905,7 @@ fn projections_match_float64() {
 fn fused_projections_match_float64() {
     use burn_rope_pool::testing::{
         FusedForm, fuses, fuses_fp8, norm_project, norm_project_fp8, project_add, project_add_fp8,
-        staged_takes,
+        staged_takes, staged_takes_fp8,
     };
     // Large enough to move the norm past the f32 tolerance (the rows' mean square is ~1).
     const EPS: f64 = 0.1;
@@ -962,7 +962,10 @@ fn fused_projections_match_float64() {
                 // norm (and the activation, asked of even widths only: gate and up halves) at one
                 // row.
                 let gpu = name != "flex";
-                let staged = fp8.is_none() && staged_takes(&xt, [m, k, n]);
+                let staged = match &fp8 {
+                    Some(_) => staged_takes_fp8(&xt, [m, k, n]),
+                    None => staged_takes(&xt, [m, k, n]),
+                };
                 let even = n % 2 == 0;
                 let norm = |silu| FusedForm::Norm { silu };
                 assert_eq!(
@@ -1091,12 +1094,6 @@ fn random_fp8_weight(
     (weight, w)
 }
 
-/// The projection on an fp8 weight (e4m3 codes with a scale per row and block:
-/// decoded in registers for up to 16 rows where the device has the matrix-vector kernel,
-/// decoded into the run dtype and multiplied past that, dequantized in tensor ops elsewhere)
-/// against float64 over the decoded weight, for blocks of 4, 32 and 128 elements and one per
-/// row, across the row limits and odd output widths; the tensor-op dequantization equals the
-/// host's decoding exactly.
 /// An fp8 weight made with `Fp8Weight::new` may hold NaN codes: a NaN code reaches its output
 /// column as NaN through every fp8 product (plain, with the residual add, with the norm), where
 /// loaded weights without NaN codes skip the check.
@@ -1118,10 +1115,14 @@ fn fp8_nan_codes_give_nan() {
             (&device, DType::F32),
         );
         let weight = Fp8Weight::new(codes, scales, k);
-        for m in [1usize, 3] {
-            let x = || float_tensor(&vec![0.5; m * k], [m, k], &device, DType::F32);
-            let norm_w = float_tensor(&vec![1.0; k], [k], &device, DType::F32);
-            let residual = float_tensor(&vec![0.0; m * n], [m, n], &device, DType::F32);
+        // Eight rows of f16: the staged tensor-core kernel's decoding, where it runs.
+        for (m, dtype) in [(1usize, DType::F32), (3, DType::F32), (8, DType::F16)] {
+            if !device.supports_dtype(dtype) {
+                continue;
+            }
+            let x = || float_tensor(&vec![0.5; m * k], [m, k], &device, dtype);
+            let norm_w = float_tensor(&vec![1.0; k], [k], &device, dtype);
+            let residual = float_tensor(&vec![0.0; m * n], [m, n], &device, dtype);
             let outs = [
                 ("plain", project_fp8(x(), &weight)),
                 ("add", project_add_fp8(x(), &weight, residual)),
@@ -1135,7 +1136,7 @@ fn fp8_nan_codes_give_nan() {
                         assert_eq!(
                             v.is_nan(),
                             c == 1 || c == 2,
-                            "{name} {path} {m} rows: ({r}, {c}) = {v}"
+                            "{name} {path} {m} rows of {dtype:?}: ({r}, {c}) = {v}"
                         );
                     }
                 }
@@ -1144,11 +1145,21 @@ fn fp8_nan_codes_give_nan() {
     }
 }
 
+/// The projection on an fp8 weight (e4m3 codes with a scale per row and block: decoded while
+/// staged by the staged tensor-core kernel where it takes the product, decoded in registers for
+/// up to 16 rows where the device has the matrix-vector kernel, decoded into the run dtype and
+/// multiplied past that, dequantized in tensor ops elsewhere) against float64 over the decoded
+/// weight, for blocks of 4, 32, 96 and 128 elements and one per row, across the row limits, odd
+/// output widths and the staged kernel's shapes (split inner sizes, blocks of 1 and 3 tiles, a
+/// scale a word); the tensor-op dequantization equals the host's decoding exactly. Where the
+/// staged kernel decodes, its output equals, bit for bit, the staged product of the weight
+/// dequantized to the run dtype (the same values, multiplied in the same order).
 #[test]
 fn fp8_projections_match_float64() {
-    use burn_rope_pool::testing::project_fp8;
+    use burn_rope_pool::testing::{project, project_fp8, staged_takes_fp8};
     let mut rng = burn_rope_pool::testing::Rng::new(80);
     for (name, device) in crate::common::devices() {
+        let mut staged = 0;
         for (m, k, n, block_k) in [
             (1usize, 4096usize, 300usize, 128usize),
             (3, 8, 9, 4),
@@ -1160,6 +1171,11 @@ fn fp8_projections_match_float64() {
             (64, 256, 32, 128),
             (40, 68, 300, 4),
             (130, 96, 40, 96),
+            (8, 256, 128, 128),
+            (48, 1024, 64, 32),
+            (5, 64, 192, 4),
+            (64, 4112, 64, 128),
+            (33, 96, 64, 96),
         ] {
             let (weight, w) = random_fp8_weight(&mut rng, n, k, block_k, &device);
             let dense: Vec<f64> = weight
@@ -1177,10 +1193,25 @@ fn fp8_projections_match_float64() {
                 }
                 let round = |v: f64| crate::common::round_to(v, dtype);
                 let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();
-                let got: Vec<f64> = project_fp8(float_tensor(&x, [m, k], &device, dtype), &weight)
+                let x_t = float_tensor(&x, [m, k], &device, dtype);
+                let got: Vec<f64> = project_fp8(x_t.clone(), &weight)
                     .into_data()
                     .iter::<f64>()
                     .collect();
+                if staged_takes_fp8(&x_t, [m, k, n]) {
+                    staged += 1;
+                    let dequantized: Vec<f64> = project(x_t, &weight.dequantize(dtype))
+                        .into_data()
+                        .iter::<f64>()
+                        .collect();
+                    assert!(
+                        got.iter()
+                            .zip(&dequantized)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{name} {dtype:?} [{m}, {k}]·fp8[{n}, {k}]ᵀ (blocks of {block_k}): staged \
+                         decoding differs from the staged product of the dequantized weight"
+                    );
+                }
                 for r in 0..m {
                     for c in 0..n {
                         let dot: f64 = (0..k).map(|i| x[r * k + i] * w[c * k + i]).sum();
@@ -1196,6 +1227,9 @@ fn fp8_projections_match_float64() {
                     }
                 }
             }
+        }
+        if staged == 0 {
+            eprintln!("{name}: the staged kernel took no fp8 product here (no f16 tensor-core tiles)");
         }
     }
 }

@@ -514,17 +514,39 @@ mod tests {
 
     /// The staged kernel's tensor-core fragments, loaded from shared vectors, expanded and
     /// compiled to CUDA C++ and SPIR-V against the properties of a device with f16 16 × 16 × 16
-    /// tiles (one share writing `out` in f16, several writing f32 partials); its arithmetic is
-    /// checked by the root crate's projection tests where it runs.
+    /// tiles (one share writing `out` in f16, several writing f32 partials), on an f16 weight
+    /// and on an fp8 weight (words of codes decoded each way, one or two words a load, a scale a
+    /// vector or a word); its arithmetic is checked by the root crate's projection tests where
+    /// it runs.
     #[test]
     fn staged_rows_kernel_expands_and_compiles_to_cuda_and_spirv() {
-        use super::super::matvec::staged_rows_kernel;
+        use super::super::matvec::{Fp8Words, staged_rows_kernel};
         let Some(client) = common::any_client("staged kernel's CUDA check") else {
             return;
         };
-        let (m, n, k, vector) = (40usize, 128usize, 512usize, 4usize);
+        let (m, n, k) = (40usize, 128usize, 512usize);
         let f16 = ElemType::Float(FloatKind::F16);
-        for (splits, out_type) in [(1usize, f16), (2, ElemType::Float(FloatKind::F32))] {
+        let u32_type = ElemType::UInt(cubecl::ir::UIntKind::U32);
+        let fp8 = |decode, block_words, nan_codes| Fp8Words {
+            block_words,
+            decode,
+            nan_codes,
+        };
+        for (splits, out_type, vector, words) in [
+            (1usize, f16, 4usize, None),
+            (2, ElemType::Float(FloatKind::F32), 8, None),
+            (1, f16, 8, Some(fp8(Fp8Decode::Halves, 32, true))),
+            (2, ElemType::Float(FloatKind::F32), 4, Some(fp8(Fp8Decode::Integer, 1, false))),
+            (1, f16, 8, Some(fp8(Fp8Decode::Native, 1, true))),
+        ] {
+            let (w_type, w_vector, scales) = match words {
+                Some(_) => (
+                    u32_type,
+                    vector / 4,
+                    Some(common::dummy_tensor(&client, &[n, k / 128])),
+                ),
+                None => (f16, vector, None),
+            };
             let kernel = staged_rows_kernel::create_dummy_kernel(
                 common::properties_with_f16_tiles(&client),
                 Arc::new(client.target_properties().clone()),
@@ -532,8 +554,10 @@ mod tests {
                 CubeDim::new_2d(32, 4),
                 AddressType::U32,
                 vector,
+                w_vector,
                 common::dummy_tensor(&client, &[m, k / vector]),
                 common::dummy_tensor(&client, &[n, k / vector]),
+                scales.into(),
                 common::dummy_tensor(&client, &[splits * m, n]),
                 m.div_ceil(16),
                 4,
@@ -541,11 +565,12 @@ mod tests {
                 splits,
                 k / vector,
                 vector,
-                [f16, out_type],
+                words,
+                [f16, out_type, w_type],
             );
             common::assert_tensor_core_kernel_compiles(
                 kernel,
-                &format!("staged_rows_kernel, {splits} shares"),
+                &format!("staged_rows_kernel, {splits} shares, vectors of {vector}, {words:?}"),
             );
         }
     }

@@ -8,7 +8,7 @@ use super::fp8::{
     matvec_fp8_norm_kernel,
 };
 use super::matvec::{
-    PlaneSums, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel, matvec_norm_kernel,
+    Fp8Words, PlaneSums, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel, matvec_norm_kernel,
     split_sum_kernel, staged_rows_kernel,
 };
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
@@ -17,7 +17,7 @@ use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
 use crate::common::launch::{has_tiles, widest_vector};
 use cubecl::client::Client;
 use cubecl::features::Plane;
-use cubecl::ir::{AddressType, ElemType, FloatKind};
+use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
 use cubecl::prelude::*;
 use cubecl::{CubeDim, calculate_cube_count_elemwise};
 
@@ -69,6 +69,10 @@ pub struct DecoderTuning {
     /// Measurement only: the fp8-weight kernels read every weight as holding no NaN code
     /// (`ROPE_POOL_FP8_FINITE=1`).
     pub fp8_finite: bool,
+    /// fp8 products the staged kernel would take decode the weight by a launch of its own
+    /// before the float product instead (`ROPE_POOL_FP8_DEQUANTIZE=1`: the earlier launch, for
+    /// A/B runs). Applied by the root crate.
+    pub fp8_dequantize: bool,
 }
 
 #[cfg(feature = "tuning")]
@@ -94,6 +98,7 @@ impl DecoderTuning {
             staged_planes: number("ROPE_POOL_STAGED_PLANES").filter(|n| (1..=8).contains(n)),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
+            fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
         })
     }
 }
@@ -497,11 +502,11 @@ fn fp8_shape(
     pairs: usize,
     norm: bool,
 ) -> (CubeDim, CubeCount, usize, Fp8Shape, PlaneSums) {
-    let tuning = LaunchTuning::current().decoder;
     let words = k / FP8_VECTOR;
     // Words a load: up to four (16 bytes), as the float kernel's widest vectors.
     let w_vector = widest_vector(client, 4, |n| n <= 4 && words.is_multiple_of(n));
     let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n / pairs, pairs);
+    let (decode, nan_codes) = weight_decode(client, nan_codes);
     let shape = Fp8Shape {
         rows,
         cols,
@@ -510,12 +515,21 @@ fn fp8_shape(
         w_vectors: words / w_vector,
         block_words,
         norm,
-        decode: tuning
-            .fp8_decode
-            .map_or_else(|| Fp8Decode::for_device(client), |d| d.on_device(client)),
-        nan_codes: nan_codes && !tuning.fp8_finite,
+        decode,
+        nan_codes,
     };
     (cube_dim, cube_count, w_vector, shape, sums)
+}
+
+/// How the fp8-weight kernels read codes on `client`'s device: the decode ([`Fp8Decode::for_device`]
+/// unless the tuning names one) and whether NaN codes are checked (`nan_codes`, unless the
+/// measurement-only `fp8_finite` is set).
+fn weight_decode(client: &Client, nan_codes: bool) -> (Fp8Decode, bool) {
+    let tuning = LaunchTuning::current().decoder;
+    let decode = tuning
+        .fp8_decode
+        .map_or_else(|| Fp8Decode::for_device(client), |d| d.on_device(client));
+    (decode, nan_codes && !tuning.fp8_finite)
 }
 
 /// Enqueues the decoding of an fp8 weight (`decoder/fp8.rs`; `w [n, k / 4]`, `scales` as
@@ -729,6 +743,24 @@ impl StagedRows {
         }
     }
 
+    /// Whether the launch also takes an fp8 weight ([`Self::launch_fp8`]): the device loads
+    /// vectors of 4 or 8 of `x` (a whole word of codes, or two, a load).
+    pub fn takes_fp8(&self, client: &Client) -> bool {
+        self.vector(client, true) >= FP8_VECTOR
+    }
+
+    /// The vector width of `x`'s loads (and of the weight's elements a load): rows of the staged
+    /// blocks are padded by 8 elements, so vectors of up to 8; with `fp8`, whole words of codes.
+    fn vector(&self, client: &Client, fp8: bool) -> usize {
+        let (k, block) = (self.k, TILE * self.block);
+        widest_vector(client, 2, |v| {
+            k.is_multiple_of(v)
+                && block.is_multiple_of(v)
+                && 8 % v == 0
+                && (!fp8 || v.is_multiple_of(FP8_VECTOR))
+        })
+    }
+
     /// Enqueues the product, then with several shares their sum into `out`; `partials` holds
     /// at least [`Self::partials`] f32 elements (`None` when that is 0).
     ///
@@ -742,6 +774,47 @@ impl StagedRows {
         [x, w, out]: [TensorArg; 3],
         partials: Option<TensorBinding>,
     ) {
+        unsafe { self.enqueue(client, float, [x, w, out], None, partials) }
+    }
+
+    /// [`Self::launch`] on an fp8 weight (`codes [n, k / 4]` and `scales [n, ceil(k / 4 /
+    /// block_words)]`, as [`launch_matvec_fp8`] reads them), decoded as it is staged: the values
+    /// [`launch_dequantize_fp8`] writes, multiplied as [`Self::launch`] multiplies them. Does
+    /// nothing unless [`Self::takes_fp8`].
+    ///
+    /// # Safety
+    /// As [`Self::launch`], with `codes` and `scales` of those shapes (`block_words` ≥ 1).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_fp8(
+        &self,
+        client: &Client,
+        float: ElemType,
+        [x, codes, scales, out]: [TensorArg; 4],
+        block_words: usize,
+        nan_codes: bool,
+        partials: Option<TensorBinding>,
+    ) {
+        if !self.takes_fp8(client) {
+            return;
+        }
+        let (decode, nan_codes) = weight_decode(client, nan_codes);
+        let words = Fp8Words {
+            block_words,
+            decode,
+            nan_codes,
+        };
+        unsafe { self.enqueue(client, float, [x, codes, out], Some((scales, words)), partials) }
+    }
+
+    /// [`Self::launch`], with `fp8` the weight's scales and how its codes are read.
+    unsafe fn enqueue(
+        &self,
+        client: &Client,
+        float: ElemType,
+        [x, w, out]: [TensorArg; 3],
+        fp8: Option<(TensorArg, Fp8Words)>,
+        partials: Option<TensorBinding>,
+    ) {
         let (rows, k, n) = (self.rows, self.k, self.n);
         let address = AddressType::from_len((n * k).max(rows * k).max(self.splits * rows * n));
         let f32 = ElemType::Float(FloatKind::F32);
@@ -751,10 +824,17 @@ impl StagedRows {
             (_, None) => return,
         };
         let target_type = if sum.is_some() { f32 } else { float };
-        // Rows of the staged blocks are padded by 8 elements: vectors of up to 8.
-        let vector = widest_vector(client, 2, |v| {
-            k.is_multiple_of(v) && (TILE * self.block).is_multiple_of(v) && 8 % v == 0
-        });
+        let vector = self.vector(client, fp8.is_some());
+        // The weight's elements: `vector` floats a load, or `vector / 4` words of codes.
+        let (w_type, w_vector, scales, words) = match fp8 {
+            Some((scales, words)) => (
+                ElemType::UInt(UIntKind::U32),
+                vector / FP8_VECTOR,
+                Some(scales),
+                Some(words),
+            ),
+            None => (float, vector, None, None),
+        };
         let cube_dim = CubeDim::new_2d(32, self.planes as u32);
         let cubes = n / (TILE * self.planes) * self.splits;
         unsafe {
@@ -768,8 +848,10 @@ impl StagedRows {
                 cube_dim,
                 address,
                 vector,
+                w_vector,
                 x,
                 w,
+                scales.into(),
                 target,
                 rows.div_ceil(TILE),
                 self.planes,
@@ -777,7 +859,8 @@ impl StagedRows {
                 self.splits,
                 k / vector,
                 vector,
-                [float, target_type],
+                words,
+                [float, target_type, w_type],
             );
         }
         let Some((partials, out)) = sum else { return };

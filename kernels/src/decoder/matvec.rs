@@ -10,6 +10,7 @@
 //! count'. Their launches are in [`super::launch`].
 
 pub(crate) use crate::common::fragment::TILE;
+use crate::common::fp8::{Fp8Decode, decode_codes};
 use crate::common::fragment::{load_fragment, zero_accumulator};
 use crate::common::reduce::lane_sum;
 use cubecl::ir::ElemType;
@@ -575,10 +576,18 @@ pub(crate) fn split_sum_kernel<F: Float, N: Size>(
 /// through shared memory to the rows below `m`: rounded once into `out [m, n]` (`O` = `F`) with
 /// one share, as f32 into `out [splits, m, n]` (`O` = f32) with several, summed by
 /// [`split_sum_kernel`](fn@split_sum_kernel).
+///
+/// With `fp8`, `w` is an fp8 weight (`P` = u32, `M = N / 4` words a vector: the same `N`
+/// elements a load) and `scales` its scales, laid out as [`super::fp8`] says: each loaded vector
+/// is decoded, scaled in f32 and rounded once to `F` as it is stored (the values
+/// [`dequantize_fp8_kernel`](fn@super::fp8::dequantize_fp8_kernel) writes), so the product reads
+/// one byte a weight element. Without, `P` = `F` and `M = N`.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
-pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Size>(
     x: &Tensor<Vector<F, N>>,
-    w: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<P, M>>,
+    scales: ComptimeOption<&Tensor<f32>>,
     out: &mut Tensor<O>,
     #[comptime] m_tiles: usize,
     #[comptime] planes: usize,
@@ -586,7 +595,8 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
     #[comptime] splits: usize,
     #[comptime] k_vectors: usize,
     #[comptime] vector: usize,
-    #[define(F, O)] _dtypes: [ElemType; 2],
+    #[comptime] fp8: Option<Fp8Words>,
+    #[define(F, O, P)] _dtypes: [ElemType; 3],
 ) {
     let m = x.shape(0);
     let n = w.shape(0);
@@ -608,7 +618,7 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
     let x_loads = comptime!((x_rows * block_vectors).div_ceil(units));
     let mut w_s = Shared::<[Vector<F, N>]>::new_aligned_slice(w_rows * ldv, 16usize);
     let mut x_s = Shared::<[Vector<F, N>]>::new_aligned_slice(x_rows * ldv, 16usize);
-    let mut w_r = Array::<Vector<F, N>>::new(w_loads);
+    let mut w_r = Array::<Vector<P, M>>::new(w_loads);
     let mut x_r = Array::<Vector<F, N>>::new(x_loads);
     let unit = UNIT_POS as usize;
     let blocks = k_vectors / block_vectors;
@@ -625,7 +635,7 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
     #[unroll]
     for l in 0..w_loads {
         let i = unit + l * units;
-        let mut v = Vector::<F, N>::new(F::new(0.0));
+        let mut v = Vector::<P, M>::new(P::from_int(0));
         if i < w_rows * block_vectors {
             v = w[(n0 + i / block_vectors) * k_vectors + kv0 + i % block_vectors];
         }
@@ -650,7 +660,14 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
         for l in 0..w_loads {
             let i = unit + l * units;
             if i < w_rows * block_vectors {
-                w_s[(i / block_vectors) * ldv + i % block_vectors] = w_r[l];
+                let (row, kv) = (i / block_vectors, i % block_vectors);
+                w_s[row * ldv + kv] = staged_weight::<F, N, P, M>(
+                    w_r[l],
+                    scales,
+                    n0 + row,
+                    (b * block_vectors + kv) * vector,
+                    fp8,
+                );
             }
         }
         #[unroll]
@@ -730,4 +747,50 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size>(
             e += 32;
         }
     }
+}
+
+/// The `N` weight elements of `raw`, the vector of weight row `row` from element `at`, as `F`:
+/// `raw` itself for a float weight; with `fp8` its `M` words of codes decoded as
+/// `fp8.decode` says, each times its row and block's scale in f32, rounded once to `F`.
+#[cube]
+fn staged_weight<F: Float, N: Size, P: Numeric, M: Size>(
+    raw: Vector<P, M>,
+    scales: ComptimeOption<&Tensor<f32>>,
+    row: usize,
+    at: usize,
+    #[comptime] fp8: Option<Fp8Words>,
+) -> Vector<F, N> {
+    match comptime!(fp8) {
+        Some(codes) => {
+            let scales = scales.unwrap();
+            let blocks = scales.shape(1);
+            let mut v = Vector::<F, N>::new(F::new(0.0));
+            #[unroll]
+            for e in 0..M::value() {
+                let word = at / 4 + e;
+                let scale = scales[row * blocks + word / codes.block_words];
+                let d = decode_codes::<Const<4>>(
+                    u32::cast_from(raw.extract(e)),
+                    scale,
+                    codes.decode,
+                    codes.nan_codes,
+                );
+                #[unroll]
+                for i in 0..4 {
+                    v.insert(e * 4 + i, F::cast_from(d.extract(i)));
+                }
+            }
+            v
+        }
+        None => Vector::<F, N>::cast_from(raw),
+    }
+}
+
+/// How the staged kernel reads an fp8 weight (comptime): scales in blocks of `block_words`
+/// words, codes decoded as `decode` says, NaN codes checked unless `nan_codes` is false.
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct Fp8Words {
+    pub(crate) block_words: usize,
+    pub(crate) decode: Fp8Decode,
+    pub(crate) nan_codes: bool,
 }

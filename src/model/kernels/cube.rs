@@ -5,7 +5,7 @@ use crate::model::kernels::backend::{
     ActTensors, AddNormTensors, DecoderKernels, Fp8AddTensors, Fp8NormTensors, Fp8ProductTensors,
     MatvecAddTensors, MatvecNormTensors, MatvecTensors, NormTensors,
 };
-use crate::model::kernels::{MatmulRoutine, decoder_kernel_fits, staged_rows};
+use crate::model::kernels::{MatmulRoutine, decoder_kernel_fits, staged_rows, staged_rows_fp8};
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
@@ -18,8 +18,9 @@ use cubek::std::InputBinding;
 use rope_pool_kernels::decoder::{
     MATVEC_MAX_ROWS, has_tiles, launch_dequantize_fp8, launch_few_rows, launch_matvec,
     launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add, launch_matvec_fp8_norm,
-    launch_matvec_norm, launch_rms_norm, launch_silu_mul, matvec_fits,
+    StagedRows, launch_matvec_norm, launch_rms_norm, launch_silu_mul, matvec_fits,
 };
+use cubecl::prelude::TensorBinding;
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
 fn fresh(like: &CubeTensor, shape: Shape) -> CubeTensor {
@@ -243,7 +244,20 @@ fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
     out
 }
 
-/// [`DecoderKernels::fp8_product`]: the register-decoding kernel where the matrix-vector kernel
+/// The staged kernel's scratch buffer for its shares' partial sums (split-K): a fresh f32
+/// buffer on x's device, `None` where it needs none.
+fn staged_partials(x: &CubeTensor, staged: &StagedRows) -> Option<TensorBinding> {
+    let len = staged.partials();
+    (len > 0).then(|| {
+        let handle = x.client.empty(len * DType::F32.size());
+        let shape = Shape::new([len]);
+        CubeTensor::new_contiguous(x.client.clone(), x.device.clone(), shape, handle, DType::F32)
+            .binding()
+    })
+}
+
+/// [`DecoderKernels::fp8_product`]: the staged tensor-core kernel decoding the codes as it stages
+/// them where it takes the product, the register-decoding kernel where the matrix-vector kernel
 /// fits, else the weight decoded into x's dtype (one launch) and multiplied as a float weight.
 fn fp8_product(
     inputs: Fp8ProductTensors<CubeBackend>,
@@ -254,6 +268,19 @@ fn fp8_product(
     let [x, codes, scales] = [inputs.x, inputs.codes, inputs.scales].map(into_contiguous);
     let (m, k, n) = (x.shape()[0], x.shape()[1], codes.shape()[0]);
     let float = dtype_to_storage_type(x.dtype);
+    if let Some(staged) = staged_rows_fp8(&x.client, float, [m, k, n]) {
+        let out = fresh(&x, Shape::new([m, n]));
+        let partials = staged_partials(&x, &staged);
+        let client = out.client.clone();
+        let args = [x, codes, scales, out.clone()].map(|t| t.into_tensor_arg());
+        // Safety: `staged_rows_fp8` checked the staged kernel's fit for these sizes and that it
+        // takes fp8 codes; `Fp8Weight` keeps codes [n, k / 4] and scales [n, ceil(k / 4 /
+        // block_words)] (block_words ≥ 1); all contiguous; out and the partials are fresh.
+        unsafe {
+            staged.launch_fp8(&client, float, args, block_words, nan_codes, partials);
+        }
+        return out;
+    }
     if matvec_fits(&x.client, m) {
         let out = fresh(&x, Shape::new([m, n]));
         let args = [x, codes, scales, out.clone()].map(|t| t.into_tensor_arg());
@@ -292,14 +319,7 @@ impl DecoderKernels for CubeBackend {
         let float = dtype_to_storage_type(x.dtype);
         let client = out.client.clone();
         let staged = staged_rows(&client, float, [m, k, n]);
-        // The staged kernel's partial sums (split-K), a fresh f32 buffer.
-        let partials = staged.filter(|s| s.partials() > 0).map(|s| {
-            let len = s.partials();
-            let handle = client.empty(len * DType::F32.size());
-            let shape = Shape::new([len]);
-            CubeTensor::new_contiguous(client.clone(), x.device.clone(), shape, handle, DType::F32)
-                .binding()
-        });
+        let partials = staged.and_then(|s| staged_partials(&x, &s));
         let [x, w_t, o] = [x, w_t, out.clone()].map(|t| t.into_tensor_arg());
         // Safety: `project` checked `matvec_fits` (up to 16 rows), `few_rows_fits` (17 to 64)
         // or the staged kernel's fit for these sizes, matching inner sizes k ≥ 1 and one dtype;

@@ -586,7 +586,8 @@ pub fn project_add_fp8(x: Tensor<2>, w: &Fp8Weight, residual: Tensor<2>) -> Tens
     residual + project_fp8(x, w)
 }
 
-/// [`fuses`] for an fp8 weight: the weight's codes on x's device, `x` a float dtype.
+/// [`fuses`] for an fp8 weight: the weight's codes on x's device, `x` a float dtype, and not a
+/// product the staged tensor-core kernel takes ([`staged_takes_fp8`]).
 pub fn fuses_fp8(x: &Tensor<2>, w: &Fp8Weight, form: FusedForm) -> bool {
     let ([m, k], [n, inner]) = (x.dims(), w.dims());
     let float = matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16);
@@ -596,6 +597,21 @@ pub fn fuses_fp8(x: &Tensor<2>, w: &Fp8Weight, form: FusedForm) -> bool {
         && x.device() == w.codes.device()
         && k == inner
         && fused_rows_fit(&x.device(), m, form)
+        && !staged_takes_fp8(x, [m, k, n])
+}
+
+/// Whether [`project_fp8`] sends `x [m, k]` times an fp8 weight `[n, k]` to the staged
+/// tensor-core kernel, decoding the codes as it stages them: where [`staged_takes`] a float
+/// weight of x's dtype and the device loads whole words of codes.
+pub fn staged_takes_fp8(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
+    #[cfg(feature = "cube")]
+    if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
+        let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
+        let client = cube.client();
+        return staged_rows_fp8(&client, float, [m, k, n]).is_some();
+    }
+    let _ = (x, m, k, n);
+    false
 }
 
 /// `x [m, in] · wᵀ` for an fp8 weight `w` ([`Fp8Weight`], `[out, in]`): `[m, out]` in x's
@@ -889,6 +905,20 @@ pub(crate) fn staged_rows(
     routed
         .then(|| rope_pool_kernels::decoder::StagedRows::new(client, float, m, k, n, &tuning))
         .flatten()
+}
+
+/// [`staged_rows`] for an fp8 weight: where the launch also takes fp8 codes, unless benchmark
+/// builds decode the weight first (`ROPE_POOL_FP8_DEQUANTIZE=1`).
+#[cfg(feature = "cube")]
+pub(crate) fn staged_rows_fp8(
+    client: &cubecl::client::Client,
+    float: cubecl::ir::ElemType,
+    [m, k, n]: [usize; 3],
+) -> Option<rope_pool_kernels::decoder::StagedRows> {
+    if crate::common::cube::tuning().decoder.fp8_dequantize {
+        return None;
+    }
+    staged_rows(client, float, [m, k, n]).filter(|s| s.takes_fp8(client))
 }
 
 /// The fewest rows the staged tensor-core kernel takes a product from, of every shape it fits
