@@ -60,12 +60,9 @@ pub struct DecoderTuning {
     pub staged_splits: Option<usize>,
     /// Staged kernel: the cubes its shares aim for (`ROPE_POOL_STAGED_CUBES`; default 256).
     pub staged_cubes: Option<usize>,
-    /// Staged kernel: planes a cube (`ROPE_POOL_STAGED_PLANES`, 1 to 8; default 4).
+    /// Staged kernel: planes (column tiles) a cube (`ROPE_POOL_STAGED_PLANES`, 1 to 8; default
+    /// 4).
     pub staged_planes: Option<usize>,
-    /// Staged kernel: the ways a cube's planes split each block's inner tiles, the rest of the
-    /// planes one column tile each (`ROPE_POOL_STAGED_KPLANES`, dividing the planes; default 1:
-    /// every plane its own column tile).
-    pub staged_k_planes: Option<usize>,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
@@ -99,7 +96,6 @@ impl DecoderTuning {
             staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=16).contains(n)),
             staged_cubes: number("ROPE_POOL_STAGED_CUBES").filter(|n| *n >= 1),
             staged_planes: number("ROPE_POOL_STAGED_PLANES").filter(|n| (1..=8).contains(n)),
-            staged_k_planes: number("ROPE_POOL_STAGED_KPLANES").filter(|n| (1..=8).contains(n)),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
@@ -661,7 +657,6 @@ pub struct StagedRows {
     k: usize,
     n: usize,
     planes: usize,
-    k_planes: usize,
     block: usize,
     splits: usize,
 }
@@ -694,15 +689,11 @@ impl StagedRows {
         let hardware = &client.properties().hardware;
         let tile = TILE as u32;
         let planes = tuning.staged_planes.unwrap_or(STAGED_PLANES);
-        let k_planes = tuning.staged_k_planes.unwrap_or(1);
-        let col_planes = planes / k_planes.max(1);
         let fits = float == ElemType::Float(FloatKind::F16)
             && (1..=FEW_ROWS_MAX).contains(&rows)
             && k.is_multiple_of(TILE)
             && k > 0
-            && k_planes >= 1
-            && planes.is_multiple_of(k_planes)
-            && n.is_multiple_of(TILE * col_planes)
+            && n.is_multiple_of(TILE * planes)
             && n > 0
             && hardware.plane_size_min == 32
             && hardware.plane_size_max == 32
@@ -713,16 +704,13 @@ impl StagedRows {
         }
         let k_tiles = k / TILE;
         let m_tiles = rows.div_ceil(TILE);
-        let bytes = |b: usize| {
-            (TILE * (col_planes + m_tiles)) * (TILE * b + 8) * 2 + planes * TILE * TILE * 4
-        };
+        let bytes =
+            |b: usize| (TILE * (planes + m_tiles)) * (TILE * b + 8) * 2 + planes * TILE * TILE * 4;
         let most = tuning.staged_block.unwrap_or(STAGED_BLOCK);
-        let block = (1..=most).rev().find(|b| {
-            k_tiles.is_multiple_of(*b)
-                && b.is_multiple_of(k_planes)
-                && bytes(*b) <= STAGED_SHARED_BYTES
-        })?;
-        let groups = n / (TILE * col_planes);
+        let block = (1..=most)
+            .rev()
+            .find(|b| k_tiles.is_multiple_of(*b) && bytes(*b) <= STAGED_SHARED_BYTES)?;
+        let groups = n / (TILE * planes);
         let blocks = (k_tiles / block).max(1);
         let splits = match tuning.staged_splits {
             Some(s) => s.min(blocks),
@@ -741,7 +729,6 @@ impl StagedRows {
             k,
             n,
             planes,
-            k_planes,
             block,
             splits,
         })
@@ -849,7 +836,7 @@ impl StagedRows {
             None => (float, vector, None, None),
         };
         let cube_dim = CubeDim::new_2d(32, self.planes as u32);
-        let cubes = n / (TILE * self.planes / self.k_planes) * self.splits;
+        let cubes = n / (TILE * self.planes) * self.splits;
         unsafe {
             staged_rows_kernel::launch_unchecked(
                 client,
@@ -868,7 +855,6 @@ impl StagedRows {
                 target,
                 rows.div_ceil(TILE),
                 self.planes,
-                self.k_planes,
                 self.block,
                 self.splits,
                 k / vector,

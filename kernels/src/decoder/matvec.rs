@@ -565,18 +565,17 @@ pub(crate) fn split_sum_kernel<F: Float, N: Size>(
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` (`w [n, k]`) for `m ≤ 16 · m_tiles` rows with tensor-core tiles,
-/// both operands staged through shared memory: the cube owns `planes / k_planes` tiles of 16
-/// output columns and one of `splits` shares of the inner size, walked in blocks of `k_tiles`
-/// inner tiles. Each block of the weight (16 rows a column tile) and of `x` (every row; rows
-/// past `m` as zeros) is read by all units in coalesced vectors of `N`, the next block's loads
-/// issued before the current block's products, and stored in shared memory as those vectors
-/// (rows padded by 8 elements against bank conflicts; the fragments are loaded from the
-/// vectors, with their alignment). Plane `p` multiplies column tile `p % (planes / k_planes)`
-/// by every row tile over one in `k_planes` of each block's inner tiles, one f32 accumulator
-/// per row tile over the whole share; at the end the `k_planes` planes of a column tile are
-/// added in shared memory, in plane order, and go to the rows below `m`: rounded once into
-/// `out [m, n]` (`O` = `F`) with one share, as f32 into `out [splits, m, n]` (`O` = f32) with
-/// several, summed by [`split_sum_kernel`](fn@split_sum_kernel).
+/// both operands staged through shared memory: the cube owns `planes` tiles of 16 output columns
+/// (one a plane) and one of `splits` shares of the inner size, walked in blocks of `k_tiles`
+/// inner tiles. Each block of the weight (`16 · planes` rows) and of `x` (every row; rows past
+/// `m` as zeros) is read by all units in coalesced vectors of `N`, the next block's loads issued
+/// before the current block's products, and stored in shared memory as those vectors (rows
+/// padded by 8 elements against bank conflicts; the fragments are loaded from the vectors, with
+/// their alignment). Each plane multiplies its column tile by every row tile, one f32
+/// accumulator per row tile over the whole share, so the planes never meet; the result goes
+/// through shared memory to the rows below `m`: rounded once into `out [m, n]` (`O` = `F`) with
+/// one share, as f32 into `out [splits, m, n]` (`O` = f32) with several, summed by
+/// [`split_sum_kernel`](fn@split_sum_kernel).
 ///
 /// With `fp8`, `w` is an fp8 weight (`P` = u32, `M = N / 4` words a vector: the same `N`
 /// elements a load) and `scales` its scales, laid out as [`super::fp8`] says: each loaded vector
@@ -592,7 +591,6 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
     out: &mut Tensor<O>,
     #[comptime] m_tiles: usize,
     #[comptime] planes: usize,
-    #[comptime] k_planes: usize,
     #[comptime] k_tiles: usize,
     #[comptime] splits: usize,
     #[comptime] k_vectors: usize,
@@ -602,20 +600,18 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
 ) {
     let m = x.shape(0);
     let n = w.shape(0);
-    // Column tiles a cube; its planes split each block's inner tiles `k_planes` ways.
-    let col_planes = comptime!(planes / k_planes);
-    let groups = n / (TILE * col_planes);
+    let groups = n / (TILE * planes);
     let share = CUBE_POS / groups;
     // The whole cube leaves together: the syncs below stay uniform.
     if share >= splits {
         terminate!();
     }
-    let n0 = (CUBE_POS % groups) * TILE * col_planes;
+    let n0 = (CUBE_POS % groups) * TILE * planes;
     let block = TILE * k_tiles;
     let block_vectors = block / vector;
     let ld = block + 8;
     let ldv = ld / vector;
-    let w_rows = TILE * col_planes;
+    let w_rows = TILE * planes;
     let x_rows = TILE * m_tiles;
     let units = 32 * planes;
     let w_loads = comptime!((w_rows * block_vectors).div_ceil(units));
@@ -702,10 +698,9 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
             }
         }
         #[unroll]
-        for tt in 0..comptime!(k_tiles / k_planes) {
-            let t = tt * k_planes + plane / col_planes;
+        for t in 0..k_tiles {
             let tile_vectors = comptime!(TILE / vector);
-            let w0 = (plane % col_planes) * TILE * ldv + t * tile_vectors;
+            let w0 = plane * TILE * ldv + t * tile_vectors;
             let bt = load_fragment::<F, Vector<F, N>>(
                 cmma::MatrixIdent::B,
                 cmma::MatrixLayout::ColMajor,
@@ -727,10 +722,11 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
         }
         b += 1;
     }
-    // Each plane's row tiles through its own 16 × 16 of shared memory; the `k_planes` planes of
-    // a column tile added in plane order, the rows below `m` out.
+    // Each plane's row tiles through its own 16 × 16 of shared memory, the rows below `m` out.
     let tile_elems = TILE * TILE;
     let mut o_s = Shared::<[f32]>::new_slice(planes * tile_elems);
+    let lane = UNIT_POS_X as usize;
+    let col = n0 + plane * TILE;
     #[unroll]
     for r in 0..m_tiles {
         sync_cube();
@@ -741,19 +737,14 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
             cmma::MatrixLayout::RowMajor,
         );
         sync_cube();
-        let mut e = unit;
-        while e < col_planes * tile_elems {
-            let (c, at) = (e / tile_elems, e % tile_elems);
-            let row = r * TILE + at / TILE;
+        let mut e = lane;
+        while e < tile_elems {
+            let row = r * TILE + e / TILE;
             if row < m {
-                let mut s = o_s[c * tile_elems + at];
-                #[unroll]
-                for p in 1..k_planes {
-                    s += o_s[(p * col_planes + c) * tile_elems + at];
-                }
-                out[(share * m + row) * n + n0 + c * TILE + at % TILE] = O::cast_from(s);
+                out[(share * m + row) * n + col + e % TILE] =
+                    O::cast_from(o_s[plane * tile_elems + e]);
             }
-            e += units;
+            e += 32;
         }
     }
 }
