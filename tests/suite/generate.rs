@@ -935,6 +935,9 @@ fn fused_projections_match_float64() {
             (true, 9, 64, 12, 64),
             (true, 16, 260, 21, 260),
             (true, 17, 32, 8, 32),
+            // The staged kernel's sizes on fp8 weights (decoded as they are staged).
+            (true, 8, 128, 64, 32),
+            (true, 12, 256, 192, 128),
         ] {
             let fp8 = fp8.then(|| random_fp8_weight(&mut rng, n, k, block_k, &device));
             for dtype in [DType::F32, DType::F16] {
@@ -1156,7 +1159,7 @@ fn fp8_nan_codes_give_nan() {
 /// dequantized to the run dtype (the same values, multiplied in the same order).
 #[test]
 fn fp8_projections_match_float64() {
-    use burn_rope_pool::testing::{project, project_fp8, staged_takes_fp8};
+    use burn_rope_pool::testing::{project, project_fp8, staged_takes, staged_takes_fp8};
     let mut rng = burn_rope_pool::testing::Rng::new(80);
     for (name, device) in crate::common::devices() {
         let mut staged = 0;
@@ -1198,6 +1201,13 @@ fn fp8_projections_match_float64() {
                     .into_data()
                     .iter::<f64>()
                     .collect();
+                // Every product the staged kernel takes on a float weight, it takes on fp8 codes
+                // (GPUs load vectors of 4 or 8 of 2-byte elements).
+                assert_eq!(
+                    staged_takes_fp8(&x_t, [m, k, n]),
+                    staged_takes(&x_t, [m, k, n]),
+                    "{name} {dtype:?} [{m}, {k}]·fp8[{n}, {k}]ᵀ: staged on fp8 codes as on floats"
+                );
                 if staged_takes_fp8(&x_t, [m, k, n]) {
                     staged += 1;
                     let dequantized: Vec<f64> = project(x_t, &weight.dequantize(dtype))
@@ -1217,7 +1227,8 @@ fn fp8_projections_match_float64() {
                         let dot: f64 = (0..k).map(|i| x[r * k + i] * w[c * k + i]).sum();
                         let scale: f64 = (0..k).map(|i| (x[r * k + i] * w[c * k + i]).abs()).sum();
                         let want = round(dot);
-                        // f16: the weight may be rounded to f16 before the product (past 16 rows).
+                        // f16: the weight may be rounded to f16 before the product (from 5 rows
+                        // where the staged kernel takes it, past 16 rows elsewhere).
                         let tol = if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + scale);
                         let a = got[r * n + c];
                         assert!(
@@ -1229,7 +1240,9 @@ fn fp8_projections_match_float64() {
             }
         }
         if staged == 0 {
-            eprintln!("{name}: the staged kernel took no fp8 product here (no f16 tensor-core tiles)");
+            eprintln!(
+                "{name}: the staged kernel took no fp8 product here (no f16 tensor-core tiles)"
+            );
         }
     }
 }

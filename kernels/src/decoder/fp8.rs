@@ -10,6 +10,9 @@
 //!   element read, once for all rows.
 //! - [`dequantize_fp8_kernel`](fn@dequantize_fp8_kernel): the weight as floats `[n, k]`, for the
 //!   products of more rows (a tensor-core routine then reads it).
+//!
+//! The staged tensor-core kernel ([`super::matvec`]) decodes fp8 weights too, as it stages them
+//! (5 to 64 rows where it fits): the values `dequantize_fp8_kernel` writes.
 
 use super::matvec::{
     PlaneSums, plane_columns, row_scales, store_added, store_plane_sums, store_silu,
@@ -34,10 +37,8 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     #[comptime] cols: usize,
     #[comptime] unroll: usize,
     #[comptime] w_vectors: usize,
-    #[comptime] block_words: usize,
+    #[comptime] words: Fp8Words,
     #[comptime] sums: PlaneSums,
-    #[comptime] decode: Fp8Decode,
-    #[comptime] nan_codes: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = codes.shape(0);
@@ -50,10 +51,8 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
         pairs: 1,
         unroll,
         w_vectors,
-        block_words,
         norm: false,
-        decode,
-        nan_codes,
+        words,
     });
     let acc = fp8_plane_products::<F, N, W>(x, x, &no_scales, codes, scales, col0, n, 0, shape);
     store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
@@ -135,8 +134,16 @@ pub(crate) struct Fp8Shape {
     pub(crate) pairs: usize,
     pub(crate) unroll: usize,
     pub(crate) w_vectors: usize,
-    pub(crate) block_words: usize,
     pub(crate) norm: bool,
+    pub(crate) words: Fp8Words,
+}
+
+/// How a kernel reads an fp8 weight's codes (comptime): scales in blocks of `block_words`
+/// words, codes decoded as `decode` says, NaN codes checked unless `nan_codes` is false (words
+/// known to hold none).
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct Fp8Words {
+    pub(crate) block_words: usize,
     pub(crate) decode: Fp8Decode,
     pub(crate) nan_codes: bool,
 }
@@ -160,7 +167,7 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
 ) -> Array<Vector<f32, N>> {
     let (rows, cols, pairs, unroll) =
         comptime!((shape.rows, shape.cols, shape.pairs, shape.unroll));
-    let (w_vectors, block_words) = comptime!((shape.w_vectors, shape.block_words));
+    let (w_vectors, block_words) = comptime!((shape.w_vectors, shape.words.block_words));
     let wv = W::value();
     let words = comptime!(w_vectors * wv);
     let width = comptime!(cols * pairs);
@@ -222,8 +229,8 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
                         decoded[j] = decode_codes::<N>(
                             ws[u * width + j].extract(e),
                             scale,
-                            shape.decode,
-                            shape.nan_codes,
+                            shape.words.decode,
+                            shape.words.nan_codes,
                         );
                     }
                     #[unroll]
@@ -279,7 +286,7 @@ mod tests {
 
     use super::super::matvec::{PlaneSums, matvec_add_kernel, matvec_kernel, matvec_norm_kernel};
     use super::{
-        Fp8Shape, dequantize_fp8_kernel, matvec_fp8_add_kernel, matvec_fp8_kernel,
+        Fp8Shape, Fp8Words, dequantize_fp8_kernel, matvec_fp8_add_kernel, matvec_fp8_kernel,
         matvec_fp8_norm_kernel,
     };
     use crate::common::fp8::Fp8Decode;
@@ -340,10 +347,12 @@ mod tests {
                         cols,
                         unroll,
                         k / 4 / w_vector,
-                        block_words,
+                        Fp8Words {
+                            block_words,
+                            decode: Fp8Decode::Integer,
+                            nan_codes: true,
+                        },
                         sums,
-                        Fp8Decode::Integer,
-                        true,
                         ElemType::Float(float),
                     );
                     let source = MslCompiler::default()
@@ -366,10 +375,12 @@ mod tests {
                             pairs,
                             unroll,
                             w_vectors: k / 4 / w_vector,
-                            block_words,
                             norm: true,
-                            decode: Fp8Decode::Integer,
-                            nan_codes: true,
+                            words: Fp8Words {
+                                block_words,
+                                decode: Fp8Decode::Integer,
+                                nan_codes: true,
+                            },
                         };
                         let kernel = matvec_fp8_norm_kernel::create_dummy_kernel(
                             Arc::new(client.properties().clone()),
@@ -398,10 +409,12 @@ mod tests {
                         pairs: 1,
                         unroll,
                         w_vectors: k / 4 / w_vector,
-                        block_words,
                         norm: false,
-                        decode: Fp8Decode::Integer,
-                        nan_codes: true,
+                        words: Fp8Words {
+                            block_words,
+                            decode: Fp8Decode::Integer,
+                            nan_codes: true,
+                        },
                     };
                     let kernel = matvec_fp8_add_kernel::create_dummy_kernel(
                         Arc::new(client.properties().clone()),
@@ -520,7 +533,7 @@ mod tests {
     /// it runs.
     #[test]
     fn staged_rows_kernel_expands_and_compiles_to_cuda_and_spirv() {
-        use super::super::matvec::{Fp8Words, staged_rows_kernel};
+        use super::super::matvec::staged_rows_kernel;
         let Some(client) = common::any_client("staged kernel's CUDA check") else {
             return;
         };
@@ -536,7 +549,12 @@ mod tests {
             (1usize, f16, 4usize, None),
             (2, ElemType::Float(FloatKind::F32), 8, None),
             (1, f16, 8, Some(fp8(Fp8Decode::Halves, 32, true))),
-            (2, ElemType::Float(FloatKind::F32), 4, Some(fp8(Fp8Decode::Integer, 1, false))),
+            (
+                2,
+                ElemType::Float(FloatKind::F32),
+                4,
+                Some(fp8(Fp8Decode::Integer, 1, false)),
+            ),
             (1, f16, 8, Some(fp8(Fp8Decode::Native, 1, true))),
         ] {
             let (w_type, w_vector, scales) = match words {

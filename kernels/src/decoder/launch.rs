@@ -4,11 +4,11 @@
 
 use super::act::silu_mul_kernel;
 use super::fp8::{
-    Fp8Shape, dequantize_fp8_kernel, matvec_fp8_add_kernel, matvec_fp8_kernel,
+    Fp8Shape, Fp8Words, dequantize_fp8_kernel, matvec_fp8_add_kernel, matvec_fp8_kernel,
     matvec_fp8_norm_kernel,
 };
 use super::matvec::{
-    Fp8Words, PlaneSums, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel, matvec_norm_kernel,
+    PlaneSums, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel, matvec_norm_kernel,
     split_sum_kernel, staged_rows_kernel,
 };
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
@@ -44,7 +44,7 @@ pub struct DecoderTuning {
     /// (`ROPE_POOL_FUSED_NORM_ROWS`; default [`NORM_FUSED_MAX_ROWS`]). Applied by the root crate.
     pub fused_norm_rows: Option<usize>,
     /// Matrix-vector kernels: weight loads in flight a unit (`ROPE_POOL_MATVEC_LOADS`, 1 to 16;
-    /// default 4).
+    /// default 4, 2 on fp8 weights).
     pub matvec_loads: Option<usize>,
     /// Matrix-vector kernels on devices with plane operations: planes a cube
     /// (`ROPE_POOL_MATVEC_PLANES`, 1 to 32; default 8).
@@ -125,6 +125,11 @@ const SHARED_PLANES: usize = 4;
 const SHARED_SUMS_BYTES: usize = 2 * SHARED_PLANES * ACCUMULATORS * SHARED_LANES * 4;
 /// Weight vectors each unit loads per iteration (in flight together), over its columns.
 const LOADS: usize = 4;
+/// The same for the fp8-weight kernels, each load 16 bytes of codes: fewer, for the registers
+/// their decoding takes (H200, batch 1, `decode --fp8-weights`: 196–198 tok/s with 2 against
+/// 186–189 with 4, 188 with 1 and 169 with 8; `benches/RESULTS.md`, "fp8 weights through the
+/// staged kernel").
+const FP8_LOADS: usize = 2;
 /// The most accumulators (rows × columns, vectors) a unit keeps.
 const ACCUMULATORS: usize = 16;
 
@@ -178,12 +183,14 @@ pub fn matvec_norm_fits(client: &Client, rows: usize, silu: bool) -> bool {
 
 /// The plane layout of the matrix-vector kernels for `rows` rows and `n` output columns, each
 /// from `pairs` weight rows (2: gate and up): the cube (a plane a row of it), the cube count,
-/// columns per plane, weight loads in flight per weight row, and how a plane adds its lanes.
+/// columns per plane, weight loads in flight per weight row (of `loads` a unit unless the tuning
+/// names a number), and how a plane adds its lanes.
 fn matvec_shape(
     client: &Client,
     rows: usize,
     n: usize,
     pairs: usize,
+    loads: usize,
 ) -> (CubeDim, CubeCount, usize, usize, PlaneSums) {
     let sums = plane_sums(client);
     let cube_dim = CubeDim::new_2d(sums.lanes as u32, sums.planes as u32);
@@ -200,7 +207,7 @@ fn matvec_shape(
     let loads = LaunchTuning::current()
         .decoder
         .matvec_loads
-        .unwrap_or(LOADS);
+        .unwrap_or(loads);
     let unroll = (loads / (cols * pairs)).max(1);
     let cubes = n.div_ceil(sums.planes * cols);
     let count =
@@ -230,7 +237,7 @@ pub unsafe fn launch_matvec(
         return;
     }
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
-    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n, 1);
+    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n, 1, LOADS);
     unsafe {
         matvec_kernel::launch_unchecked(
             client,
@@ -277,7 +284,8 @@ pub unsafe fn launch_matvec_norm(
     }
     let pairs = 1 + silu as usize;
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
-    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n / pairs, pairs);
+    let (cube_dim, cube_count, cols, unroll, sums) =
+        matvec_shape(client, rows, n / pairs, pairs, LOADS);
     unsafe {
         matvec_norm_kernel::launch_unchecked(
             client,
@@ -323,7 +331,7 @@ pub unsafe fn launch_matvec_add(
         return;
     }
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
-    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n, 1);
+    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n, 1, LOADS);
     unsafe {
         matvec_add_kernel::launch_unchecked(
             client,
@@ -386,10 +394,8 @@ pub unsafe fn launch_matvec_fp8(
             shape.cols,
             shape.unroll,
             shape.w_vectors,
-            block_words,
+            shape.words,
             sums,
-            shape.decode,
-            shape.nan_codes,
             float,
         );
     }
@@ -505,31 +511,33 @@ fn fp8_shape(
     let words = k / FP8_VECTOR;
     // Words a load: up to four (16 bytes), as the float kernel's widest vectors.
     let w_vector = widest_vector(client, 4, |n| n <= 4 && words.is_multiple_of(n));
-    let (cube_dim, cube_count, cols, unroll, sums) = matvec_shape(client, rows, n / pairs, pairs);
-    let (decode, nan_codes) = weight_decode(client, nan_codes);
+    let (cube_dim, cube_count, cols, unroll, sums) =
+        matvec_shape(client, rows, n / pairs, pairs, FP8_LOADS);
     let shape = Fp8Shape {
         rows,
         cols,
         pairs,
         unroll,
         w_vectors: words / w_vector,
-        block_words,
         norm,
-        decode,
-        nan_codes,
+        words: weight_decode(client, block_words, nan_codes),
     };
     (cube_dim, cube_count, w_vector, shape, sums)
 }
 
-/// How the fp8-weight kernels read codes on `client`'s device: the decode ([`Fp8Decode::for_device`]
-/// unless the tuning names one) and whether NaN codes are checked (`nan_codes`, unless the
-/// measurement-only `fp8_finite` is set).
-fn weight_decode(client: &Client, nan_codes: bool) -> (Fp8Decode, bool) {
+/// How the fp8-weight kernels read codes on `client`'s device: scales in blocks of `block_words`
+/// words, the decode ([`Fp8Decode::for_device`] unless the tuning names one), NaN codes checked
+/// where the weight may hold them (`nan_codes`, unless the measurement-only `fp8_finite` is set).
+fn weight_decode(client: &Client, block_words: usize, nan_codes: bool) -> Fp8Words {
     let tuning = LaunchTuning::current().decoder;
     let decode = tuning
         .fp8_decode
         .map_or_else(|| Fp8Decode::for_device(client), |d| d.on_device(client));
-    (decode, nan_codes && !tuning.fp8_finite)
+    Fp8Words {
+        block_words,
+        decode,
+        nan_codes: nan_codes && !tuning.fp8_finite,
+    }
 }
 
 /// Enqueues the decoding of an fp8 weight (`decoder/fp8.rs`; `w [n, k / 4]`, `scales` as
@@ -677,7 +685,8 @@ impl StagedRows {
     /// The launch of `out [rows, n] = x [rows, k] · wᵀ` (`w [n, k]`) through
     /// `staged_rows_kernel` (the root crate routes products to it): `None` unless
     /// `1 ≤ rows ≤ 64`, `float` is f16 with 16 × 16 × 16 tensor-core tiles, planes of 32, `n` a
-    /// multiple of 64 and `k` of 16 (rows past `rows` are read as zeros).
+    /// multiple of 16 × the planes (64 unless tuned) and `k` of 16 (rows past `rows` are read as
+    /// zeros).
     pub fn new(
         client: &Client,
         float: ElemType,
@@ -764,6 +773,9 @@ impl StagedRows {
     /// Enqueues the product, then with several shares their sum into `out`; `partials` holds
     /// at least [`Self::partials`] f32 elements (`None` when that is 0).
     ///
+    /// # Panics
+    /// Without `partials` where [`Self::partials`] is not 0.
+    ///
     /// # Safety
     /// The tensors must be live and contiguous with the shapes of [`Self::new`], of float
     /// `float`; `out` and `partials` must alias neither each other nor `x` or `w`.
@@ -779,8 +791,10 @@ impl StagedRows {
 
     /// [`Self::launch`] on an fp8 weight (`codes [n, k / 4]` and `scales [n, ceil(k / 4 /
     /// block_words)]`, as [`launch_matvec_fp8`] reads them), decoded as it is staged: the values
-    /// [`launch_dequantize_fp8`] writes, multiplied as [`Self::launch`] multiplies them. Does
-    /// nothing unless [`Self::takes_fp8`].
+    /// [`launch_dequantize_fp8`] writes, multiplied as [`Self::launch`] multiplies them.
+    ///
+    /// # Panics
+    /// Unless [`Self::takes_fp8`] on `client`'s device.
     ///
     /// # Safety
     /// As [`Self::launch`], with `codes` and `scales` of those shapes (`block_words` ≥ 1).
@@ -794,16 +808,20 @@ impl StagedRows {
         nan_codes: bool,
         partials: Option<TensorBinding>,
     ) {
-        if !self.takes_fp8(client) {
-            return;
+        assert!(
+            self.takes_fp8(client),
+            "the staged launch takes no fp8 codes on this device (see StagedRows::takes_fp8)"
+        );
+        let words = weight_decode(client, block_words, nan_codes);
+        unsafe {
+            self.enqueue(
+                client,
+                float,
+                [x, codes, out],
+                Some((scales, words)),
+                partials,
+            )
         }
-        let (decode, nan_codes) = weight_decode(client, nan_codes);
-        let words = Fp8Words {
-            block_words,
-            decode,
-            nan_codes,
-        };
-        unsafe { self.enqueue(client, float, [x, codes, out], Some((scales, words)), partials) }
     }
 
     /// [`Self::launch`], with `fp8` the weight's scales and how its codes are read.
@@ -821,7 +839,10 @@ impl StagedRows {
         let (target, sum) = match (self.splits, partials) {
             (1, _) => (out, None),
             (_, Some(partials)) => (partials.clone().into_tensor_arg(), Some((partials, out))),
-            (_, None) => return,
+            (_, None) => panic!(
+                "{} shares need a buffer for their partial sums",
+                self.splits
+            ),
         };
         let target_type = if sum.is_some() { f32 } else { float };
         let vector = self.vector(client, fp8.is_some());

@@ -9,8 +9,9 @@
 //! read of the weight through tensor-core tiles. See benches/NOTES.md, 'Projections per row
 //! count'. Their launches are in [`super::launch`].
 
+use super::fp8::Fp8Words;
+use crate::common::fp8::decode_codes;
 pub(crate) use crate::common::fragment::TILE;
-use crate::common::fp8::{Fp8Decode, decode_codes};
 use crate::common::fragment::{load_fragment, zero_accumulator};
 use crate::common::reduce::lane_sum;
 use cubecl::ir::ElemType;
@@ -784,13 +785,4 @@ fn staged_weight<F: Float, N: Size, P: Numeric, M: Size>(
         }
         None => Vector::<F, N>::cast_from(raw),
     }
-}
-
-/// How the staged kernel reads an fp8 weight (comptime): scales in blocks of `block_words`
-/// words, codes decoded as `decode` says, NaN codes checked unless `nan_codes` is false.
-#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
-pub(crate) struct Fp8Words {
-    pub(crate) block_words: usize,
-    pub(crate) decode: Fp8Decode,
-    pub(crate) nan_codes: bool,
 }

@@ -3,10 +3,11 @@
 //!
 //! - `matvec.rs`: matrix-vector products for up to 16 rows (one plane per output column; the
 //!   norm before a projection and the activation or residual add after it fused in where a
-//!   decode step has them) and tensor-core tiles for 17 to 64, each reading the weight once;
+//!   decode step has them) and tensor-core tiles for up to 64 (the staged kernel from 5 rows,
+//!   fp8 weights included), each reading the weight once;
 //! - `norm.rs`: RMSNorm of rows, and the residual add fused with it;
-//! - `fp8.rs`: the same products on fp8 weights (e4m3 codes with block scales), decoded in
-//!   registers, and the decoding of such a weight for the larger products;
+//! - `fp8.rs`: the matrix-vector products on fp8 weights (e4m3 codes with block scales), decoded
+//!   in registers, and the decoding of such a weight for the products no kernel here takes;
 //! - `act.rs`: the MLP activation, SiLU of the gate times the up projection;
 //! - `launch.rs`: the host side — which product fits a device, the launches and the room's
 //!   knobs ([`DecoderTuning`]).

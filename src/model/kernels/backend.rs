@@ -151,8 +151,9 @@ pub trait DecoderKernels: Backend {
     fn matmul(#[extension_type] inputs: MatvecTensors<Self>, routine: u32) -> FloatTensor<Self>;
 
     /// `x · wᵀ` for an fp8 weight (blocks of `block_words` words a scale; `nan_codes`: it may
-    /// hold NaN codes), `[m, out]` in x's dtype: decoded in registers where the matrix-vector
-    /// kernel fits, else decoded into x's dtype and multiplied as [`matvec`](Self::matvec) or
+    /// hold NaN codes), `[m, out]` in x's dtype: decoded as the staged tensor-core kernel stages
+    /// it where that takes the product, in registers where the matrix-vector kernel fits, else
+    /// decoded into x's dtype and multiplied as [`matvec`](Self::matvec) or
     /// [`matmul`](Self::matmul) with `routine` would.
     #[fusion(meta = fp8_product_meta)]
     fn fp8_product(

@@ -11,16 +11,16 @@ use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
 use cubecl::ir::{ElemType, FloatKind};
+use cubecl::prelude::TensorBinding;
 use cubecl::{prelude::Scalar, tf32};
 use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 use rope_pool_kernels::decoder::{
-    MATVEC_MAX_ROWS, has_tiles, launch_dequantize_fp8, launch_few_rows, launch_matvec,
+    MATVEC_MAX_ROWS, StagedRows, has_tiles, launch_dequantize_fp8, launch_few_rows, launch_matvec,
     launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add, launch_matvec_fp8_norm,
-    StagedRows, launch_matvec_norm, launch_rms_norm, launch_silu_mul, matvec_fits,
+    launch_matvec_norm, launch_rms_norm, launch_silu_mul, matvec_fits,
 };
-use cubecl::prelude::TensorBinding;
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
 fn fresh(like: &CubeTensor, shape: Shape) -> CubeTensor {
@@ -251,8 +251,14 @@ fn staged_partials(x: &CubeTensor, staged: &StagedRows) -> Option<TensorBinding>
     (len > 0).then(|| {
         let handle = x.client.empty(len * DType::F32.size());
         let shape = Shape::new([len]);
-        CubeTensor::new_contiguous(x.client.clone(), x.device.clone(), shape, handle, DType::F32)
-            .binding()
+        CubeTensor::new_contiguous(
+            x.client.clone(),
+            x.device.clone(),
+            shape,
+            handle,
+            DType::F32,
+        )
+        .binding()
     })
 }
 

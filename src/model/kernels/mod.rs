@@ -615,10 +615,12 @@ pub fn staged_takes_fp8(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
 }
 
 /// `x [m, in] · wᵀ` for an fp8 weight `w` ([`Fp8Weight`], `[out, in]`): `[m, out]` in x's
-/// dtype, accumulated in f32. On CubeCL devices the weight is decoded in registers by the
-/// matrix-vector kernel (one byte a weight element, once for all rows) where [`project`] would
-/// run it, else decoded into x's dtype in one launch and multiplied as [`project`] multiplies a
-/// float weight; elsewhere [`Fp8Weight::dequantize`] and Burn's matmul.
+/// dtype, accumulated in f32. On CubeCL devices: where the staged tensor-core kernel would take
+/// the float product ([`staged_takes_fp8`]) it decodes the codes as it stages them, each rounded
+/// once to x's dtype (one byte a weight element read); else the weight is decoded in registers by
+/// the matrix-vector kernel (once for all rows) where [`project`] would run it, else decoded
+/// into x's dtype in one launch and multiplied as [`project`] multiplies a float weight;
+/// elsewhere [`Fp8Weight::dequantize`] and Burn's matmul.
 ///
 /// # Panics
 /// When the inner sizes differ (as Burn's matmul does).
