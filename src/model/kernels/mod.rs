@@ -258,13 +258,22 @@ pub fn fuses(x: &Tensor<2>, w_t: &Tensor<2>, form: FusedForm) -> bool {
 /// Whether [`project`] sends `x [m, k] · w_tᵀ` (`w_t [n, k]`, x's dtype) to the staged
 /// tensor-core kernel on x's device; [`fuses`] then leaves the product to it (the residual add
 /// as its own launch).
-pub fn staged_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
+pub fn staged_takes(x: &Tensor<2>, dims: [usize; 3]) -> bool {
+    staged_on_device(x, dims, false)
+}
+
+/// [`staged_takes`] on a float weight, or with `fp8` on fp8 codes ([`staged_takes_fp8`]).
+fn staged_on_device(x: &Tensor<2>, [m, k, n]: [usize; 3], fp8: bool) -> bool {
     #[cfg(feature = "cube")]
     if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
         let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
-        return staged_rows(&cube.client(), float, [m, k, n]).is_some();
+        let client = cube.client();
+        return match fp8 {
+            true => staged_rows_fp8(&client, float, [m, k, n]).is_some(),
+            false => staged_rows(&client, float, [m, k, n]).is_some(),
+        };
     }
-    let _ = (x, m, k, n);
+    let _ = (x, m, k, n, fp8);
     false
 }
 
@@ -603,15 +612,8 @@ pub fn fuses_fp8(x: &Tensor<2>, w: &Fp8Weight, form: FusedForm) -> bool {
 /// Whether [`project_fp8`] sends `x [m, k]` times an fp8 weight `[n, k]` to the staged
 /// tensor-core kernel, decoding the codes as it stages them: where [`staged_takes`] a float
 /// weight of x's dtype and the device loads whole words of codes.
-pub fn staged_takes_fp8(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
-    #[cfg(feature = "cube")]
-    if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
-        let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
-        let client = cube.client();
-        return staged_rows_fp8(&client, float, [m, k, n]).is_some();
-    }
-    let _ = (x, m, k, n);
-    false
+pub fn staged_takes_fp8(x: &Tensor<2>, dims: [usize; 3]) -> bool {
+    staged_on_device(x, dims, true)
 }
 
 /// `x [m, in] · wᵀ` for an fp8 weight `w` ([`Fp8Weight`], `[out, in]`): `[m, out]` in x's
