@@ -20,7 +20,7 @@
 //! pool is masked, never read.
 
 use super::split::cube_work;
-use crate::common::fp8::{Fp8Decode, pool_vector};
+use crate::common::fp8::{Fp8Decode, pool_vector_raw};
 use crate::common::reduce::lane_sum;
 use cubecl::prelude::*;
 
@@ -95,6 +95,9 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let lo = chunk * (chunk_keys as usize);
     let hi = (lo + chunk_keys as usize).min(count);
 
+    // fp8 codes are decoded without their scale ([`pool_vector_raw`]): the queries carry k's
+    // scale and the decode's factor, the output v's.
+    let factor = comptime!(if fp8 { fp8_decode.raw_factor() } else { 1.0 });
     // This unit's vectors of the block's queries, pre-scaled; zero past the row.
     let loads = comptime!(vecs / words);
     let row_loads = comptime!(row_vectors / words);
@@ -108,7 +111,7 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
             if e < row_vectors {
                 x = Vector::<f32, N>::cast_from(
                     q[(t * num_qo_heads + head0 + h) * row_vectors + e],
-                ) * Vector::new(sm_scale * k_scale);
+                ) * Vector::new(sm_scale * k_scale * f32::new(factor));
             }
             qr[h * vecs + i] = x;
         }
@@ -156,12 +159,11 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                     kw = k_pool[at];
                     vw = v_pool[at];
                 }
-                // fp8: k's scale is in the queries and v's goes into the output.
                 #[unroll]
                 for w in 0..words {
                     let slot = s * vecs + i * words + w;
-                    ks[slot] = pool_vector::<P, N, M>(kw, w, 1.0, fp8, fp8_decode);
-                    vs[slot] = pool_vector::<P, N, M>(vw, w, 1.0, fp8, fp8_decode);
+                    ks[slot] = pool_vector_raw::<P, N, M>(kw, w, fp8, fp8_decode);
+                    vs[slot] = pool_vector_raw::<P, N, M>(vw, w, fp8, fp8_decode);
                 }
             }
         }
@@ -281,7 +283,7 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
             }
             let mut value = select(seen, value / Vector::new(total), Vector::new(f32::new(0.0)));
             if comptime!(fp8) {
-                value *= Vector::new(v_scale);
+                value *= Vector::new(v_scale * f32::new(factor));
             }
             if split {
                 part_out[(chunk * num_tokens * num_qo_heads + head) * row_vectors + e] = value;

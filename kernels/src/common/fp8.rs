@@ -84,6 +84,12 @@ pub(crate) fn unpack_e4m3_codes<N: Size>(
     scale: f32,
     #[comptime] nan_codes: bool,
 ) -> Vector<f32, N> {
+    codes_raw::<N>(word, nan_codes) * Vector::new(scale)
+}
+
+/// [`unpack_e4m3_codes`] before the scale: the codes' values.
+#[cube]
+fn codes_raw<N: Size>(word: u32, #[comptime] nan_codes: bool) -> Vector<f32, N> {
     let n = N::value();
     let magnitudes = word & 0x7F7F_7F7F;
     let signs = word & 0x8080_8080;
@@ -107,7 +113,7 @@ pub(crate) fn unpack_e4m3_codes<N: Size>(
             x.insert(i, select(f32::abs(v) == 480.0, nan, v));
         }
     }
-    x * Vector::new(scale)
+    x
 }
 
 /// [`REBIAS`] in place under the f32 exponent (`120 << 23`).
@@ -124,8 +130,14 @@ const HALF_MIN_NORMAL: f32 = 0.007_812_5;
 /// [`unpack_e4m3`], NaN codes included.
 #[cube]
 pub(crate) fn convert_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
+    native_raw::<N>(word) * Vector::new(scale)
+}
+
+/// [`convert_e4m3`] before the scale: the codes' values.
+#[cube]
+fn native_raw<N: Size>(word: u32) -> Vector<f32, N> {
     let codes = Vector::<e4m3, N>::reinterpret(word);
-    Vector::<f32, N>::cast_from(Vector::<f16, N>::cast_from(codes)) * Vector::new(scale)
+    Vector::<f32, N>::cast_from(Vector::<f16, N>::cast_from(codes))
 }
 
 /// How a kernel decodes fp8 e4m3 words: a launch's choice (comptime), the same values
@@ -152,6 +164,15 @@ impl Fp8Decode {
         match crate::common::launch::converts_fp8(client) {
             true => Self::Native.on_device(client),
             false => Self::Halves.on_device(client),
+        }
+    }
+
+    /// What [`decode_raw`] values are multiplied by to give the codes' values: `2^8` for f16
+    /// halves, 1 otherwise.
+    pub(crate) fn raw_factor(self) -> f32 {
+        match self {
+            Self::Halves => 256.0,
+            Self::Integer | Self::Native => 1.0,
         }
     }
 
@@ -183,15 +204,31 @@ impl Fp8Decode {
 /// exponent (shift 7) and its sign onto the f16 sign, as CubeCL's own fp4 decode does. Each lands
 /// on exactly its value times `2^-8` (the exponent biases differ by 8; a subnormal code is an f16
 /// subnormal of the same digits), widened exactly to f32; one multiply by `scale · 2^8` scales
-/// it. The NaN codes (`0x7F`, `0xFF`) land on ±1.875 and are replaced by NaN.
+/// it. The NaN codes (`0x7F`, `0xFF`) land on f16 NaNs ([`halves_raw`]).
 #[cube]
 pub(crate) fn unpack_e4m3_halves<N: Size>(
     word: u32,
     scale: f32,
     #[comptime] nan_codes: bool,
 ) -> Vector<f32, N> {
-    let even = ((word & 0x007F_007F) << 7) | ((word & 0x0080_0080) << 8);
-    let odd = ((word & 0x7F00_7F00) >> 1) | (word & 0x8000_8000);
+    halves_raw::<N>(word, nan_codes) * Vector::new(scale * 256.0)
+}
+
+/// [`unpack_e4m3_halves`] before the scale: the codes' values times `2^-8`. With `nan_codes`,
+/// the NaN codes become NaN in the integer bits: a magnitude of `0x7F` is the only one a 1
+/// carries into bit 7, and with that bit set it lands on the f16 `0x7F80` (`0xFF80` negative),
+/// a NaN, which widens to an f32 NaN (three integer operations a pair, against a compare and a
+/// select an element).
+#[cube]
+fn halves_raw<N: Size>(word: u32, #[comptime] nan_codes: bool) -> Vector<f32, N> {
+    let mut even = word & 0x007F_007F;
+    let mut odd = word & 0x7F00_7F00;
+    if comptime!(nan_codes) {
+        even |= (even + 0x0001_0001) & 0x0080_0080;
+        odd |= (odd + 0x0100_0100) & 0x8000_8000;
+    }
+    let even = (even << 7) | ((word & 0x0080_0080) << 8);
+    let odd = (odd >> 1) | (word & 0x8000_8000);
     let even = Vector::<f32, Const<2>>::cast_from(Vector::<f16, Const<2>>::reinterpret(even));
     let odd = Vector::<f32, Const<2>>::cast_from(Vector::<f16, Const<2>>::reinterpret(odd));
     let mut x = Vector::<f32, N>::new(0.0);
@@ -199,16 +236,7 @@ pub(crate) fn unpack_e4m3_halves<N: Size>(
     x.insert(1usize, odd.extract(0usize));
     x.insert(2usize, even.extract(1usize));
     x.insert(3usize, odd.extract(1usize));
-    if comptime!(nan_codes) {
-        let n = N::value();
-        let nan = f32::reinterpret(0x7FC0_0000u32);
-        #[unroll]
-        for i in 0..comptime!(n.min(4)) {
-            let v = x.extract(i);
-            x.insert(i, select(f32::abs(v) == 1.875, nan, v));
-        }
-    }
-    x * Vector::new(scale * 256.0)
+    x
 }
 
 /// [`unpack_e4m3`], [`unpack_e4m3_halves`] or [`convert_e4m3`], as `decode` says.
@@ -230,12 +258,26 @@ pub(crate) fn decode_codes<N: Size>(
     #[comptime] decode: Fp8Decode,
     #[comptime] nan_codes: bool,
 ) -> Vector<f32, N> {
+    let factor = comptime!(decode.raw_factor());
+    decode_raw::<N>(word, decode, nan_codes) * Vector::new(scale * f32::new(factor))
+}
+
+/// A word's four codes as `decode` reads them before any scale: each value divided by
+/// [`Fp8Decode::raw_factor`] (f16 halves sit `2^8` below their values), NaN codes as
+/// [`decode_codes`] reads them. A kernel that adds many of them under one scale multiplies
+/// once, by `scale · raw_factor`.
+#[cube]
+pub(crate) fn decode_raw<N: Size>(
+    word: u32,
+    #[comptime] decode: Fp8Decode,
+    #[comptime] nan_codes: bool,
+) -> Vector<f32, N> {
     if comptime!(decode == Fp8Decode::Native) {
-        convert_e4m3::<N>(word, scale)
+        native_raw::<N>(word)
     } else if comptime!(decode == Fp8Decode::Halves) {
-        unpack_e4m3_halves::<N>(word, scale, nan_codes)
+        halves_raw::<N>(word, nan_codes)
     } else {
-        unpack_e4m3_codes::<N>(word, scale, nan_codes)
+        codes_raw::<N>(word, nan_codes)
     }
 }
 
@@ -265,6 +307,23 @@ pub(crate) fn pool_vector<P: Numeric, N: Size, M: Size>(
 ) -> Vector<f32, N> {
     if comptime!(fp8) {
         decode_word::<N>(u32::cast_from(value.extract(w)), scale, decode)
+    } else {
+        Vector::<f32, N>::cast_from(value)
+    }
+}
+
+/// [`pool_vector`] before any scale: with `fp8`, word `w`'s codes as [`decode_raw`] reads them
+/// (a kernel multiplies its sums by `scale · decode.raw_factor()` once); a float pool's vector
+/// as it is.
+#[cube]
+pub(crate) fn pool_vector_raw<P: Numeric, N: Size, M: Size>(
+    value: Vector<P, M>,
+    #[comptime] w: usize,
+    #[comptime] fp8: bool,
+    #[comptime] decode: Fp8Decode,
+) -> Vector<f32, N> {
+    if comptime!(fp8) {
+        decode_raw::<N>(u32::cast_from(value.extract(w)), decode, true)
     } else {
         Vector::<f32, N>::cast_from(value)
     }
