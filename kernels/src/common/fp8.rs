@@ -292,29 +292,18 @@ pub(crate) fn load_pool<P: Numeric, N: Size, M: Size>(
     #[comptime] fp8: bool,
     #[comptime] decode: Fp8Decode,
 ) -> Vector<f32, N> {
-    pool_vector::<P, N, M>(pool[at], 0usize, scale, fp8, decode)
-}
-
-/// A pool's vector `value` as f32: a float pool's (`P` its float type, `M = N`), or with `fp8`
-/// its word `w` (`P` = u32, `M` words, `N = 4`) decoded as `decode` says, times `scale`.
-#[cube]
-pub(crate) fn pool_vector<P: Numeric, N: Size, M: Size>(
-    value: Vector<P, M>,
-    #[comptime] w: usize,
-    scale: f32,
-    #[comptime] fp8: bool,
-    #[comptime] decode: Fp8Decode,
-) -> Vector<f32, N> {
+    let value = pool_vector_raw::<P, N, M>(pool[at], 0usize, fp8, decode);
     if comptime!(fp8) {
-        decode_word::<N>(u32::cast_from(value.extract(w)), scale, decode)
+        let factor = comptime!(decode.raw_factor());
+        value * Vector::new(scale * f32::new(factor))
     } else {
-        Vector::<f32, N>::cast_from(value)
+        value
     }
 }
 
-/// [`pool_vector`] before any scale: with `fp8`, word `w`'s codes as [`decode_raw`] reads them
-/// (a kernel multiplies its sums by `scale · decode.raw_factor()` once); a float pool's vector
-/// as it is.
+/// A pool's vector `value` as f32 before any scale: a float pool's (`P` its float type, `M =
+/// N`), or with `fp8` its word `w` (`P` = u32, `M` words, `N = 4`) as [`decode_raw`] reads it
+/// (NaN codes included: a kernel multiplies its sums by `scale · decode.raw_factor()` once).
 #[cube]
 pub(crate) fn pool_vector_raw<P: Numeric, N: Size, M: Size>(
     value: Vector<P, M>,
