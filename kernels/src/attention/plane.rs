@@ -143,25 +143,28 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let mut base = lo;
     // The loop's bounds are the same in every unit: the shuffles run in uniform control flow.
     while base < hi {
-        // Loads first: `steps` keys and values of this key group as stored (decoded where they
-        // are used, each once: fewer registers than their f32 values), and the next rows.
-        let mut kw = Array::<Vector<P, M>>::new(steps * loads);
-        let mut vw = Array::<Vector<P, M>>::new(steps * loads);
+        // Loads first: `steps` keys and values of this key group, and the next rows.
+        let mut ks = Array::<Vector<f32, N>>::new(steps * vecs);
+        let mut vs = Array::<Vector<f32, N>>::new(steps * vecs);
         #[unroll]
         for s in 0..steps {
             let row = rows[s];
             #[unroll]
             for i in 0..loads {
                 let c = lane + i * lanes;
-                let mut k = Vector::<P, M>::new(P::from_int(0));
-                let mut v = Vector::<P, M>::new(P::from_int(0));
+                let mut kw = Vector::<P, M>::new(P::from_int(0));
+                let mut vw = Vector::<P, M>::new(P::from_int(0));
                 if row >= 0 && c < row_loads {
                     let at = (usize::cast_from(row) * num_kv_heads + g) * row_loads + c;
-                    k = k_pool[at];
-                    v = v_pool[at];
+                    kw = k_pool[at];
+                    vw = v_pool[at];
                 }
-                kw[s * loads + i] = k;
-                vw[s * loads + i] = v;
+                #[unroll]
+                for w in 0..words {
+                    let slot = s * vecs + i * words + w;
+                    ks[slot] = pool_vector_raw::<P, N, M>(kw, w, fp8, fp8_decode);
+                    vs[slot] = pool_vector_raw::<P, N, M>(vw, w, fp8, fp8_decode);
+                }
             }
         }
         let mut next = Array::<i32>::new(steps);
@@ -179,13 +182,12 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         let mut scores = Array::<f32>::new(steps * heads);
         #[unroll]
         for s in 0..steps {
-            let ks = row_values::<P, N, M>(&kw, s, loads, words, fp8, fp8_decode);
             #[unroll]
             for h in 0..heads {
                 let mut d = Vector::<f32, N>::new(f32::new(0.0));
                 #[unroll]
                 for i in 0..vecs {
-                    d += qr[h * vecs + i] * ks[i];
+                    d += qr[h * vecs + i] * ks[s * vecs + i];
                 }
                 let mut x = lane_sum::<N>(d);
                 #[unroll]
@@ -198,9 +200,7 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 scores[s * heads + h] = select(rows[s] >= 0, x, neg_inf);
             }
         }
-        // The online softmax over the step's keys: each head's new maximum, its accumulators
-        // rescaled, and the keys' weights; then each value, decoded once, into every head.
-        let mut weights = Array::<f32>::new(steps * heads);
+        // The online softmax over the step's keys.
         #[unroll]
         for h in 0..heads {
             let mut top = m[h];
@@ -221,21 +221,12 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
                 let x = scores[s * heads + h];
                 let p = select(x == neg_inf, f32::new(0.0), f32::exp(x - top));
                 sum += p;
-                weights[s * heads + h] = p;
-            }
-            l[h] = sum;
-        }
-        #[unroll]
-        for s in 0..steps {
-            let vs = row_values::<P, N, M>(&vw, s, loads, words, fp8, fp8_decode);
-            #[unroll]
-            for h in 0..heads {
-                let p = weights[s * heads + h];
                 #[unroll]
                 for i in 0..vecs {
-                    acc[h * vecs + i] += vs[i] * Vector::new(p);
+                    acc[h * vecs + i] += vs[s * vecs + i] * Vector::new(p);
                 }
             }
+            l[h] = sum;
         }
         #[unroll]
         for s in 0..steps {
@@ -314,27 +305,4 @@ pub(crate) fn attention_plane_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         }
         sync_cube();
     }
-}
-
-/// Step `s`'s loads (`loads` a step, as stored) as this unit's `loads * words` vectors of f32:
-/// float vectors widened, fp8 words decoded raw ([`pool_vector_raw`]).
-#[cube]
-fn row_values<P: Numeric, N: Size, M: Size>(
-    raw: &Array<Vector<P, M>>,
-    #[comptime] s: usize,
-    #[comptime] loads: usize,
-    #[comptime] words: usize,
-    #[comptime] fp8: bool,
-    #[comptime] fp8_decode: Fp8Decode,
-) -> Array<Vector<f32, N>> {
-    let mut values = Array::<Vector<f32, N>>::new(comptime!(loads * words));
-    #[unroll]
-    for i in 0..loads {
-        #[unroll]
-        for w in 0..words {
-            values[i * words + w] =
-                pool_vector_raw::<P, N, M>(raw[s * loads + i], w, fp8, fp8_decode);
-        }
-    }
-    values
 }
