@@ -195,7 +195,7 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
         let first = start * wv;
         if comptime!(shared_x) {
             let count = end * wv - first;
-            share_rows::<F, N>(x, norm_w, row_scales, &mut xs, first, count, words, shape);
+            share_rows::<F, N, W>(x, norm_w, row_scales, &mut xs, first, count, words, shape);
         }
         let mut base = start + lane;
         while base < end {
@@ -257,7 +257,7 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
                         #[unroll]
                         for r in 0..rows {
                             let xv = if comptime!(shared_x) {
-                                xs[r * x_shared + word - first]
+                                xs[r * x_shared + e * chunk + i - start]
                             } else {
                                 row_vector::<F, N>(x, norm_w, row_scales, r, word, words, norm)
                             };
@@ -314,11 +314,13 @@ fn row_vector<F: Float, N: Size>(
 }
 
 /// The element vectors `first..first + count` of each row of `x` (rows of `words` vectors) into
-/// `xs` (row `r` from `r * x_shared`) as [`row_vector`] reads them, every unit of the cube taking part, between two
+/// `xs` as [`row_vector`] reads them: row `r` from `r * x_shared`, word `e` of each vector of `W`
+/// words in the row's `e`-th run of `x_shared / W` (the plane's lanes, reading adjacent vectors'
+/// word `e` together, read adjacent 16 bytes: no bank conflict), every unit of the cube taking part, between two
 /// cube syncs (the chunk before is read; this one is written).
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn share_rows<F: Float, N: Size>(
+fn share_rows<F: Float, N: Size, W: Size>(
     x: &Tensor<Vector<F, N>>,
     norm_w: &Tensor<Vector<F, N>>,
     row_scales: &Array<f32>,
@@ -329,13 +331,15 @@ fn share_rows<F: Float, N: Size>(
     #[comptime] shape: Fp8Shape,
 ) {
     let (rows, x_shared, norm) = comptime!((shape.rows, shape.x_shared, shape.norm));
+    let wv = W::value();
+    let chunk = comptime!(x_shared / wv);
     let units = (CUBE_DIM_X * CUBE_DIM_Y) as usize;
     let unit = (UNIT_POS_Y * CUBE_DIM_X + UNIT_POS_X) as usize;
     sync_cube();
     #[unroll]
     for r in 0..rows {
         for j in range_stepped(unit, count, units) {
-            xs[r * x_shared + j] =
+            xs[r * x_shared + (j % wv) * chunk + j / wv] =
                 row_vector::<F, N>(x, norm_w, row_scales, r, first + j, words, norm);
         }
     }
