@@ -44,7 +44,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     });
     let (rows, cols) = comptime!((shape.rows, shape.cols));
     let n = codes.shape(0);
-    let col0 = plane_columns(n, cols, comptime!(sums.shared || shape.x_shared > 0));
+    let col0 = plane_columns(n, cols, sums);
     // `x` stands in for the norm weight the plain product does not read.
     let no_scales = Array::<f32>::new(1usize);
     let acc = fp8_plane_products::<F, N, W>(x, x, &no_scales, codes, scales, col0, n, 0, shape);
@@ -79,7 +79,7 @@ pub(crate) fn matvec_fp8_norm_kernel<F: Float, N: Size, W: Size>(
     let words = comptime!(shape.w_vectors * wv);
     // Before any plane leaves: the cube syncs.
     let norms = row_scales::<F, N>(x, eps, inv_hidden, rows, words, sums);
-    let col0 = plane_columns(n, cols, comptime!(sums.shared || shape.x_shared > 0));
+    let col0 = plane_columns(n, cols, sums);
     let acc = fp8_plane_products::<F, N, W>(x, norm_w, &norms, codes, scales, col0, n, n, shape);
     if comptime!(pairs == 1) {
         store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
@@ -110,7 +110,7 @@ pub(crate) fn matvec_fp8_add_kernel<F: Float, N: Size, W: Size>(
     });
     let n = codes.shape(0);
     let (rows, cols) = comptime!((shape.rows, shape.cols));
-    let col0 = plane_columns(n, cols, comptime!(sums.shared || shape.x_shared > 0));
+    let col0 = plane_columns(n, cols, sums);
     let no_scales = Array::<f32>::new(1usize);
     let acc = fp8_plane_products::<F, N, W>(x, x, &no_scales, codes, scales, col0, n, 0, shape);
     store_added::<F, N>(&acc, res, out, n, col0, rows, cols, sums);
@@ -118,10 +118,8 @@ pub(crate) fn matvec_fp8_add_kernel<F: Float, N: Size, W: Size>(
 
 /// The launch shape of the fp8 matrix-vector kernels (comptime): `rows` rows, `cols` output
 /// columns a plane each from `pairs` weight rows (2: gate and up), `unroll` loads in flight a
-/// weight row, rows of `w_vectors` vectors of words, how the codes are read (`words`), whether
-/// the rows are normalised first, and `x_shared`: the words of each row of `x` the cube keeps
-/// in shared memory at a time as f32 (normalised there once, not by every plane for every
-/// element; a multiple of the words a vector), or 0 to read `x` in the loop.
+/// weight row, rows of `w_vectors` vectors of words, how the codes are read (`words`), and
+/// whether the rows are normalised first.
 #[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
 pub(crate) struct Fp8Shape {
     pub(crate) rows: usize,
@@ -131,7 +129,6 @@ pub(crate) struct Fp8Shape {
     pub(crate) w_vectors: usize,
     pub(crate) norm: bool,
     pub(crate) words: Fp8Words,
-    pub(crate) x_shared: usize,
 }
 
 /// How a kernel reads an fp8 weight's codes (comptime): scales in blocks of `block_words`
@@ -148,9 +145,8 @@ pub(crate) struct Fp8Words {
 /// cols + c` holds row `r` of `x` times weight row `col0 + c + p * offset` decoded (columns
 /// `col0 + c ≥ n` read zeros), lane by lane; with `norm`, the rows normalised as the float
 /// kernels' `plane_products` normalises them (scales `row_scales`, weight `norm_w`). Where a
-/// vector of words lies in one scale block, its products are added unscaled and multiplied by
-/// the block's scale once; with `x_shared`, the rows of `x` come from shared memory
-/// ([`share_rows`]), a chunk at a time.
+/// vector of words lies in one scale block, its products are added unscaled ([`decode_raw`])
+/// and multiplied by the block's scale once.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn fp8_plane_products<F: Float, N: Size, W: Size>(
@@ -166,8 +162,7 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
 ) -> Array<Vector<f32, N>> {
     let (rows, cols, pairs, unroll) =
         comptime!((shape.rows, shape.cols, shape.pairs, shape.unroll));
-    let (w_vectors, block_words, x_shared) =
-        comptime!((shape.w_vectors, shape.words.block_words, shape.x_shared));
+    let (w_vectors, block_words) = comptime!((shape.w_vectors, shape.words.block_words));
     let (decode, nan_codes, norm) =
         comptime!((shape.words.decode, shape.words.nan_codes, shape.norm));
     let factor = comptime!(decode.raw_factor());
@@ -176,9 +171,6 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
     let width = comptime!(cols * pairs);
     // Whether a vector of words lies in one block (one scale a vector and column).
     let uniform = comptime!(block_words.is_multiple_of(wv));
-    let shared_x = comptime!(x_shared > 0);
-    // Vectors of words a chunk of `x`: the whole row unless shared_x.
-    let chunk = comptime!(if shared_x { x_shared / wv } else { w_vectors });
     let blocks = scales.shape(1);
     let lane = UNIT_POS_X as usize;
     let lanes = CUBE_DIM_X as usize;
@@ -187,163 +179,94 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
     for a in 0..rows * width {
         acc[a] = Vector::new(f32::new(0.0));
     }
-    let mut xs = Shared::<[Vector<f32, N>]>::new_slice(comptime!(rows * x_shared.max(1)));
     let step = lanes * unroll;
-    let mut start = 0usize;
-    while start < w_vectors {
-        let end = usize::min(start + chunk, w_vectors);
-        let first = start * wv;
-        if comptime!(shared_x) {
-            let count = end * wv - first;
-            share_rows::<F, N, W>(x, norm_w, row_scales, &mut xs, first, count, words, shape);
-        }
-        let mut base = start + lane;
-        while base < end {
-            let mut ws = Array::<Vector<u32, W>>::new(unroll * width);
+    let mut base = lane;
+    while base < w_vectors {
+        let mut ws = Array::<Vector<u32, W>>::new(unroll * width);
+        #[unroll]
+        for u in 0..unroll {
+            let i = base + u * lanes;
             #[unroll]
-            for u in 0..unroll {
-                let i = base + u * lanes;
-                #[unroll]
-                for j in 0..width {
-                    let c = comptime!(j % cols);
-                    let p = comptime!(j / cols);
-                    let mut v = Vector::<u32, W>::new(0u32);
-                    if i < end && col0 + c < n {
-                        v = codes[(col0 + c + p * offset) * w_vectors + i];
-                    }
-                    ws[u * width + j] = v;
+            for j in 0..width {
+                let c = comptime!(j % cols);
+                let p = comptime!(j / cols);
+                let mut v = Vector::<u32, W>::new(0u32);
+                if i < w_vectors && col0 + c < n {
+                    v = codes[(col0 + c + p * offset) * w_vectors + i];
                 }
+                ws[u * width + j] = v;
             }
-            #[unroll]
-            for u in 0..unroll {
-                let i = base + u * lanes;
-                if i < end {
-                    // A column past `n` (its codes are zeros) reads the last column's scales.
-                    let mut vector_scales = Array::<f32>::new(width);
-                    let mut sums = Array::<Vector<f32, N>>::new(comptime!(if uniform {
-                        rows * width
-                    } else {
-                        1
-                    }));
-                    if comptime!(uniform) {
-                        #[unroll]
-                        for j in 0..width {
+        }
+        #[unroll]
+        for u in 0..unroll {
+            let i = base + u * lanes;
+            if i < w_vectors {
+                // A column past `n` (its codes are zeros) reads the last column's scales.
+                let mut vector_scales = Array::<f32>::new(width);
+                let mut sums =
+                    Array::<Vector<f32, N>>::new(comptime!(if uniform { rows * width } else { 1 }));
+                if comptime!(uniform) {
+                    #[unroll]
+                    for j in 0..width {
+                        let row = usize::min(col0 + comptime!(j % cols), n - 1)
+                            + comptime!(j / cols) * offset;
+                        vector_scales[j] =
+                            scales[row * blocks + (i * wv) / block_words] * f32::new(factor);
+                    }
+                    #[unroll]
+                    for a in 0..rows * width {
+                        sums[a] = Vector::new(f32::new(0.0));
+                    }
+                }
+                #[unroll]
+                for e in 0..wv {
+                    let word = i * wv + e;
+                    let mut decoded = Array::<Vector<f32, N>>::new(width);
+                    #[unroll]
+                    for j in 0..width {
+                        let code = ws[u * width + j].extract(e);
+                        if comptime!(uniform) {
+                            decoded[j] = decode_raw::<N>(code, decode, nan_codes);
+                        } else {
                             let row = usize::min(col0 + comptime!(j % cols), n - 1)
                                 + comptime!(j / cols) * offset;
-                            vector_scales[j] =
-                                scales[row * blocks + (i * wv) / block_words] * f32::new(factor);
-                        }
-                        #[unroll]
-                        for a in 0..rows * width {
-                            sums[a] = Vector::new(f32::new(0.0));
+                            let scale = scales[row * blocks + word / block_words];
+                            decoded[j] = decode_codes::<N>(code, scale, decode, nan_codes);
                         }
                     }
                     #[unroll]
-                    for e in 0..wv {
-                        let word = i * wv + e;
-                        let mut decoded = Array::<Vector<f32, N>>::new(width);
+                    for r in 0..rows {
+                        let mut xv = Vector::<f32, N>::cast_from(x[r * words + word]);
+                        if comptime!(norm) {
+                            let h = Vector::<F, N>::cast_from(xv * Vector::new(row_scales[r]))
+                                * norm_w[word];
+                            xv = Vector::<f32, N>::cast_from(h);
+                        }
                         #[unroll]
                         for j in 0..width {
-                            let code = ws[u * width + j].extract(e);
                             if comptime!(uniform) {
-                                decoded[j] = decode_raw::<N>(code, decode, nan_codes);
+                                sums[r * width + j] += xv * decoded[j];
                             } else {
-                                let row = usize::min(col0 + comptime!(j % cols), n - 1)
-                                    + comptime!(j / cols) * offset;
-                                let scale = scales[row * blocks + word / block_words];
-                                decoded[j] = decode_codes::<N>(code, scale, decode, nan_codes);
-                            }
-                        }
-                        #[unroll]
-                        for r in 0..rows {
-                            let xv = if comptime!(shared_x) {
-                                xs[r * x_shared + e * chunk + i - start]
-                            } else {
-                                row_vector::<F, N>(x, norm_w, row_scales, r, word, words, norm)
-                            };
-                            #[unroll]
-                            for j in 0..width {
-                                if comptime!(uniform) {
-                                    sums[r * width + j] += xv * decoded[j];
-                                } else {
-                                    acc[r * width + j] += xv * decoded[j];
-                                }
-                            }
-                        }
-                    }
-                    if comptime!(uniform) {
-                        #[unroll]
-                        for r in 0..rows {
-                            #[unroll]
-                            for j in 0..width {
-                                acc[r * width + j] +=
-                                    sums[r * width + j] * Vector::new(vector_scales[j]);
+                                acc[r * width + j] += xv * decoded[j];
                             }
                         }
                     }
                 }
+                if comptime!(uniform) {
+                    #[unroll]
+                    for r in 0..rows {
+                        #[unroll]
+                        for j in 0..width {
+                            acc[r * width + j] +=
+                                sums[r * width + j] * Vector::new(vector_scales[j]);
+                        }
+                    }
+                }
             }
-            base += step;
         }
-        start = end;
+        base += step;
     }
     acc
-}
-
-/// Element vector `word` of row `r` of `x` (rows of `words` vectors) as f32; with `norm`
-/// normalised as RMSNorm rounds it (the row's scale `row_scales[r]`, then the weight `norm_w`,
-/// in `F`).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn row_vector<F: Float, N: Size>(
-    x: &Tensor<Vector<F, N>>,
-    norm_w: &Tensor<Vector<F, N>>,
-    row_scales: &Array<f32>,
-    #[comptime] r: usize,
-    word: usize,
-    #[comptime] words: usize,
-    #[comptime] norm: bool,
-) -> Vector<f32, N> {
-    let xv = Vector::<f32, N>::cast_from(x[r * words + word]);
-    if comptime!(norm) {
-        let h = Vector::<F, N>::cast_from(xv * Vector::new(row_scales[r])) * norm_w[word];
-        Vector::<f32, N>::cast_from(h)
-    } else {
-        xv
-    }
-}
-
-/// The element vectors `first..first + count` of each row of `x` (rows of `words` vectors) into
-/// `xs` as [`row_vector`] reads them: row `r` from `r * x_shared`, word `e` of each vector of `W`
-/// words in the row's `e`-th run of `x_shared / W` (the plane's lanes, reading adjacent vectors'
-/// word `e` together, read adjacent 16 bytes: no bank conflict), every unit of the cube taking part, between two
-/// cube syncs (the chunk before is read; this one is written).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn share_rows<F: Float, N: Size, W: Size>(
-    x: &Tensor<Vector<F, N>>,
-    norm_w: &Tensor<Vector<F, N>>,
-    row_scales: &Array<f32>,
-    xs: &mut Shared<[Vector<f32, N>]>,
-    first: usize,
-    count: usize,
-    #[comptime] words: usize,
-    #[comptime] shape: Fp8Shape,
-) {
-    let (rows, x_shared, norm) = comptime!((shape.rows, shape.x_shared, shape.norm));
-    let wv = W::value();
-    let chunk = comptime!(x_shared / wv);
-    let units = (CUBE_DIM_X * CUBE_DIM_Y) as usize;
-    let unit = (UNIT_POS_Y * CUBE_DIM_X + UNIT_POS_X) as usize;
-    sync_cube();
-    #[unroll]
-    for r in 0..rows {
-        for j in range_stepped(unit, count, units) {
-            xs[r * x_shared + (j % wv) * chunk + j / wv] =
-                row_vector::<F, N>(x, norm_w, row_scales, r, first + j, words, norm);
-        }
-    }
-    sync_cube();
 }
 
 /// `out [n, k]` (vectors of `N` = 4 floats, one per word) = the fp8 weight (`codes`, `scales`) decoded and
@@ -423,99 +346,92 @@ mod tests {
                 for (w_vector, block_words) in [(4usize, 32usize), (2, 8), (1, 1), (4, 65), (4, 2)]
                 {
                     let (n, k) = (40usize, 4 * 4 * 64);
-                    // `x` read in the loop, and 64 words at a time in shared memory (the vectors
-                    // of words a block holds, and those it does not).
-                    let shares = [0, 64].into_iter();
-                    for x_shared in shares.filter(|s| *s == 0 || matches!(block_words, 32 | 2)) {
-                        let shape = |pairs: usize, norm: bool| Fp8Shape {
-                            rows,
-                            cols,
-                            pairs,
-                            unroll,
-                            w_vectors: k / 4 / w_vector,
-                            norm,
-                            words: Fp8Words {
-                                block_words,
-                                decode: Fp8Decode::Integer,
-                                nan_codes: true,
-                            },
-                            x_shared,
-                        };
-                        let what = format!(
-                            "{float:?} rows {rows} vector {w_vector} blocks of {block_words} \
-                             words, x shared {x_shared}"
-                        );
-                        let kernel = matvec_fp8_kernel::create_dummy_kernel(
-                            Arc::new(client.properties().clone()),
-                            Arc::new(client.target_properties().clone()),
-                            CubeCount::Static(1, 1, 1),
-                            CubeDim::new_2d(sums.lanes as u32, sums.planes as u32),
-                            AddressType::U32,
-                            4,
-                            w_vector,
-                            tensor([rows, k]),
-                            tensor([n, k / 4]),
-                            tensor([n, (k / 4).div_ceil(block_words)]),
-                            tensor([rows, n]),
-                            shape(1, false),
-                            sums,
-                            ElemType::Float(float),
-                        );
-                        let source = MslCompiler::default()
-                            .compile(kernel.define(), &CompilationOptions::default())
-                            .unwrap_or_else(|e| panic!("matvec_fp8_kernel, {what}: {e:?}"))
-                            .to_string();
-                        assert!(
-                            source.contains("[[kernel]] void matvec_fp8_kernel"),
-                            "{what}: no entry point"
-                        );
-                        // The fused forms: the norm before (with and without the activation
-                        // after), and the residual add after; one weight layout is enough for
-                        // their parts.
-                        if (w_vector, block_words) != (4, 32) {
-                            continue;
-                        }
-                        for pairs in [1usize, 2] {
-                            let kernel = matvec_fp8_norm_kernel::create_dummy_kernel(
-                                Arc::new(client.properties().clone()),
-                                Arc::new(client.target_properties().clone()),
-                                CubeCount::Static(1, 1, 1),
-                                CubeDim::new_2d(sums.lanes as u32, sums.planes as u32),
-                                AddressType::U32,
-                                4,
-                                w_vector,
-                                tensor([rows, k]),
-                                tensor([1, k]),
-                                tensor([n, k / 4]),
-                                tensor([n, (k / 4).div_ceil(block_words)]),
-                                tensor([rows, n / pairs]),
-                                1e-5,
-                                1.0 / k as f32,
-                                shape(pairs, true),
-                                sums,
-                                ElemType::Float(float),
-                            );
-                            assert_msl(kernel, "matvec_fp8_norm_kernel");
-                        }
-                        let kernel = matvec_fp8_add_kernel::create_dummy_kernel(
-                            Arc::new(client.properties().clone()),
-                            Arc::new(client.target_properties().clone()),
-                            CubeCount::Static(1, 1, 1),
-                            CubeDim::new_2d(sums.lanes as u32, sums.planes as u32),
-                            AddressType::U32,
-                            4,
-                            w_vector,
-                            tensor([rows, k]),
-                            tensor([n, k / 4]),
-                            tensor([n, (k / 4).div_ceil(block_words)]),
-                            tensor([rows, n]),
-                            tensor([rows, n]),
-                            shape(1, false),
-                            sums,
-                            ElemType::Float(float),
-                        );
-                        assert_msl(kernel, "matvec_fp8_add_kernel");
+                    let shape = |pairs: usize, norm: bool| Fp8Shape {
+                        rows,
+                        cols,
+                        pairs,
+                        unroll,
+                        w_vectors: k / 4 / w_vector,
+                        norm,
+                        words: Fp8Words {
+                            block_words,
+                            decode: Fp8Decode::Integer,
+                            nan_codes: true,
+                        },
+                    };
+                    let what = format!(
+                        "{float:?} rows {rows} vector {w_vector} blocks of {block_words} words"
+                    );
+                    let kernel = matvec_fp8_kernel::create_dummy_kernel(
+                        Arc::new(client.properties().clone()),
+                        Arc::new(client.target_properties().clone()),
+                        CubeCount::Static(1, 1, 1),
+                        CubeDim::new_2d(sums.lanes as u32, sums.planes as u32),
+                        AddressType::U32,
+                        4,
+                        w_vector,
+                        tensor([rows, k]),
+                        tensor([n, k / 4]),
+                        tensor([n, (k / 4).div_ceil(block_words)]),
+                        tensor([rows, n]),
+                        shape(1, false),
+                        sums,
+                        ElemType::Float(float),
+                    );
+                    let source = MslCompiler::default()
+                        .compile(kernel.define(), &CompilationOptions::default())
+                        .unwrap_or_else(|e| panic!("matvec_fp8_kernel, {what}: {e:?}"))
+                        .to_string();
+                    assert!(
+                        source.contains("[[kernel]] void matvec_fp8_kernel"),
+                        "{what}: no entry point"
+                    );
+                    // The fused forms: the norm before (with and without the activation
+                    // after), and the residual add after; one weight layout is enough for
+                    // their parts.
+                    if (w_vector, block_words) != (4, 32) {
+                        continue;
                     }
+                    for pairs in [1usize, 2] {
+                        let kernel = matvec_fp8_norm_kernel::create_dummy_kernel(
+                            Arc::new(client.properties().clone()),
+                            Arc::new(client.target_properties().clone()),
+                            CubeCount::Static(1, 1, 1),
+                            CubeDim::new_2d(sums.lanes as u32, sums.planes as u32),
+                            AddressType::U32,
+                            4,
+                            w_vector,
+                            tensor([rows, k]),
+                            tensor([1, k]),
+                            tensor([n, k / 4]),
+                            tensor([n, (k / 4).div_ceil(block_words)]),
+                            tensor([rows, n / pairs]),
+                            1e-5,
+                            1.0 / k as f32,
+                            shape(pairs, true),
+                            sums,
+                            ElemType::Float(float),
+                        );
+                        assert_msl(kernel, "matvec_fp8_norm_kernel");
+                    }
+                    let kernel = matvec_fp8_add_kernel::create_dummy_kernel(
+                        Arc::new(client.properties().clone()),
+                        Arc::new(client.target_properties().clone()),
+                        CubeCount::Static(1, 1, 1),
+                        CubeDim::new_2d(sums.lanes as u32, sums.planes as u32),
+                        AddressType::U32,
+                        4,
+                        w_vector,
+                        tensor([rows, k]),
+                        tensor([n, k / 4]),
+                        tensor([n, (k / 4).div_ceil(block_words)]),
+                        tensor([rows, n]),
+                        tensor([rows, n]),
+                        shape(1, false),
+                        sums,
+                        ElemType::Float(float),
+                    );
+                    assert_msl(kernel, "matvec_fp8_add_kernel");
                 }
             }
             for (rows, cols, unroll, vector) in [(1usize, 1usize, 4usize, 4usize), (8, 2, 2, 8)] {

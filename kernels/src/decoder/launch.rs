@@ -66,9 +66,6 @@ pub struct DecoderTuning {
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
-    /// fp8 matrix-vector kernels: bytes of shared memory for rows of `x`
-    /// (`ROPE_POOL_FP8_X_SHARED`; 0: `x` read in the loop; default [`FP8_X_SHARED_BYTES`]).
-    pub fp8_x_shared: Option<usize>,
     /// Measurement only: the fp8-weight kernels read every weight as holding no NaN code
     /// (`ROPE_POOL_FP8_FINITE=1`).
     pub fp8_finite: bool,
@@ -100,7 +97,6 @@ impl DecoderTuning {
             staged_cubes: number("ROPE_POOL_STAGED_CUBES").filter(|n| *n >= 1),
             staged_planes: number("ROPE_POOL_STAGED_PLANES").filter(|n| (1..=8).contains(n)),
             fp8_decode: crate::common::tuning::fp8_decode(),
-            fp8_x_shared: number("ROPE_POOL_FP8_X_SHARED"),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
         })
@@ -134,9 +130,6 @@ const LOADS: usize = 4;
 /// 186–189 with 4, 188 with 1 and 169 with 8; `benches/RESULTS.md`, "fp8 weights through the
 /// staged kernel").
 const FP8_LOADS: usize = 2;
-/// Shared memory the fp8 matrix-vector kernels keep rows of `x` in, as f32 ([`fp8_x_shared`]):
-/// a 4096-wide row whole, and eight cubes of 256 units on an SM of 228 KiB (H100, H200).
-const FP8_X_SHARED_BYTES: usize = 16 * 1024;
 /// The most accumulators (rows × columns, vectors) a unit keeps.
 const ACCUMULATORS: usize = 16;
 
@@ -524,35 +517,8 @@ fn fp8_shape(
         w_vectors: words / w_vector,
         norm,
         words: weight_decode(client, block_words, nan_codes),
-        x_shared: fp8_x_shared(client, rows, words, w_vector, sums),
     };
     (cube_dim, cube_count, w_vector, shape, sums)
-}
-
-/// Words of each row of `x` the fp8 matrix-vector kernels keep in shared memory at a time (as
-/// f32, normalised once a cube), or 0 to read `x` in the loop: [`FP8_X_SHARED_BYTES`] for all
-/// rows (the tuning may name other bytes, 0 for none), where a chunk is a whole row or gives
-/// each lane two loads of words or more, and the device has that shared memory beside the
-/// sums' (shared-memory sums take [`SHARED_SUMS_BYTES`]).
-fn fp8_x_shared(
-    client: &Client,
-    rows: usize,
-    words: usize,
-    w_vector: usize,
-    sums: PlaneSums,
-) -> usize {
-    let bytes = LaunchTuning::current()
-        .decoder
-        .fp8_x_shared
-        .unwrap_or(FP8_X_SHARED_BYTES);
-    let chunk = (bytes / (rows * 16) / w_vector * w_vector).min(words);
-    let sums_bytes = if sums.shared { SHARED_SUMS_BYTES } else { 0 };
-    let fits =
-        client.properties().hardware.max_shared_memory_size >= rows * chunk * 16 + sums_bytes;
-    match fits && chunk > 0 && chunk >= (2 * sums.lanes * w_vector).min(words) {
-        true => chunk,
-        false => 0,
-    }
 }
 
 /// How the fp8-weight kernels read codes on `client`'s device: scales in blocks of `block_words`

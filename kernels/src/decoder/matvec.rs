@@ -47,7 +47,7 @@ pub(crate) fn matvec_kernel<F: Float, N: Size>(
     #[define(F)] _dtype: ElemType,
 ) {
     let n = w.shape(0);
-    let col0 = plane_columns(n, cols, sums.shared);
+    let col0 = plane_columns(n, cols, sums);
     // `x` stands in for the norm weight the plain product does not read.
     let no_scales = Array::<f32>::new(1usize);
     let acc = plane_products::<F, N>(
@@ -83,7 +83,7 @@ pub(crate) fn matvec_norm_kernel<F: Float, N: Size>(
     let n = w.shape(0) / pairs;
     // Before any plane leaves: the cube syncs.
     let scales = row_scales::<F, N>(x, eps, inv_hidden, rows, k_vectors, sums);
-    let col0 = plane_columns(n, cols, sums.shared);
+    let col0 = plane_columns(n, cols, sums);
     let acc = plane_products::<F, N>(
         x, norm_w, &scales, w, col0, n, n, rows, cols, pairs, unroll, k_vectors, true,
     );
@@ -112,7 +112,7 @@ pub(crate) fn matvec_add_kernel<F: Float, N: Size>(
     #[define(F)] _dtype: ElemType,
 ) {
     let n = w.shape(0);
-    let col0 = plane_columns(n, cols, sums.shared);
+    let col0 = plane_columns(n, cols, sums);
     let no_scales = Array::<f32>::new(1usize);
     let acc = plane_products::<F, N>(
         x, x, &no_scales, w, col0, n, 0, rows, cols, 1usize, unroll, k_vectors, false,
@@ -120,19 +120,19 @@ pub(crate) fn matvec_add_kernel<F: Float, N: Size>(
     store_added::<F, N>(&acc, res, out, n, col0, rows, cols, sums);
 }
 
-/// The first of the `cols` output columns (of `n`) of this unit's plane. A plane with none
-/// leaves (a whole plane together: its plane sums stay uniform) unless `every_plane` stays: the
-/// cube syncs later (shared-memory sums, staged rows), its loads and stores guarded.
+/// The first of the `cols` output columns (of `n`) of this unit's plane. With plane operations
+/// the plane leaves when it has none (a whole plane together: its plane sums stay uniform);
+/// with shared-memory sums every plane stays (the cube syncs), its loads and stores guarded.
 #[cube]
-// Not collapsed: the outer condition is comptime (no branch where every plane stays).
+// Not collapsed: the outer condition is comptime (no branch in shared mode), the inner one not.
 #[allow(clippy::collapsible_if)]
 pub(crate) fn plane_columns(
     n: usize,
     #[comptime] cols: usize,
-    #[comptime] every_plane: bool,
+    #[comptime] sums: PlaneSums,
 ) -> usize {
     let col0 = (CUBE_POS * CUBE_DIM_Y as usize + UNIT_POS_Y as usize) * cols;
-    if comptime!(!every_plane) {
+    if comptime!(!sums.shared) {
         if col0 >= n {
             terminate!();
         }
