@@ -7,8 +7,9 @@
 //!   in memory on a little-endian machine), with one scale: stored code = e4m3(x · (1 / scale))
 //!   (`pack_e4m3()`), read back exactly as code value × scale (`unpack_e4m3()`).
 //!
-//! Reads may instead go through f16 halves (`unpack_e4m3_halves()`) or CubeCL's fp8 type
-//! (`convert_e4m3()`) where the device runs them ([`Fp8Decode`]): the same values.
+//! Reads may instead go through f16 halves (`halves_raw()`) or CubeCL's fp8 type
+//! (`native_raw()`) where the device runs them ([`Fp8Decode`]): the same values, before the
+//! scale (`decode_raw()`; `decode_codes()` applies it).
 //!
 //! [`encode_host`] and [`decode_host`] are the same arithmetic on the host.
 
@@ -123,17 +124,11 @@ const MIN_NORMAL: f32 = 0.015_625;
 /// 2^-7.
 const HALF_MIN_NORMAL: f32 = 0.007_812_5;
 
-/// The four values of a word of e4m3 codes (a vector of four), times `scale`, through CubeCL's
-/// fp8 type: the device's own conversion where it has one (elsewhere CubeCL rewrites the casts
-/// into a software codec). Through f16, which holds every e4m3 value exactly (Vulkan's float8
-/// extension keeps subnormal codes only when converting to f16). The same values as
-/// [`unpack_e4m3`], NaN codes included.
-#[cube]
-pub(crate) fn convert_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
-    native_raw::<N>(word) * Vector::new(scale)
-}
-
-/// [`convert_e4m3`] before the scale: the codes' values.
+/// The four values of a word of e4m3 codes (a vector of four), before any scale, through
+/// CubeCL's fp8 type: the device's own conversion where it has one (elsewhere CubeCL rewrites the
+/// casts into a software codec). Through f16, which holds every e4m3 value exactly (Vulkan's
+/// float8 extension keeps subnormal codes only when converting to f16). The same values as
+/// [`unpack_e4m3`] before its scale, NaN codes included.
 #[cube]
 fn native_raw<N: Size>(word: u32) -> Vector<f32, N> {
     let codes = Vector::<e4m3, N>::reinterpret(word);
@@ -144,14 +139,14 @@ fn native_raw<N: Size>(word: u32) -> Vector<f32, N> {
 /// (NaN codes included) every way. The root crate's `PoolAttentionConfig::fp8_decode` takes it.
 #[derive(Copy, Clone, Debug, Hash, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Fp8Decode {
-    /// Integer arithmetic into f32 bits (`unpack_e4m3`): every device, WGSL without f16
-    /// included.
+    /// Integer arithmetic into f32 bits (`codes_raw`, as `unpack_e4m3`): every device, WGSL
+    /// without f16 included.
     Integer,
     /// Each code's bits moved under an f16's exponent, two codes to a word, then widened
-    /// (`unpack_e4m3_halves`): NVIDIA GPUs through SPIR-V ([`Self::on_device`]); about half the
+    /// (`halves_raw`): NVIDIA GPUs through SPIR-V ([`Self::on_device`]); about half the
     /// integer codec's operations.
     Halves,
-    /// CubeCL's fp8 type (`convert_e4m3`): the device's own conversion where it has one,
+    /// CubeCL's fp8 type (`native_raw`): the device's own conversion where it has one,
     /// CubeCL's software codec elsewhere.
     Native,
 }
@@ -199,26 +194,15 @@ impl Fp8Decode {
     }
 }
 
-/// The four values of a word of e4m3 codes (a vector of four), times `scale`, through f16
-/// halves: codes 0 and 2, then 1 and 3, sixteen bits apart, each magnitude moved under an f16's
-/// exponent (shift 7) and its sign onto the f16 sign, as CubeCL's own fp4 decode does. Each lands
-/// on exactly its value times `2^-8` (the exponent biases differ by 8; a subnormal code is an f16
-/// subnormal of the same digits), widened exactly to f32; one multiply by `scale · 2^8` scales
-/// it. The NaN codes (`0x7F`, `0xFF`) land on f16 NaNs ([`halves_raw`]).
-#[cube]
-pub(crate) fn unpack_e4m3_halves<N: Size>(
-    word: u32,
-    scale: f32,
-    #[comptime] nan_codes: bool,
-) -> Vector<f32, N> {
-    halves_raw::<N>(word, nan_codes) * Vector::new(scale * 256.0)
-}
-
-/// [`unpack_e4m3_halves`] before the scale: the codes' values times `2^-8`. With `nan_codes`,
-/// the NaN codes become NaN in the integer bits: a magnitude of `0x7F` is the only one a 1
-/// carries into bit 7, and with that bit set it lands on the f16 `0x7F80` (`0xFF80` negative),
-/// a NaN, which widens to an f32 NaN (three integer operations a pair, against a compare and a
-/// select an element).
+/// The four values of a word of e4m3 codes (a vector of four) times `2^-8`, through f16 halves:
+/// codes 0 and 2, then 1 and 3, sixteen bits apart, each magnitude moved under an f16's exponent
+/// (shift 7) and its sign onto the f16 sign, as CubeCL's own fp4 decode does. Each lands on
+/// exactly its value times `2^-8` (the exponent biases differ by 8; a subnormal code is an f16
+/// subnormal of the same digits), widened exactly to f32 ([`Fp8Decode::raw_factor`] is the
+/// `2^8`). With `nan_codes`, the NaN codes become NaN in the integer bits: a magnitude of `0x7F`
+/// is the only one a 1 carries into bit 7, and with that bit set it lands on the f16 `0x7F80`
+/// (`0xFF80` negative), a NaN, which widens to an f32 NaN (three integer operations a pair,
+/// against a compare and a select an element); without, they read ±1.875 (±480 once scaled).
 #[cube]
 fn halves_raw<N: Size>(word: u32, #[comptime] nan_codes: bool) -> Vector<f32, N> {
     let mut even = word & 0x007F_007F;
@@ -239,7 +223,8 @@ fn halves_raw<N: Size>(word: u32, #[comptime] nan_codes: bool) -> Vector<f32, N>
     x
 }
 
-/// [`unpack_e4m3`], [`unpack_e4m3_halves`] or [`convert_e4m3`], as `decode` says.
+/// The four values of a word of e4m3 codes (a vector of four) times `scale`, as `decode` reads
+/// them ([`decode_raw`], then one multiply by `scale · raw_factor`).
 #[cube]
 pub(crate) fn decode_word<N: Size>(
     word: u32,

@@ -2,8 +2,10 @@
 //! (`w [n, k / 4]`, element `4j + i` of a row in bits `8i..8i + 8` of word `j`), with one f32
 //! scale per row and block of `block_words` words (`scales [n, ceil(k / 4 / block_words)]`;
 //! HuggingFace's `[128, 128]` blocks, a per-channel or per-tensor scale all take this form).
-//! Each code is read as `e4m3 value × scale` in f32, exactly as the dequantized weight
-//! ([`unpack_e4m3`]).
+//! Each code's value is `e4m3 value × scale` in f32, as the dequantized weight holds it
+//! ([`unpack_e4m3`]); the matrix-vector kernels add a vector's products of a block's codes and
+//! multiply the sum by its scale once (rounding otherwise than a product of the dequantized
+//! weight, within the float64 tests' bounds).
 //!
 //! - [`matvec_fp8_kernel`](fn@matvec_fp8_kernel): the matrix-vector product of
 //!   [`super::matvec`] for up to 16 rows, decoding the weight in registers: one byte per weight

@@ -363,7 +363,8 @@ impl Fp8Weight {
 
     /// `self`, known to hold NaN codes or not (`nan_codes`: [`has_nan_code`] of any of its words,
     /// as the loader read them on the host). Without them the matrix-vector kernels skip the
-    /// check (7% faster at batch 1 on an H100, `benches/RESULTS.md`, "fp8 decoded through f16
+    /// check (with f16 halves three integer operations a pair of codes; the earlier compare and
+    /// select cost 7% at batch 1 on an H100, `benches/RESULTS.md`, "fp8 decoded through f16
     /// halves").
     pub(crate) fn with_nan_codes(mut self, nan_codes: bool) -> Self {
         self.nan_codes = nan_codes;
