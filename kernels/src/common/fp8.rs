@@ -72,23 +72,14 @@ pub(crate) fn pack_e4m3<N: Size>(x: Vector<f32, N>, inv_scale: f32) -> u32 {
 /// f32 exponent with the bias moved by 120 (`2^(e-7) · (1 + m/8)`, right for every normal code);
 /// for a subnormal code (`e = 0`) that reads `2^-7 · (1 + m/8)`, and `2 · (x - 2^-7) = m · 2^-9`
 /// is its value. The NaN codes (`0x7F`, `0xFF`) read ±480 this way (no e4m3 value) and are
-/// replaced by NaN ([`unpack_e4m3_codes`] without `nan_codes`: words known to hold none).
+/// replaced by NaN ([`codes_raw`] without `nan_codes`: words known to hold none).
 #[cube]
 pub(crate) fn unpack_e4m3<N: Size>(word: u32, scale: f32) -> Vector<f32, N> {
-    unpack_e4m3_codes::<N>(word, scale, true)
+    codes_raw::<N>(word, true) * Vector::new(scale)
 }
 
-/// [`unpack_e4m3`]; without `nan_codes` the NaN codes read ±480 (words known to hold none).
-#[cube]
-pub(crate) fn unpack_e4m3_codes<N: Size>(
-    word: u32,
-    scale: f32,
-    #[comptime] nan_codes: bool,
-) -> Vector<f32, N> {
-    codes_raw::<N>(word, nan_codes) * Vector::new(scale)
-}
-
-/// [`unpack_e4m3_codes`] before the scale: the codes' values.
+/// [`unpack_e4m3`] before the scale: the codes' values; without `nan_codes` the NaN codes read
+/// ±480 (words known to hold none).
 #[cube]
 fn codes_raw<N: Size>(word: u32, #[comptime] nan_codes: bool) -> Vector<f32, N> {
     let n = N::value();
@@ -277,12 +268,10 @@ pub(crate) fn load_pool<P: Numeric, N: Size, M: Size>(
     #[comptime] fp8: bool,
     #[comptime] decode: Fp8Decode,
 ) -> Vector<f32, N> {
-    let value = pool_vector_raw::<P, N, M>(pool[at], 0usize, fp8, decode);
     if comptime!(fp8) {
-        let factor = comptime!(decode.raw_factor());
-        value * Vector::new(scale * f32::new(factor))
+        decode_word::<N>(u32::cast_from(pool[at].extract(0usize)), scale, decode)
     } else {
-        value
+        Vector::<f32, N>::cast_from(pool[at])
     }
 }
 

@@ -181,6 +181,14 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
     for a in 0..rows * width {
         acc[a] = Vector::new(f32::new(0.0));
     }
+    // Each of the plane's weight rows, for its scales: a column past `n` (its codes are zeros)
+    // reads the last column's.
+    let mut scale_rows = Array::<usize>::new(width);
+    #[unroll]
+    for j in 0..width {
+        scale_rows[j] =
+            usize::min(col0 + comptime!(j % cols), n - 1) + comptime!(j / cols) * offset;
+    }
     let step = lanes * unroll;
     let mut base = lane;
     while base < w_vectors {
@@ -203,17 +211,14 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
         for u in 0..unroll {
             let i = base + u * lanes;
             if i < w_vectors {
-                // A column past `n` (its codes are zeros) reads the last column's scales.
                 let mut vector_scales = Array::<f32>::new(width);
                 let mut sums =
                     Array::<Vector<f32, N>>::new(comptime!(if uniform { rows * width } else { 1 }));
                 if comptime!(uniform) {
                     #[unroll]
                     for j in 0..width {
-                        let row = usize::min(col0 + comptime!(j % cols), n - 1)
-                            + comptime!(j / cols) * offset;
-                        vector_scales[j] =
-                            scales[row * blocks + (i * wv) / block_words] * f32::new(factor);
+                        let at = scale_rows[j] * blocks + (i * wv) / block_words;
+                        vector_scales[j] = scales[at] * f32::new(factor);
                     }
                     #[unroll]
                     for a in 0..rows * width {
@@ -230,9 +235,7 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
                         if comptime!(uniform) {
                             decoded[j] = decode_raw::<N>(code, decode, nan_codes);
                         } else {
-                            let row = usize::min(col0 + comptime!(j % cols), n - 1)
-                                + comptime!(j / cols) * offset;
-                            let scale = scales[row * blocks + word / block_words];
+                            let scale = scales[scale_rows[j] * blocks + word / block_words];
                             decoded[j] = decode_codes::<N>(code, scale, decode, nan_codes);
                         }
                     }
