@@ -5,7 +5,7 @@
 # script downloads LLVM 23 (impossible offline); this points it at Debian's LLVM 22 instead, an
 # unsupported version mismatch. Output, in $ROPE_POOL_PACK_DIR (default `target/h200`, the folder
 # `scripts/h200.sh` packs into): `bench-cuda.xz` (stripped, xz); with `decode`, only the decode
-# bench (`decode-cuda.xz`); with `suite`, only the test suite, CUDA its GPU device
+# bench (`decode-cuda.xz`), with `tensor_cores` the tensor-core probe (`tensor_cores-cuda.xz`); with `suite`, only the test suite, CUDA its GPU device
 # (`suite-cuda.xz`); with `all`, also the decode and pool_attention benches and the replay example
 # (`{decode,attention,replay}-cuda.xz`).
 # Run there: `xz -d -c target/h200/bench-cuda.xz > /tmp/bench-cuda; chmod +x /tmp/bench-cuda;
@@ -37,10 +37,10 @@ features=(--no-default-features --features $cuda,fusion,flex)
 targets=(--bench rope_pool)
 if [ "${1:-}" = all ]; then
   targets+=(--bench decode --bench pool_attention --example replay)
-elif [ "${1:-}" = decode ]; then
-  # The suite's features, so that the two share one build of burn.
+elif [ "${1:-}" = decode ] || [ "${1:-}" = tensor_cores ]; then
+  # The suite's features, so that the three share one build of burn.
   features=(--no-default-features --features $cuda,fusion,flex,autodiff,tuning)
-  targets=(--bench decode)
+  targets=(--bench "$1")
 elif [ "${1:-}" = suite ]; then
   # The test suite with CUDA as its GPU device (tests/suite/common.rs), autodiff included.
   features=(--no-default-features --features $cuda,fusion,flex,autodiff)
@@ -48,7 +48,7 @@ elif [ "${1:-}" = suite ]; then
 fi
 CARGO_TARGET_DIR=target/cuda cargo build --release "${features[@]}" "${targets[@]}"
 newest() { ls -t target/cuda/release/$1 | grep -v '\.d$' | head -1; }
-if [ "${1:-}" = decode ] || [ "${1:-}" = suite ]; then
+if [ "${1:-}" = decode ] || [ "${1:-}" = tensor_cores ] || [ "${1:-}" = suite ]; then
   strip -o "$pack/$1-$suffix" "$(newest "deps/$1-*")"
   xz -T2 -6 -f "$pack/$1-$suffix"
   exit 0

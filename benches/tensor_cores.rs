@@ -1,0 +1,1268 @@
+//! What a device's tensor-core tiles (CubeCL's `cmma`: Vulkan's cooperative matrices, CUDA's
+//! `wmma`) deliver, measured in three steps from the instruction up, so that a product kernel's
+//! rate can be set beside the rate its tiles allow on the same device and build:
+//!
+//! - `registers`: each plane multiplies fragments it loaded once, `tm × tn` f32 (or f16)
+//!   accumulators over `tm` A and `tn` B fragments, `iters` times: the multiply-accumulate rate
+//!   alone, by the accumulators a plane keeps in flight;
+//! - `shared`: the cube stages an A block (`16·tm·pm` rows) and a B block (`16·tn·pn` rows, the
+//!   weight's rows: B read column-major, as the decoder's products read a weight) of `16·tk`
+//!   inner elements once, in shared memory as vectors of 8 with rows padded by `pad` elements;
+//!   then every iteration each of the `pm × pn` planes loads its `tm` A and `tn` B fragments of
+//!   each inner tile from shared memory and multiplies them: the rate with the fragment loads
+//!   a product kernel pays on every inner tile, without global memory;
+//! - `global`: nothing but a plain product kernel is left, so the bench ends there; the
+//!   decoder's products are timed by `decode --matmul-probe`.
+//!
+//! Every row checks its output (all inputs are one value, so each accumulator element is known
+//! exactly) and gives TFLOPS (2·16³ flops a tile product) from the wall time of launches of
+//! ~10 ms each, the device synchronised around them.
+//!
+//! `cargo bench --bench tensor_cores -- [--device vulkan] [--quick]`
+
+use burn_rope_pool::testing::device_by_name;
+use clap::Parser;
+use cubecl::client::Client;
+use cubecl::features::MmaConfig;
+use cubecl::ir::{ElemType, FloatKind};
+use cubecl::prelude::*;
+use std::time::Instant;
+
+const TILE: usize = 16;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "default")]
+    device: String,
+    /// Fewer timed launches a row.
+    #[arg(long)]
+    quick: bool,
+    /// The product kernel's rows only.
+    #[arg(long)]
+    gemm_only: bool,
+    /// Cubes a launch (default: 8 a multiprocessor of 132).
+    #[arg(long, default_value_t = 1056)]
+    cubes: usize,
+}
+
+/// Fragments loaded once from `input`, multiplied `iters` times into `tm × tn` accumulators;
+/// each accumulator stored into `out` at the plane's place (every cube writes the same values).
+#[cube(launch_unchecked)]
+fn registers_kernel<F: Float, A: Float>(
+    input: &Tensor<F>,
+    out: &mut Tensor<A>,
+    iters: u32,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[define(F, A)] _dtypes: [ElemType; 2],
+) {
+    let tile = TILE * TILE;
+    let mut a = Sequence::<cmma::Matrix<F>>::new();
+    let mut b = Sequence::<cmma::Matrix<F>>::new();
+    #[unroll]
+    for i in 0..tm {
+        let mut f = unsafe {
+            cmma::Matrix::<F>::uninitialized(
+                cmma::MatrixIdent::A,
+                TILE,
+                TILE,
+                TILE,
+                cmma::MatrixLayout::RowMajor,
+            )
+        };
+        cmma::load(&mut f, input.slice(i * tile, (i + 1) * tile), TILE as u32);
+        a.push(f);
+    }
+    #[unroll]
+    for j in 0..tn {
+        let mut f = unsafe {
+            cmma::Matrix::<F>::uninitialized(
+                cmma::MatrixIdent::B,
+                TILE,
+                TILE,
+                TILE,
+                cmma::MatrixLayout::ColMajor,
+            )
+        };
+        cmma::load(&mut f, input.slice(j * tile, (j + 1) * tile), TILE as u32);
+        b.push(f);
+    }
+    let mut accs = Sequence::<cmma::Matrix<A>>::new();
+    #[unroll]
+    for _ in 0..tm * tn {
+        accs.push(cmma::Matrix::<A>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            TILE,
+            TILE,
+            TILE,
+            cmma::MatrixLayout::Undefined,
+            A::new(0.0),
+        ));
+    }
+    let mut it = 0u32;
+    while it < iters {
+        #[unroll]
+        for i in 0..tm {
+            #[unroll]
+            for j in 0..tn {
+                let acc = accs.index(i * tn + j);
+                cmma::execute(a.index(i), b.index(j), acc, acc);
+            }
+        }
+        it += 1;
+    }
+    let base = UNIT_POS_Y as usize * tm * tn * tile;
+    #[unroll]
+    for t in 0..tm * tn {
+        let start = base + t * tile;
+        cmma::store(
+            out.slice_mut(start, start + tile),
+            accs.index(t),
+            TILE as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
+    }
+}
+
+/// An A block of `16·tm·pm` rows and a B block of `16·tn·pn` rows, `16·tk` elements each, staged
+/// once from `input` into shared memory (vectors of `N`, rows of `16·tk + pad` elements); each
+/// iteration, each plane `(pi, pj)` loads its fragments of every inner tile from there and
+/// multiplies them into its `tm × tn` accumulators.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn shared_kernel<F: Float, A: Float, N: Size>(
+    input: &Tensor<Vector<F, N>>,
+    out: &mut Tensor<A>,
+    iters: u32,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[comptime] tk: usize,
+    #[comptime] pm: usize,
+    #[comptime] pn: usize,
+    #[comptime] pad: usize,
+    #[comptime] vector: usize,
+    #[define(F, A)] _dtypes: [ElemType; 2],
+) {
+    let ld = TILE * tk + pad;
+    let ldv = ld / vector;
+    let row_vectors = TILE * tk / vector;
+    let a_rows = TILE * tm * pm;
+    let b_rows = TILE * tn * pn;
+    let mut a_s = Shared::<[Vector<F, N>]>::new_aligned_slice(a_rows * ldv, 16usize);
+    let mut b_s = Shared::<[Vector<F, N>]>::new_aligned_slice(b_rows * ldv, 16usize);
+    let units = CUBE_DIM as usize;
+    let mut i = UNIT_POS as usize;
+    while i < a_rows * row_vectors {
+        a_s[(i / row_vectors) * ldv + i % row_vectors] = input[i % input.len()];
+        i += units;
+    }
+    i = UNIT_POS as usize;
+    while i < b_rows * row_vectors {
+        b_s[(i / row_vectors) * ldv + i % row_vectors] = input[i % input.len()];
+        i += units;
+    }
+    sync_cube();
+    let plane = UNIT_POS_Y as usize;
+    let (pi, pj) = (plane / pn, plane % pn);
+    let mut accs = Sequence::<cmma::Matrix<A>>::new();
+    #[unroll]
+    for _ in 0..tm * tn {
+        accs.push(cmma::Matrix::<A>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            TILE,
+            TILE,
+            TILE,
+            cmma::MatrixLayout::Undefined,
+            A::new(0.0),
+        ));
+    }
+    let tile_vectors = TILE / vector;
+    let mut it = 0u32;
+    while it < iters {
+        #[unroll]
+        for tt in 0..tk {
+            // The inner tile rotates with the iteration, so no load is the same twice in a row.
+            let t = (tt + it as usize) % tk;
+            let mut b = Sequence::<cmma::Matrix<F>>::new();
+            #[unroll]
+            for j in 0..tn {
+                let b0 = ((pj * tn + j) * TILE) * ldv + t * tile_vectors;
+                let mut f = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        cmma::MatrixIdent::B,
+                        TILE,
+                        TILE,
+                        TILE,
+                        cmma::MatrixLayout::ColMajor,
+                    )
+                };
+                cmma::load(
+                    &mut f,
+                    b_s.slice(b0, b0 + (TILE - 1) * ldv + tile_vectors),
+                    ld as u32,
+                );
+                b.push(f);
+            }
+            #[unroll]
+            for i in 0..tm {
+                let a0 = ((pi * tm + i) * TILE) * ldv + t * tile_vectors;
+                let mut f = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        cmma::MatrixIdent::A,
+                        TILE,
+                        TILE,
+                        TILE,
+                        cmma::MatrixLayout::RowMajor,
+                    )
+                };
+                cmma::load(
+                    &mut f,
+                    a_s.slice(a0, a0 + (TILE - 1) * ldv + tile_vectors),
+                    ld as u32,
+                );
+                #[unroll]
+                for j in 0..tn {
+                    let acc = accs.index(i * tn + j);
+                    cmma::execute(&f, b.index(j), acc, acc);
+                }
+            }
+        }
+        it += 1;
+    }
+    let tile = TILE * TILE;
+    let base = plane * tm * tn * tile;
+    #[unroll]
+    for t in 0..tm * tn {
+        let start = base + t * tile;
+        cmma::store(
+            out.slice_mut(start, start + tile),
+            accs.index(t),
+            TILE as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
+    }
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` (`w [n, k]`, f16, f32 accumulators, rounded once): the cube owns
+/// a `16·tm·pm × 16·tn·pn` output tile; blocks of `16·tk` inner elements of x's and w's rows are
+/// read as vectors of `N` into registers one block ahead, stored into one of two shared-memory
+/// stages (rows padded by `pad`), and each plane `(pi, pj)` multiplies its `tm × tn` tiles from
+/// there: one barrier a block. Rows of x past `m` read as zeros and are not written. `n` must be
+/// a multiple of the cube's columns, `k` of the block. Cubes walk the output in groups of
+/// `group` row tiles (each group's column tiles in turn), so neighbours share x's rows in cache.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn gemm_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
+    out: &mut Tensor<F>,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[comptime] tk: usize,
+    #[comptime] pm: usize,
+    #[comptime] pn: usize,
+    #[comptime] pad: usize,
+    #[comptime] vector: usize,
+    #[comptime] group: usize,
+    #[comptime] stages: usize,
+    #[comptime] mode: usize,
+    #[comptime] direct: bool,
+    #[define(F)] _dtype: ElemType,
+) {
+    let m = out.shape(0);
+    let n = out.shape(1);
+    let kv = x.shape(1);
+    let bm = TILE * tm * pm;
+    let bn = TILE * tn * pn;
+    let bk = TILE * tk;
+    let row_vectors = bk / vector;
+    let ld = bk + pad;
+    let ldv = ld / vector;
+    let units = 32 * pm * pn;
+    let a_loads = comptime!((bm * bk / vector).div_ceil(32 * pm * pn));
+    let b_loads = comptime!((bn * bk / vector).div_ceil(32 * pm * pn));
+    let stage_a = bm * ldv;
+    let stage_b = bn * ldv;
+    let mut a_s = Shared::<[Vector<F, N>]>::new_aligned_slice(stages * bm * ldv, 16usize);
+    let mut b_s = Shared::<[Vector<F, N>]>::new_aligned_slice(stages * bn * ldv, 16usize);
+    let mut a_r = Array::<Vector<F, N>>::new(a_loads);
+    let mut b_r = Array::<Vector<F, N>>::new(b_loads);
+
+    // Grouped cube order.
+    let tiles_m = m.div_ceil(bm);
+    let tiles_n = n / bn;
+    let cube = CUBE_POS;
+    let per_group = group * tiles_n;
+    let first_m = (cube / per_group) * group;
+    let group_rows = usize::min(tiles_m - first_m, group);
+    let tile_m = first_m + (cube % per_group) % group_rows;
+    let tile_n = (cube % per_group) / group_rows;
+    let m0 = tile_m * bm;
+    let n0 = tile_n * bn;
+    let unit = UNIT_POS as usize;
+    let blocks = kv / row_vectors;
+
+    // Block 0 into registers, then into stage 0.
+    #[unroll]
+    for l in 0..a_loads {
+        let i = unit + l * units;
+        let row = m0 + i / row_vectors;
+        let mut v = Vector::<F, N>::new(F::new(0.0));
+        if i < bm * row_vectors && row < m {
+            v = x[row * kv + i % row_vectors];
+        }
+        a_r[l] = v;
+    }
+    #[unroll]
+    for l in 0..b_loads {
+        let i = unit + l * units;
+        let mut v = Vector::<F, N>::new(F::new(0.0));
+        if i < bn * row_vectors {
+            v = w[(n0 + i / row_vectors) * kv + i % row_vectors];
+        }
+        b_r[l] = v;
+    }
+    #[unroll]
+    for l in 0..a_loads {
+        let i = unit + l * units;
+        if i < bm * row_vectors {
+            a_s[(i / row_vectors) * ldv + i % row_vectors] = a_r[l];
+        }
+    }
+    #[unroll]
+    for l in 0..b_loads {
+        let i = unit + l * units;
+        if i < bn * row_vectors {
+            b_s[(i / row_vectors) * ldv + i % row_vectors] = b_r[l];
+        }
+    }
+    sync_cube();
+
+    let plane = UNIT_POS_Y as usize;
+    let (pi, pj) = (plane / pn, plane % pn);
+    let mut accs = Sequence::<cmma::Matrix<f32>>::new();
+    #[unroll]
+    for _ in 0..tm * tn {
+        accs.push(cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            TILE,
+            TILE,
+            TILE,
+            cmma::MatrixLayout::Undefined,
+            0.0,
+        ));
+    }
+    let tile_vectors = TILE / vector;
+    let mut b = 0usize;
+    while b < blocks {
+        let stage = b % stages;
+        let more = b + 1 < blocks;
+        if more && comptime!(mode != 2) {
+            let mut kv0 = (b + 1) * row_vectors;
+            if comptime!(mode == 1) {
+                kv0 = 0;
+            }
+            #[unroll]
+            for l in 0..a_loads {
+                let i = unit + l * units;
+                let row = m0 + i / row_vectors;
+                if i < bm * row_vectors && row < m {
+                    a_r[l] = x[row * kv + kv0 + i % row_vectors];
+                }
+            }
+            #[unroll]
+            for l in 0..b_loads {
+                let i = unit + l * units;
+                if i < bn * row_vectors {
+                    b_r[l] = w[(n0 + i / row_vectors) * kv + kv0 + i % row_vectors];
+                }
+            }
+        }
+        #[unroll]
+        for t in 0..tk {
+            let mut bf = Sequence::<cmma::Matrix<F>>::new();
+            #[unroll]
+            for j in 0..tn {
+                let b0 = stage * stage_b + ((pj * tn + j) * TILE) * ldv + t * tile_vectors;
+                let mut f = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        cmma::MatrixIdent::B,
+                        TILE,
+                        TILE,
+                        TILE,
+                        cmma::MatrixLayout::ColMajor,
+                    )
+                };
+                cmma::load(
+                    &mut f,
+                    b_s.slice(b0, b0 + (TILE - 1) * ldv + tile_vectors),
+                    ld as u32,
+                );
+                bf.push(f);
+            }
+            #[unroll]
+            for i in 0..tm {
+                let a0 = stage * stage_a + ((pi * tm + i) * TILE) * ldv + t * tile_vectors;
+                let mut f = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        cmma::MatrixIdent::A,
+                        TILE,
+                        TILE,
+                        TILE,
+                        cmma::MatrixLayout::RowMajor,
+                    )
+                };
+                cmma::load(
+                    &mut f,
+                    a_s.slice(a0, a0 + (TILE - 1) * ldv + tile_vectors),
+                    ld as u32,
+                );
+                #[unroll]
+                for j in 0..tn {
+                    let acc = accs.index(i * tn + j);
+                    cmma::execute(&f, bf.index(j), acc, acc);
+                }
+            }
+        }
+        if comptime!(stages == 1) {
+            sync_cube();
+        }
+        if more {
+            let next = ((stage + 1) % stages) * stage_a;
+            #[unroll]
+            for l in 0..a_loads {
+                let i = unit + l * units;
+                if i < bm * row_vectors {
+                    a_s[next + (i / row_vectors) * ldv + i % row_vectors] = a_r[l];
+                }
+            }
+            let next = ((stage + 1) % stages) * stage_b;
+            #[unroll]
+            for l in 0..b_loads {
+                let i = unit + l * units;
+                if i < bn * row_vectors {
+                    b_s[next + (i / row_vectors) * ldv + i % row_vectors] = b_r[l];
+                }
+            }
+        }
+        sync_cube();
+        b += 1;
+    }
+    if comptime!(direct) {
+        // Each tile rounded to F in its fragment and stored whole (rows past `m` skipped).
+        #[unroll]
+        for i in 0..tm {
+            #[unroll]
+            for j in 0..tn {
+                let row0 = m0 + (pi * tm + i) * TILE;
+                let col0 = n0 + (pj * tn + j) * TILE;
+                if row0 + TILE <= m {
+                    let h = cmma::cast::<f32, F, cmma::Plane>(accs.index(i * tn + j));
+                    let start = row0 * n + col0;
+                    cmma::store(
+                        out.slice_mut(start, start + (TILE - 1) * n + TILE),
+                        &h,
+                        n as u32,
+                        cmma::MatrixLayout::RowMajor,
+                    );
+                }
+            }
+        }
+    }
+    if comptime!(!direct) {
+        // Each plane's tiles through its own 16 × 16 of f32 shared memory, rounded once.
+        let tile = TILE * TILE;
+        let mut o_s = Shared::<[f32]>::new_slice(pm * pn * tile);
+        let lane = UNIT_POS_X as usize;
+        #[unroll]
+        for i in 0..tm {
+            #[unroll]
+            for j in 0..tn {
+                sync_cube();
+                cmma::store(
+                    o_s.slice_mut(plane * tile, (plane + 1) * tile),
+                    accs.index(i * tn + j),
+                    TILE as u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+                sync_cube();
+                let row0 = m0 + (pi * tm + i) * TILE;
+                let col0 = n0 + (pj * tn + j) * TILE;
+                let mut e = lane;
+                while e < tile {
+                    let row = row0 + e / TILE;
+                    if row < m {
+                        out[row * n + col0 + e % TILE] = F::cast_from(o_s[plane * tile + e]);
+                    }
+                    e += 32;
+                }
+            }
+        }
+    }
+}
+
+/// [`gemm_kernel`] with x, w and the stages held as 16-byte words (`Vector<u32, 4>`, 8 halves
+/// each): through SPIR-V a vector of 8 halves is split into two of 4 (CubeCL's widest Vulkan
+/// vector without long vectors), so this reads and stages 16 bytes an access; the fragments are
+/// loaded from the words (the stride in words).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn gemm_words_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<u32, N>>,
+    w: &Tensor<Vector<u32, N>>,
+    out: &mut Tensor<F>,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[comptime] tk: usize,
+    #[comptime] pm: usize,
+    #[comptime] pn: usize,
+    #[comptime] pad: usize,
+    #[comptime] vector: usize,
+    #[comptime] group: usize,
+    #[comptime] stages: usize,
+    #[comptime] mode: usize,
+    #[comptime] direct: bool,
+    #[define(F)] _dtype: ElemType,
+) {
+    let m = out.shape(0);
+    let n = out.shape(1);
+    let kv = x.shape(1);
+    let bm = TILE * tm * pm;
+    let bn = TILE * tn * pn;
+    let bk = TILE * tk;
+    let row_vectors = bk / vector;
+    let ld = bk + pad;
+    let ldv = ld / vector;
+    let units = 32 * pm * pn;
+    let a_loads = comptime!((bm * bk / vector).div_ceil(32 * pm * pn));
+    let b_loads = comptime!((bn * bk / vector).div_ceil(32 * pm * pn));
+    let stage_a = bm * ldv;
+    let stage_b = bn * ldv;
+    let mut a_s = Shared::<[Vector<u32, N>]>::new_aligned_slice(stages * bm * ldv, 16usize);
+    let mut b_s = Shared::<[Vector<u32, N>]>::new_aligned_slice(stages * bn * ldv, 16usize);
+    let mut a_r = Array::<Vector<u32, N>>::new(a_loads);
+    let mut b_r = Array::<Vector<u32, N>>::new(b_loads);
+
+    // Grouped cube order.
+    let tiles_m = m.div_ceil(bm);
+    let tiles_n = n / bn;
+    let cube = CUBE_POS;
+    let per_group = group * tiles_n;
+    let first_m = (cube / per_group) * group;
+    let group_rows = usize::min(tiles_m - first_m, group);
+    let tile_m = first_m + (cube % per_group) % group_rows;
+    let tile_n = (cube % per_group) / group_rows;
+    let m0 = tile_m * bm;
+    let n0 = tile_n * bn;
+    let unit = UNIT_POS as usize;
+    let blocks = kv / row_vectors;
+
+    // Block 0 into registers, then into stage 0.
+    #[unroll]
+    for l in 0..a_loads {
+        let i = unit + l * units;
+        let row = m0 + i / row_vectors;
+        let mut v = Vector::<u32, N>::new(0u32);
+        if i < bm * row_vectors && row < m {
+            v = x[row * kv + i % row_vectors];
+        }
+        a_r[l] = v;
+    }
+    #[unroll]
+    for l in 0..b_loads {
+        let i = unit + l * units;
+        let mut v = Vector::<u32, N>::new(0u32);
+        if i < bn * row_vectors {
+            v = w[(n0 + i / row_vectors) * kv + i % row_vectors];
+        }
+        b_r[l] = v;
+    }
+    #[unroll]
+    for l in 0..a_loads {
+        let i = unit + l * units;
+        if i < bm * row_vectors {
+            a_s[(i / row_vectors) * ldv + i % row_vectors] = a_r[l];
+        }
+    }
+    #[unroll]
+    for l in 0..b_loads {
+        let i = unit + l * units;
+        if i < bn * row_vectors {
+            b_s[(i / row_vectors) * ldv + i % row_vectors] = b_r[l];
+        }
+    }
+    sync_cube();
+
+    let plane = UNIT_POS_Y as usize;
+    let (pi, pj) = (plane / pn, plane % pn);
+    let mut accs = Sequence::<cmma::Matrix<f32>>::new();
+    #[unroll]
+    for _ in 0..tm * tn {
+        accs.push(cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            TILE,
+            TILE,
+            TILE,
+            cmma::MatrixLayout::Undefined,
+            0.0,
+        ));
+    }
+    let tile_vectors = TILE / vector;
+    let mut b = 0usize;
+    while b < blocks {
+        let stage = b % stages;
+        let more = b + 1 < blocks;
+        if more && comptime!(mode != 2) {
+            let mut kv0 = (b + 1) * row_vectors;
+            if comptime!(mode == 1) {
+                kv0 = 0;
+            }
+            #[unroll]
+            for l in 0..a_loads {
+                let i = unit + l * units;
+                let row = m0 + i / row_vectors;
+                if i < bm * row_vectors && row < m {
+                    a_r[l] = x[row * kv + kv0 + i % row_vectors];
+                }
+            }
+            #[unroll]
+            for l in 0..b_loads {
+                let i = unit + l * units;
+                if i < bn * row_vectors {
+                    b_r[l] = w[(n0 + i / row_vectors) * kv + kv0 + i % row_vectors];
+                }
+            }
+        }
+        #[unroll]
+        for t in 0..tk {
+            let mut bf = Sequence::<cmma::Matrix<F>>::new();
+            #[unroll]
+            for j in 0..tn {
+                let b0 = stage * stage_b + ((pj * tn + j) * TILE) * ldv + t * tile_vectors;
+                let mut f = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        cmma::MatrixIdent::B,
+                        TILE,
+                        TILE,
+                        TILE,
+                        cmma::MatrixLayout::ColMajor,
+                    )
+                };
+                cmma::load(
+                    &mut f,
+                    b_s.slice(b0, b0 + (TILE - 1) * ldv + tile_vectors),
+                    (ld / 2) as u32,
+                );
+                bf.push(f);
+            }
+            #[unroll]
+            for i in 0..tm {
+                let a0 = stage * stage_a + ((pi * tm + i) * TILE) * ldv + t * tile_vectors;
+                let mut f = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        cmma::MatrixIdent::A,
+                        TILE,
+                        TILE,
+                        TILE,
+                        cmma::MatrixLayout::RowMajor,
+                    )
+                };
+                cmma::load(
+                    &mut f,
+                    a_s.slice(a0, a0 + (TILE - 1) * ldv + tile_vectors),
+                    (ld / 2) as u32,
+                );
+                #[unroll]
+                for j in 0..tn {
+                    let acc = accs.index(i * tn + j);
+                    cmma::execute(&f, bf.index(j), acc, acc);
+                }
+            }
+        }
+        if comptime!(stages == 1) {
+            sync_cube();
+        }
+        if more {
+            let next = ((stage + 1) % stages) * stage_a;
+            #[unroll]
+            for l in 0..a_loads {
+                let i = unit + l * units;
+                if i < bm * row_vectors {
+                    a_s[next + (i / row_vectors) * ldv + i % row_vectors] = a_r[l];
+                }
+            }
+            let next = ((stage + 1) % stages) * stage_b;
+            #[unroll]
+            for l in 0..b_loads {
+                let i = unit + l * units;
+                if i < bn * row_vectors {
+                    b_s[next + (i / row_vectors) * ldv + i % row_vectors] = b_r[l];
+                }
+            }
+        }
+        sync_cube();
+        b += 1;
+    }
+    if comptime!(direct) {
+        // Each tile rounded to F in its fragment and stored whole (rows past `m` skipped).
+        #[unroll]
+        for i in 0..tm {
+            #[unroll]
+            for j in 0..tn {
+                let row0 = m0 + (pi * tm + i) * TILE;
+                let col0 = n0 + (pj * tn + j) * TILE;
+                if row0 + TILE <= m {
+                    let h = cmma::cast::<f32, F, cmma::Plane>(accs.index(i * tn + j));
+                    let start = row0 * n + col0;
+                    cmma::store(
+                        out.slice_mut(start, start + (TILE - 1) * n + TILE),
+                        &h,
+                        n as u32,
+                        cmma::MatrixLayout::RowMajor,
+                    );
+                }
+            }
+        }
+    }
+    if comptime!(!direct) {
+        // Each plane's tiles through its own 16 × 16 of f32 shared memory, rounded once.
+        let tile = TILE * TILE;
+        let mut o_s = Shared::<[f32]>::new_slice(pm * pn * tile);
+        let lane = UNIT_POS_X as usize;
+        #[unroll]
+        for i in 0..tm {
+            #[unroll]
+            for j in 0..tn {
+                sync_cube();
+                cmma::store(
+                    o_s.slice_mut(plane * tile, (plane + 1) * tile),
+                    accs.index(i * tn + j),
+                    TILE as u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+                sync_cube();
+                let row0 = m0 + (pi * tm + i) * TILE;
+                let col0 = n0 + (pj * tn + j) * TILE;
+                let mut e = lane;
+                while e < tile {
+                    let row = row0 + e / TILE;
+                    if row < m {
+                        out[row * n + col0 + e % TILE] = F::cast_from(o_s[plane * tile + e]);
+                    }
+                    e += 32;
+                }
+            }
+        }
+    }
+}
+
+/// One probe row: which kernel, its tiles and planes.
+#[derive(Clone, Copy, Debug)]
+enum Probe {
+    Registers { tm: usize, tn: usize, planes: usize },
+    Shared { tm: usize, tn: usize, tk: usize, pm: usize, pn: usize, pad: usize },
+}
+
+impl Probe {
+    fn planes(self) -> usize {
+        match self {
+            Probe::Registers { planes, .. } => planes,
+            Probe::Shared { pm, pn, .. } => pm * pn,
+        }
+    }
+
+    /// Tile products a plane does in one iteration.
+    fn products(self) -> usize {
+        match self {
+            Probe::Registers { tm, tn, .. } => tm * tn,
+            Probe::Shared { tm, tn, tk, .. } => tm * tn * tk,
+        }
+    }
+
+    fn accumulators(self) -> usize {
+        match self {
+            Probe::Registers { tm, tn, .. } | Probe::Shared { tm, tn, .. } => tm * tn,
+        }
+    }
+
+    fn label(self) -> String {
+        match self {
+            Probe::Registers { tm, tn, planes } => {
+                format!("registers {tm}×{tn} accumulators, {planes} planes")
+            }
+            Probe::Shared { tm, tn, tk, pm, pn, pad } => format!(
+                "shared {tm}×{tn} a plane, {tk} inner tiles, {pm}×{pn} planes, pad {pad}"
+            ),
+        }
+    }
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` with every fragment loaded straight from global memory (no shared
+/// stage, no barrier): each plane `(pi, pj)` of the cube owns `tm × tn` output tiles, the cube's
+/// planes side by side so that they read the same rows of x and w through the cache; with
+/// `prefetch`, the next inner tile's fragments are loaded before this one's products. `m`, `n`
+/// must be multiples of the cube's tile, `k` of 16. Tiles rounded in their fragments and stored.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn direct_gemm_kernel<F: Float>(
+    x: &Tensor<F>,
+    w: &Tensor<F>,
+    out: &mut Tensor<F>,
+    #[comptime] tm: usize,
+    #[comptime] tn: usize,
+    #[comptime] pm: usize,
+    #[comptime] pn: usize,
+    #[comptime] group: usize,
+    #[define(F)] _dtype: ElemType,
+) {
+    let m = out.shape(0);
+    let n = out.shape(1);
+    let k = x.shape(1);
+    let bm = TILE * tm * pm;
+    let bn = TILE * tn * pn;
+    let tiles_m = m / bm;
+    let tiles_n = n / bn;
+    let cube = CUBE_POS;
+    let per_group = group * tiles_n;
+    let first_m = (cube / per_group) * group;
+    let group_rows = usize::min(tiles_m - first_m, group);
+    let tile_m = first_m + (cube % per_group) % group_rows;
+    let tile_n = (cube % per_group) / group_rows;
+    let plane = UNIT_POS_Y as usize;
+    let (pi, pj) = (plane / pn, plane % pn);
+    let r0 = tile_m * bm + pi * tm * TILE;
+    let c0 = tile_n * bn + pj * tn * TILE;
+    let mut accs = Sequence::<cmma::Matrix<f32>>::new();
+    #[unroll]
+    for _ in 0..tm * tn {
+        accs.push(cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            TILE,
+            TILE,
+            TILE,
+            cmma::MatrixLayout::Undefined,
+            0.0,
+        ));
+    }
+    let stride = k as u32;
+    let mut k0 = 0usize;
+    while k0 < k {
+        let mut bf = Sequence::<cmma::Matrix<F>>::new();
+        #[unroll]
+        for j in 0..tn {
+            let start = (c0 + j * TILE) * k + k0;
+            let mut f = unsafe {
+                cmma::Matrix::<F>::uninitialized(
+                    cmma::MatrixIdent::B,
+                    TILE,
+                    TILE,
+                    TILE,
+                    cmma::MatrixLayout::ColMajor,
+                )
+            };
+            cmma::load(&mut f, w.slice(start, start + (TILE - 1) * k + TILE), stride);
+            bf.push(f);
+        }
+        #[unroll]
+        for i in 0..tm {
+            let start = (r0 + i * TILE) * k + k0;
+            let mut f = unsafe {
+                cmma::Matrix::<F>::uninitialized(
+                    cmma::MatrixIdent::A,
+                    TILE,
+                    TILE,
+                    TILE,
+                    cmma::MatrixLayout::RowMajor,
+                )
+            };
+            cmma::load(&mut f, x.slice(start, start + (TILE - 1) * k + TILE), stride);
+            #[unroll]
+            for j in 0..tn {
+                let acc = accs.index(i * tn + j);
+                cmma::execute(&f, bf.index(j), acc, acc);
+            }
+        }
+        k0 += TILE;
+    }
+    #[unroll]
+    for i in 0..tm {
+        #[unroll]
+        for j in 0..tn {
+            let h = cmma::cast::<f32, F, cmma::Plane>(accs.index(i * tn + j));
+            let start = (r0 + i * TILE) * n + c0 + j * TILE;
+            cmma::store(
+                out.slice_mut(start, start + (TILE - 1) * n + TILE),
+                &h,
+                n as u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+        }
+    }
+}
+
+/// The product kernel's launch shape.
+#[derive(Clone, Copy, Debug)]
+struct Gemm {
+    tm: usize,
+    tn: usize,
+    tk: usize,
+    pm: usize,
+    pn: usize,
+    pad: usize,
+    group: usize,
+    /// Shared-memory stages: 2 (one barrier a block) or 1 (two).
+    stages: usize,
+    /// 0: the product; 1: every block read from the first (cached) block; 2: no block read past
+    /// the first (the loop without global loads). Modes 1 and 2 give wrong values on purpose.
+    mode: usize,
+    /// Tiles rounded in their fragments and stored straight to `out` (full row tiles only).
+    direct: bool,
+    /// [`direct_gemm_kernel`] instead: no shared memory (`tk`, `pad`, `stages`, `mode` unused).
+    global: bool,
+    /// [`gemm_words_kernel`] instead: 16-byte words.
+    words: bool,
+}
+
+/// One product's random f16 operands, on the host and on the device.
+struct Problem {
+    shape: [usize; 3],
+    xs: Vec<half::f16>,
+    ws: Vec<half::f16>,
+    x: cubecl::server::Handle,
+    w: cubecl::server::Handle,
+}
+
+impl Problem {
+    fn new(client: &Client, shape: [usize; 3]) -> Self {
+        let [m, n, k] = shape;
+        let mut rng = burn_rope_pool::testing::Rng::new(7);
+        let mut random = |len: usize| -> Vec<half::f16> {
+            (0..len).map(|_| half::f16::from_f64(rng.value() * 0.5)).collect()
+        };
+        let (xs, ws) = (random(m * k), random(n * k));
+        let x = client.create_from_slice(bytemuck::cast_slice(&xs));
+        let w = client.create_from_slice(bytemuck::cast_slice(&ws));
+        Problem { shape, xs, ws, x, w }
+    }
+}
+
+/// Launches `launch` for a second (the device's clocks ramp up from idle, and its pipeline is
+/// compiled), then times `launches` launches; seconds a launch.
+fn timed(client: &Client, launch: impl Fn(), launches: usize) -> f64 {
+    let sync = || futures_lite::future::block_on(client.sync()).expect("device sync");
+    let warm = Instant::now();
+    while warm.elapsed().as_secs_f64() < 1.0 {
+        launch();
+        sync();
+    }
+    let start = Instant::now();
+    for _ in 0..launches {
+        launch();
+    }
+    sync();
+    start.elapsed().as_secs_f64() / launches as f64
+}
+
+/// Times [`gemm_kernel`] on `x [m, k] · wᵀ` (`w [n, k]`) of random f16 values: seconds a launch
+/// and the largest error of 256 sampled outputs against their float64 dot products, relative to
+/// the sum of the products' magnitudes (f16 rounding of the output: ≤ 2⁻¹¹).
+fn run_gemm(client: &Client, g: Gemm, p: &Problem, launches: usize) -> (f64, f64) {
+    let ([m, n, k], xs, ws, x, w) = (p.shape, &p.xs, &p.ws, &p.x, &p.w);
+    let out = client.empty(m * n * 2);
+    let vector = 8;
+    let (bm, bn) = (TILE * g.tm * g.pm, TILE * g.tn * g.pn);
+    let cubes = m.div_ceil(bm) * (n / bn);
+    let launch = || unsafe {
+        if g.global {
+            direct_gemm_kernel::launch_unchecked(
+                client,
+                CubeCount::Static(cubes as u32, 1, 1),
+                CubeDim::new_2d(32, (g.pm * g.pn) as u32),
+                TensorArg::from_raw_parts(x.clone(), [k, 1].into(), [m, k].into()),
+                TensorArg::from_raw_parts(w.clone(), [k, 1].into(), [n, k].into()),
+                TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()),
+                g.tm,
+                g.tn,
+                g.pm,
+                g.pn,
+                g.group,
+                float_type(true),
+            );
+            return;
+        }
+        if g.words {
+            gemm_words_kernel::launch_unchecked(
+                client,
+                CubeCount::Static(cubes as u32, 1, 1),
+                CubeDim::new_2d(32, (g.pm * g.pn) as u32),
+                4,
+                TensorArg::from_raw_parts(x.clone(), [k / vector, 1].into(), [m, k / vector].into()),
+                TensorArg::from_raw_parts(w.clone(), [k / vector, 1].into(), [n, k / vector].into()),
+                TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()),
+                g.tm,
+                g.tn,
+                g.tk,
+                g.pm,
+                g.pn,
+                g.pad,
+                vector,
+                g.group,
+                g.stages,
+                g.mode,
+                g.direct,
+                float_type(true),
+            );
+            return;
+        }
+        gemm_kernel::launch_unchecked(
+            client,
+            CubeCount::Static(cubes as u32, 1, 1),
+            CubeDim::new_2d(32, (g.pm * g.pn) as u32),
+            vector,
+            TensorArg::from_raw_parts(x.clone(), [k / vector, 1].into(), [m, k / vector].into()),
+            TensorArg::from_raw_parts(w.clone(), [k / vector, 1].into(), [n, k / vector].into()),
+            TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()),
+            g.tm,
+            g.tn,
+            g.tk,
+            g.pm,
+            g.pn,
+            g.pad,
+            vector,
+            g.group,
+            g.stages,
+            g.mode,
+            g.direct,
+            float_type(true),
+        )
+    };
+    let seconds = timed(client, launch, launches);
+    let bytes = client.read_one(out).expect("read the output");
+    let got = bytemuck::cast_slice::<u8, half::f16>(&bytes);
+    let mut worst = 0f64;
+    for s in 0..256 {
+        let (row, col) = ((s * 7919 + 13) % m, (s * 104729 + 5) % n);
+        let (mut dot, mut mag) = (0f64, 0f64);
+        for i in 0..k {
+            let p = xs[row * k + i].to_f64() * ws[col * k + i].to_f64();
+            dot += p;
+            mag += p.abs();
+        }
+        worst = worst.max((got[row * n + col].to_f64() - dot).abs() / mag.max(1e-30));
+    }
+    (seconds, worst)
+}
+
+fn float_type(half: bool) -> ElemType {
+    ElemType::Float(if half { FloatKind::F16 } else { FloatKind::F32 })
+}
+
+/// Launches `probe` `launches` times with `iters` iterations; returns the seconds of one launch
+/// (device synchronised before and after) and the first output element.
+fn run(
+    client: &Client,
+    probe: Probe,
+    half_acc: bool,
+    cubes: usize,
+    iters: u32,
+    launches: usize,
+    value: f32,
+) -> (f64, f32) {
+    let tile = TILE * TILE;
+    let inputs: Vec<half::f16> = vec![half::f16::from_f32(value); 16 * tile];
+    let input = client.create_from_slice(bytemuck::cast_slice(&inputs));
+    let planes = probe.planes();
+    let out_elems = planes * probe.accumulators() * tile;
+    let acc_size = if half_acc { 2 } else { 4 };
+    let out = client.empty(out_elems * acc_size);
+    let (f, a) = (float_type(true), float_type(half_acc));
+    let cube_dim = CubeDim::new_2d(32, planes as u32);
+    let launch = || unsafe {
+        let input_arg = TensorArg::from_raw_parts(input.clone(), [1].into(), [inputs.len()].into());
+        let out_arg = TensorArg::from_raw_parts(out.clone(), [1].into(), [out_elems].into());
+        let count = CubeCount::Static(cubes as u32, 1, 1);
+        match probe {
+            Probe::Registers { tm, tn, .. } => registers_kernel::launch_unchecked(
+                client,
+                count,
+                cube_dim,
+                input_arg,
+                out_arg,
+                iters,
+                tm,
+                tn,
+                [f, a],
+            ),
+            Probe::Shared { tm, tn, tk, pm, pn, pad } => {
+                let vector = 8;
+                let input_arg = TensorArg::from_raw_parts(
+                    input.clone(),
+                    [1].into(),
+                    [inputs.len() / vector].into(),
+                );
+                shared_kernel::launch_unchecked(
+                    client,
+                    count,
+                    cube_dim,
+                    vector,
+                    input_arg,
+                    out_arg,
+                    iters,
+                    tm,
+                    tn,
+                    tk,
+                    pm,
+                    pn,
+                    pad,
+                    vector,
+                    [f, a],
+                )
+            }
+        }
+    };
+    let seconds = timed(client, launch, launches);
+    let bytes = client.read_one(out).expect("read the output");
+    let first = if half_acc {
+        bytemuck::cast_slice::<u8, half::f16>(&bytes)[0].to_f32()
+    } else {
+        bytemuck::cast_slice::<u8, f32>(&bytes)[0]
+    };
+    (seconds, first)
+}
+
+fn main() {
+    let args = Args::parse();
+    let device = match device_by_name(&args.device) {
+        Ok(device) => device,
+        Err(e) => {
+            eprintln!("tensor_cores: {e}: nothing measured");
+            std::process::exit(2);
+        }
+    };
+    let burn::backend::DispatchDevice::Cube(cube) = device.as_dispatch() else {
+        eprintln!("tensor_cores: `{}` is not a CubeCL device: nothing to probe", args.device);
+        std::process::exit(2);
+    };
+    let client = cube.client();
+    let props = client.properties();
+    println!("device {device:?}");
+    let tiles = |cd: ElemType| MmaConfig {
+        a_type: float_type(true),
+        b_type: float_type(true),
+        cd_type: cd,
+        m: 16,
+        n: 16,
+        k: 16,
+    };
+    let f32_acc = props.features.matmul.cmma.contains(&tiles(float_type(false)));
+    let f16_acc = props.features.matmul.cmma.contains(&tiles(float_type(true)));
+    println!("16×16×16 f16 tiles: f32 accumulators {f32_acc}, f16 accumulators {f16_acc}");
+    if !f32_acc {
+        eprintln!("tensor_cores: the device lists no 16×16×16 f16 → f32 tiles: nothing measured");
+        std::process::exit(2);
+    }
+    let launches = if args.quick { 5 } else { 20 };
+    let mut probes = vec![];
+    for (tm, tn) in [(1, 1), (1, 2), (2, 2), (2, 4), (4, 4)] {
+        probes.push((Probe::Registers { tm, tn, planes: 4 }, false));
+    }
+    probes.push((Probe::Registers { tm: 2, tn: 4, planes: 8 }, false));
+    if f16_acc {
+        probes.push((Probe::Registers { tm: 2, tn: 4, planes: 4 }, true));
+    }
+    for pad in [0, 8] {
+        // cubek's shipped prefill stage: 4 × 4 tiles a plane, 2 inner tiles, 4 × 2 planes.
+        probes.push((Probe::Shared { tm: 4, tn: 4, tk: 2, pm: 4, pn: 2, pad }, false));
+    }
+    for (tm, tn, tk, pm, pn) in [(2, 2, 2, 2, 2), (2, 4, 2, 2, 2), (4, 2, 4, 2, 2), (1, 1, 4, 1, 4)]
+    {
+        probes.push((Probe::Shared { tm, tn, tk, pm, pn, pad: 8 }, false));
+    }
+    println!(
+        "| probe | accumulators | TFLOPS | µs a launch | output (expected) |\n| --- | --- | ---: | ---: | --- |"
+    );
+    let value = 0.125f32;
+    if args.gemm_only {
+        probes.clear();
+    }
+    for (probe, half_acc) in probes {
+        let per_iter = probe.products() as f64 * (2 * TILE * TILE * TILE) as f64;
+        let flops_per_iter = per_iter * (probe.planes() * args.cubes) as f64;
+        // First a short launch to size ~10 ms launches from its rate.
+        let (t, _) = run(&client, probe, half_acc, args.cubes, 256, 1, value);
+        let iters = ((0.01 / t.max(1e-6)) * 256.0).clamp(256.0, 1e6) as u32;
+        let iters = iters.min(if half_acc { 2048 } else { u32::MAX });
+        let (seconds, first) =
+            run(&client, probe, half_acc, args.cubes, iters, launches, value);
+        let inner = match probe {
+            Probe::Registers { .. } => 1,
+            Probe::Shared { tk, .. } => tk,
+        };
+        let expected = iters as f32 * (inner * TILE) as f32 * value * value;
+        let tflops = flops_per_iter * iters as f64 / seconds / 1e12;
+        println!(
+            "| {} | {} | {tflops:.1} | {:.0} | {first} ({expected}){} |",
+            probe.label(),
+            if half_acc { "f16" } else { "f32" },
+            seconds * 1e6,
+            if (first - expected).abs() <= expected * 1e-3 { "" } else { " WRONG" },
+        );
+    }
+    println!(
+        "\n| product m, n, k | launch | TFLOPS | µs a launch | sampled error |\n| --- | --- | ---: | ---: | ---: |"
+    );
+    let shapes = [[8192, 8192, 8192], [32768, 28672, 4096], [320, 256, 512]];
+    let base = Gemm {
+        tm: 4,
+        tn: 2,
+        tk: 2,
+        pm: 2,
+        pn: 4,
+        pad: 8,
+        group: 8,
+        stages: 2,
+        mode: 0,
+        direct: false,
+        global: false,
+        words: false,
+    };
+    let configs = [
+        base,
+        Gemm { tk: 4, stages: 1, ..base },
+        Gemm { words: true, ..base },
+        Gemm { words: true, tk: 4, stages: 1, ..base },
+        Gemm { words: true, mode: 2, ..base },
+        Gemm { words: true, tm: 4, tn: 4, pm: 4, pn: 2, pad: 0, direct: true, ..base },
+        Gemm { words: true, tm: 4, tn: 4, pm: 2, pn: 2, tk: 4, stages: 1, ..base },
+    ];
+    for shape in shapes {
+        let problem = Problem::new(&client, shape);
+        for g in configs {
+            let [m, n, k] = shape;
+            if n % (TILE * g.tn * g.pn) != 0 || k % (TILE * g.tk) != 0 {
+                continue;
+            }
+            let (bm, bn, bk) = (TILE * g.tm * g.pm, TILE * g.tn * g.pn, TILE * g.tk);
+            if g.global && m % bm != 0 || m.div_ceil(bm) * (n / bn) > 65535 {
+                continue;
+            }
+            let shared = g.stages * (bm + bn) * (bk + g.pad) * 2
+                + if g.direct { 0 } else { g.pm * g.pn * TILE * TILE * 4 };
+            let shared = if g.global { 0 } else { shared };
+            if shared > props.hardware.max_shared_memory_size {
+                println!("| {m}, {n}, {k} | {g:?} | {shared} bytes of shared memory: over the device's limit | | |");
+                continue;
+            }
+            let (seconds, error) = run_gemm(&client, g, &problem, launches);
+            let tflops = 2.0 * (m * n * k) as f64 / seconds / 1e12;
+            let clock = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64() % 86400.0);
+            println!(
+                "| {m}, {n}, {k} | {g:?} at {clock:.1} s | {tflops:.1} | {:.0} | {error:.1e}{} |",
+                seconds * 1e6,
+                if error <= 1e-3 { "" } else { " WRONG" },
+            );
+        }
+    }
+}
