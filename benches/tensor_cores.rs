@@ -759,8 +759,19 @@ fn gemm_words_kernel<F: Float, N: Size>(
 /// One probe row: which kernel, its tiles and planes.
 #[derive(Clone, Copy, Debug)]
 enum Probe {
-    Registers { tm: usize, tn: usize, planes: usize },
-    Shared { tm: usize, tn: usize, tk: usize, pm: usize, pn: usize, pad: usize },
+    Registers {
+        tm: usize,
+        tn: usize,
+        planes: usize,
+    },
+    Shared {
+        tm: usize,
+        tn: usize,
+        tk: usize,
+        pm: usize,
+        pn: usize,
+        pad: usize,
+    },
 }
 
 impl Probe {
@@ -790,9 +801,14 @@ impl Probe {
             Probe::Registers { tm, tn, planes } => {
                 format!("registers {tm}×{tn} accumulators, {planes} planes")
             }
-            Probe::Shared { tm, tn, tk, pm, pn, pad } => format!(
-                "shared {tm}×{tn} a plane, {tk} inner tiles, {pm}×{pn} planes, pad {pad}"
-            ),
+            Probe::Shared {
+                tm,
+                tn,
+                tk,
+                pm,
+                pn,
+                pad,
+            } => format!("shared {tm}×{tn} a plane, {tk} inner tiles, {pm}×{pn} planes, pad {pad}"),
         }
     }
 }
@@ -860,7 +876,11 @@ fn direct_gemm_kernel<F: Float>(
                     cmma::MatrixLayout::ColMajor,
                 )
             };
-            cmma::load(&mut f, w.slice(start, start + (TILE - 1) * k + TILE), stride);
+            cmma::load(
+                &mut f,
+                w.slice(start, start + (TILE - 1) * k + TILE),
+                stride,
+            );
             bf.push(f);
         }
         #[unroll]
@@ -875,7 +895,11 @@ fn direct_gemm_kernel<F: Float>(
                     cmma::MatrixLayout::RowMajor,
                 )
             };
-            cmma::load(&mut f, x.slice(start, start + (TILE - 1) * k + TILE), stride);
+            cmma::load(
+                &mut f,
+                x.slice(start, start + (TILE - 1) * k + TILE),
+                stride,
+            );
             #[unroll]
             for j in 0..tn {
                 let acc = accs.index(i * tn + j);
@@ -937,12 +961,20 @@ impl Problem {
         let [m, n, k] = shape;
         let mut rng = burn_rope_pool::testing::Rng::new(7);
         let mut random = |len: usize| -> Vec<half::f16> {
-            (0..len).map(|_| half::f16::from_f64(rng.value() * 0.5)).collect()
+            (0..len)
+                .map(|_| half::f16::from_f64(rng.value() * 0.5))
+                .collect()
         };
         let (xs, ws) = (random(m * k), random(n * k));
         let x = client.create_from_slice(bytemuck::cast_slice(&xs));
         let w = client.create_from_slice(bytemuck::cast_slice(&ws));
-        Problem { shape, xs, ws, x, w }
+        Problem {
+            shape,
+            xs,
+            ws,
+            x,
+            w,
+        }
     }
 }
 
@@ -996,8 +1028,16 @@ fn run_gemm(client: &Client, g: Gemm, p: &Problem, launches: usize) -> (f64, f64
                 CubeCount::Static(cubes as u32, 1, 1),
                 CubeDim::new_2d(32, (g.pm * g.pn) as u32),
                 4,
-                TensorArg::from_raw_parts(x.clone(), [k / vector, 1].into(), [m, k / vector].into()),
-                TensorArg::from_raw_parts(w.clone(), [k / vector, 1].into(), [n, k / vector].into()),
+                TensorArg::from_raw_parts(
+                    x.clone(),
+                    [k / vector, 1].into(),
+                    [m, k / vector].into(),
+                ),
+                TensorArg::from_raw_parts(
+                    w.clone(),
+                    [k / vector, 1].into(),
+                    [n, k / vector].into(),
+                ),
                 TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()),
                 g.tm,
                 g.tn,
@@ -1093,7 +1133,14 @@ fn run(
                 tn,
                 [f, a],
             ),
-            Probe::Shared { tm, tn, tk, pm, pn, pad } => {
+            Probe::Shared {
+                tm,
+                tn,
+                tk,
+                pm,
+                pn,
+                pad,
+            } => {
                 let vector = 8;
                 let input_arg = TensorArg::from_raw_parts(
                     input.clone(),
@@ -1140,7 +1187,10 @@ fn main() {
         }
     };
     let burn::backend::DispatchDevice::Cube(cube) = device.as_dispatch() else {
-        eprintln!("tensor_cores: `{}` is not a CubeCL device: nothing to probe", args.device);
+        eprintln!(
+            "tensor_cores: `{}` is not a CubeCL device: nothing to probe",
+            args.device
+        );
         std::process::exit(2);
     };
     let client = cube.client();
@@ -1154,8 +1204,16 @@ fn main() {
         n: 16,
         k: 16,
     };
-    let f32_acc = props.features.matmul.cmma.contains(&tiles(float_type(false)));
-    let f16_acc = props.features.matmul.cmma.contains(&tiles(float_type(true)));
+    let f32_acc = props
+        .features
+        .matmul
+        .cmma
+        .contains(&tiles(float_type(false)));
+    let f16_acc = props
+        .features
+        .matmul
+        .cmma
+        .contains(&tiles(float_type(true)));
     println!("16×16×16 f16 tiles: f32 accumulators {f32_acc}, f16 accumulators {f16_acc}");
     if !f32_acc {
         eprintln!("tensor_cores: the device lists no 16×16×16 f16 → f32 tiles: nothing measured");
@@ -1166,17 +1224,55 @@ fn main() {
     for (tm, tn) in [(1, 1), (1, 2), (2, 2), (2, 4), (4, 4)] {
         probes.push((Probe::Registers { tm, tn, planes: 4 }, false));
     }
-    probes.push((Probe::Registers { tm: 2, tn: 4, planes: 8 }, false));
+    probes.push((
+        Probe::Registers {
+            tm: 2,
+            tn: 4,
+            planes: 8,
+        },
+        false,
+    ));
     if f16_acc {
-        probes.push((Probe::Registers { tm: 2, tn: 4, planes: 4 }, true));
+        probes.push((
+            Probe::Registers {
+                tm: 2,
+                tn: 4,
+                planes: 4,
+            },
+            true,
+        ));
     }
     for pad in [0, 8] {
         // cubek's shipped prefill stage: 4 × 4 tiles a plane, 2 inner tiles, 4 × 2 planes.
-        probes.push((Probe::Shared { tm: 4, tn: 4, tk: 2, pm: 4, pn: 2, pad }, false));
+        probes.push((
+            Probe::Shared {
+                tm: 4,
+                tn: 4,
+                tk: 2,
+                pm: 4,
+                pn: 2,
+                pad,
+            },
+            false,
+        ));
     }
-    for (tm, tn, tk, pm, pn) in [(2, 2, 2, 2, 2), (2, 4, 2, 2, 2), (4, 2, 4, 2, 2), (1, 1, 4, 1, 4)]
-    {
-        probes.push((Probe::Shared { tm, tn, tk, pm, pn, pad: 8 }, false));
+    for (tm, tn, tk, pm, pn) in [
+        (2, 2, 2, 2, 2),
+        (2, 4, 2, 2, 2),
+        (4, 2, 4, 2, 2),
+        (1, 1, 4, 1, 4),
+    ] {
+        probes.push((
+            Probe::Shared {
+                tm,
+                tn,
+                tk,
+                pm,
+                pn,
+                pad: 8,
+            },
+            false,
+        ));
     }
     println!(
         "| probe | accumulators | TFLOPS | µs a launch | output (expected) |\n| --- | --- | ---: | ---: | --- |"
@@ -1192,8 +1288,7 @@ fn main() {
         let (t, _) = run(&client, probe, half_acc, args.cubes, 256, 1, value);
         let iters = ((0.01 / t.max(1e-6)) * 256.0).clamp(256.0, 1e6) as u32;
         let iters = iters.min(if half_acc { 2048 } else { u32::MAX });
-        let (seconds, first) =
-            run(&client, probe, half_acc, args.cubes, iters, launches, value);
+        let (seconds, first) = run(&client, probe, half_acc, args.cubes, iters, launches, value);
         let inner = match probe {
             Probe::Registers { .. } => 1,
             Probe::Shared { tk, .. } => tk,
@@ -1205,7 +1300,11 @@ fn main() {
             probe.label(),
             if half_acc { "f16" } else { "f32" },
             seconds * 1e6,
-            if (first - expected).abs() <= expected * 1e-3 { "" } else { " WRONG" },
+            if (first - expected).abs() <= expected * 1e-3 {
+                ""
+            } else {
+                " WRONG"
+            },
         );
     }
     println!(
@@ -1228,12 +1327,46 @@ fn main() {
     };
     let configs = [
         base,
-        Gemm { tk: 4, stages: 1, ..base },
-        Gemm { words: true, ..base },
-        Gemm { words: true, tk: 4, stages: 1, ..base },
-        Gemm { words: true, mode: 2, ..base },
-        Gemm { words: true, tm: 4, tn: 4, pm: 4, pn: 2, pad: 0, direct: true, ..base },
-        Gemm { words: true, tm: 4, tn: 4, pm: 2, pn: 2, tk: 4, stages: 1, ..base },
+        Gemm {
+            tk: 4,
+            stages: 1,
+            ..base
+        },
+        Gemm {
+            words: true,
+            ..base
+        },
+        Gemm {
+            words: true,
+            tk: 4,
+            stages: 1,
+            ..base
+        },
+        Gemm {
+            words: true,
+            mode: 2,
+            ..base
+        },
+        Gemm {
+            words: true,
+            tm: 4,
+            tn: 4,
+            pm: 4,
+            pn: 2,
+            pad: 0,
+            direct: true,
+            ..base
+        },
+        Gemm {
+            words: true,
+            tm: 4,
+            tn: 4,
+            pm: 2,
+            pn: 2,
+            tk: 4,
+            stages: 1,
+            ..base
+        },
     ];
     for shape in shapes {
         let problem = Problem::new(&client, shape);
@@ -1247,10 +1380,16 @@ fn main() {
                 continue;
             }
             let shared = g.stages * (bm + bn) * (bk + g.pad) * 2
-                + if g.direct { 0 } else { g.pm * g.pn * TILE * TILE * 4 };
+                + if g.direct {
+                    0
+                } else {
+                    g.pm * g.pn * TILE * TILE * 4
+                };
             let shared = if g.global { 0 } else { shared };
             if shared > props.hardware.max_shared_memory_size {
-                println!("| {m}, {n}, {k} | {g:?} | {shared} bytes of shared memory: over the device's limit | | |");
+                println!(
+                    "| {m}, {n}, {k} | {g:?} | {shared} bytes of shared memory: over the device's limit | | |"
+                );
                 continue;
             }
             let (seconds, error) = run_gemm(&client, g, &problem, launches);

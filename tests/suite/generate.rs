@@ -897,6 +897,54 @@ fn projections_match_float64() {
     }
 }
 
+/// Products of many rows (prefill) where the tensor-core product of
+/// `rope_pool_kernels::decoder::launch_tiles_product` takes them (f16, 128-multiple widths,
+/// 64-multiple inner sizes, on devices CubeCL reaches through Vulkan's cooperative matrices):
+/// row counts that leave a partial tile of 128 and of 16, against float64. A GPU that does not
+/// take them says so on stderr (the product then runs through cubek, checked the same way).
+#[test]
+fn tiles_product_matches_float64() {
+    use burn_rope_pool::testing::{project, tiles_product_takes};
+    let mut rng = burn_rope_pool::testing::Rng::new(79);
+    for (name, device) in crate::common::devices() {
+        let dtype = DType::F16;
+        if !device.supports_dtype(dtype) {
+            continue;
+        }
+        for (m, k, n) in [
+            (65usize, 64usize, 128usize),
+            (300, 192, 384),
+            (1000, 320, 640),
+        ] {
+            let round = |v: f64| crate::common::round_to(v, dtype);
+            let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();
+            let w: Vec<f64> = rng.values(n * k).into_iter().map(round).collect();
+            let xt = float_tensor(&x, [m, k], &device, dtype);
+            if name != "flex" && !tiles_product_takes(&xt, [m, k, n]) {
+                eprintln!(
+                    "{name}: the tensor-core product of many rows does not take [{m}, {k}]·[{n}, {k}]ᵀ here"
+                );
+            }
+            let got: Vec<f64> = project(xt, &float_tensor(&w, [n, k], &device, dtype))
+                .into_data()
+                .iter::<f64>()
+                .collect();
+            for r in 0..m {
+                for c in 0..n {
+                    let terms = (0..k).map(|i| x[r * k + i] * w[c * k + i]);
+                    let (dot, scale) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + f64::abs(t)));
+                    let want = round(dot);
+                    let a = got[r * n + c];
+                    assert!(
+                        (a - want).abs() <= 2e-3 * (1.0 + scale),
+                        "{name} [{m}, {k}]·[{n}, {k}]ᵀ at ({r}, {c}): {a} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The decode step's fused forms of the projection, on float and fp8 weights (the matrix-vector kernel with the norm
 /// before it, the activation or the residual add after it, in one launch where `fuses` says so;
 /// the separate functions elsewhere) against float64 with the model's rounding at each step,

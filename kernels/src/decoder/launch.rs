@@ -12,6 +12,7 @@ use super::matvec::{
     split_sum_kernel, staged_rows_kernel,
 };
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
+use super::product::{BLOCK, CUBE_COLS, CUBE_ROWS, tiles_product_kernel};
 use crate::LaunchTuning;
 use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
 use crate::common::launch::{has_tiles, widest_vector};
@@ -73,6 +74,10 @@ pub struct DecoderTuning {
     /// before the float product instead (`ROPE_POOL_FP8_DEQUANTIZE=1`: the earlier launch, for
     /// A/B runs). Applied by the root crate.
     pub fp8_dequantize: bool,
+    /// Products past the staged kernel's rows keep cubek's routine instead of
+    /// [`launch_tiles_product`] (`ROPE_POOL_TILES_PRODUCT=0`: the earlier launch, for A/B runs).
+    /// Applied by the root crate.
+    pub tiles_product_off: bool,
 }
 
 #[cfg(feature = "tuning")]
@@ -99,6 +104,7 @@ impl DecoderTuning {
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
+            tiles_product_off: number("ROPE_POOL_TILES_PRODUCT") == Some(0),
         })
     }
 }
@@ -997,6 +1003,60 @@ pub unsafe fn launch_silu_mul(
             gate_up,
             out,
             m / vector,
+            float,
+        );
+    }
+}
+
+/// Whether [`launch_tiles_product`] takes `x [m, k] · wᵀ` (`w [n, k]`) of `float` on `client`'s
+/// device: f16; `n` a multiple of 128 and `k` of 64 (no bounds checks on either; any `m`);
+/// planes of 32; 16 × 16 × 16 f16 tiles with f32 accumulation but not CUDA's 8 × 32 × 16 (the
+/// devices CubeCL reaches through Vulkan's cooperative matrices, where it was measured: CUDA
+/// keeps cubek's routines); and the 45 KB of shared memory it stages through.
+pub fn tiles_product_fits(client: &Client, float: ElemType, [m, k, n]: [usize; 3]) -> bool {
+    let f16 = ElemType::Float(FloatKind::F16);
+    let hardware = &client.properties().hardware;
+    let shared = (CUBE_ROWS + CUBE_COLS) * (BLOCK + 8) * 2 + 8 * 16 * 16 * 4;
+    float == f16
+        && m > 0
+        && n.is_multiple_of(CUBE_COLS)
+        && k.is_multiple_of(BLOCK)
+        && k > 0
+        && hardware.plane_size_min == 32
+        && hardware.plane_size_max == 32
+        && hardware.max_shared_memory_size >= shared
+        && has_tiles(client, f16, [16, 16, 16])
+        && !has_tiles(client, f16, [8, 32, 16])
+}
+
+/// `out [m, n] = x [m, k] · wᵀ` on tensor-core tiles, 128 × 128 outputs a cube (the product of
+/// [`super::product`]). `x` and `w` are 16-byte-word views of the f16 rows: shapes
+/// `[m, k / 8]` and `[n, k / 8]` of `Vector<u32, 4>`.
+///
+/// # Safety
+///
+/// [`tiles_product_fits`] holds for `[m, k, n]`; x, w are contiguous f16 `[m, k]`, `[n, k]`
+/// given as those views; out is a contiguous `[m, n]` buffer of `float`.
+pub unsafe fn launch_tiles_product(
+    client: &Client,
+    float: ElemType,
+    [m, k, n]: [usize; 3],
+    x: TensorArg,
+    w: TensorArg,
+    out: TensorArg,
+) {
+    let cube_dim = CubeDim::new_2d(32, 8);
+    let cubes = m.div_ceil(CUBE_ROWS) * (n / CUBE_COLS);
+    unsafe {
+        tiles_product_kernel::launch_unchecked(
+            client,
+            calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
+            cube_dim,
+            AddressType::from_len((m * k).max(n * k).max(m * n)),
+            4,
+            x,
+            w,
+            out,
             float,
         );
     }

@@ -5,6 +5,8 @@
 //!   norm before a projection and the activation or residual add after it fused in where a
 //!   decode step has them) and tensor-core tiles for up to 64 (the staged kernel from 5 rows,
 //!   fp8 weights included), each reading the weight once;
+//! - `product.rs`: the product of many rows (prefill) on tensor-core tiles, staged through
+//!   shared memory as 16-byte words, where CubeCL reaches the tiles through Vulkan;
 //! - `norm.rs`: RMSNorm of rows, and the residual add fused with it;
 //! - `fp8.rs`: the matrix-vector products on fp8 weights (e4m3 codes with block scales), decoded
 //!   in registers, and the decoding of such a weight for the products no kernel here takes;
@@ -17,11 +19,12 @@ mod fp8;
 mod launch;
 mod matvec;
 mod norm;
+mod product;
 
 pub use crate::common::launch::has_tiles;
 pub use launch::{
     DecoderTuning, MATVEC_MAX_ROWS, NORM_FUSED_MAX_ROWS, StagedRows, few_rows_fits,
     launch_dequantize_fp8, launch_few_rows, launch_matvec, launch_matvec_add, launch_matvec_fp8,
     launch_matvec_fp8_add, launch_matvec_fp8_norm, launch_matvec_norm, launch_rms_norm,
-    launch_silu_mul, matvec_fits, matvec_norm_fits,
+    launch_silu_mul, launch_tiles_product, matvec_fits, matvec_norm_fits, tiles_product_fits,
 };

@@ -11,7 +11,7 @@ use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
 use cubecl::ir::{ElemType, FloatKind};
-use cubecl::prelude::TensorBinding;
+use cubecl::prelude::{TensorArg, TensorBinding};
 use cubecl::{prelude::Scalar, tf32};
 use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
 use cubek::matmul::strategy::Strategy;
@@ -19,7 +19,8 @@ use cubek::std::InputBinding;
 use rope_pool_kernels::decoder::{
     MATVEC_MAX_ROWS, StagedRows, has_tiles, launch_dequantize_fp8, launch_few_rows, launch_matvec,
     launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add, launch_matvec_fp8_norm,
-    launch_matvec_norm, launch_rms_norm, launch_silu_mul, matvec_fits,
+    launch_matvec_norm, launch_rms_norm, launch_silu_mul, launch_tiles_product, matvec_fits,
+    tiles_product_fits,
 };
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
@@ -197,6 +198,40 @@ fn unit_routine() -> Strategy {
 fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
     let (m, n) = (x.shape()[0], w_t.shape()[0]);
     let out = fresh(&x, Shape::new([m, n]));
+    let k = x.shape()[1];
+    let float = dtype_to_storage_type(x.dtype);
+    let default_routine = matches!(
+        MatmulRoutine::from_index(routine),
+        MatmulRoutine::SimpleCyclicMultiRows | MatmulRoutine::Heuristic
+    );
+    if default_routine
+        && !tuning().decoder.tiles_product_off
+        && tiles_product_fits(&x.client, float, [m, k, n])
+    {
+        // x and w_t as rows of 16-byte words (8 halves each).
+        let words = |t: &CubeTensor, rows: usize| {
+            // Safety: t is a contiguous [rows, k] f16 tensor (k a multiple of 64): `rows` rows of
+            // k / 8 words over the same bytes.
+            unsafe {
+                TensorArg::from_raw_parts(t.handle.clone(), [k / 8, 1].into(), [rows, k / 8].into())
+            }
+        };
+        let (xw, ww) = (words(&x, m), words(&w_t, n));
+        // Safety: `tiles_product_fits` holds for [m, k, n]; x [m, k] and w_t [n, k] are
+        // contiguous f16 (`matmul` made them so), given as their word views; out is a fresh
+        // contiguous [m, n] buffer of x's dtype.
+        unsafe {
+            launch_tiles_product(
+                &out.client,
+                float,
+                [m, k, n],
+                xw,
+                ww,
+                out.clone().into_tensor_arg(),
+            );
+        }
+        return out;
+    }
     // `[k, n]`, read column-major: the weight as stored, no copy.
     let mut rhs = w_t;
     rhs.meta.swap(0, 1);

@@ -262,6 +262,22 @@ pub fn staged_takes(x: &Tensor<2>, dims: [usize; 3]) -> bool {
     staged_on_device(x, dims, false)
 }
 
+/// Whether [`project`] sends `x [m, k] · w_tᵀ` (`w_t [n, k]`, x's dtype) to the tensor-core
+/// product of many rows (`rope_pool_kernels::decoder::launch_tiles_product`) on x's device: past
+/// the rows the decode kernels take, f16, `n` a multiple of 128, `k` of 64, where CubeCL reaches
+/// the device's tiles through Vulkan.
+pub fn tiles_product_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
+    #[cfg(feature = "cube")]
+    if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
+        let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
+        return !decoder_kernel_fits(&cube.client(), float, [m, k, n])
+            && !crate::common::cube::tuning().decoder.tiles_product_off
+            && rope_pool_kernels::decoder::tiles_product_fits(&cube.client(), float, [m, k, n]);
+    }
+    let _ = (x, m, k, n);
+    false
+}
+
 /// [`staged_takes`] on a float weight, or with `fp8` on fp8 codes ([`staged_takes_fp8`]).
 fn staged_on_device(x: &Tensor<2>, [m, k, n]: [usize; 3], fp8: bool) -> bool {
     #[cfg(feature = "cube")]

@@ -1,0 +1,265 @@
+//! The product of many rows (prefill) on tensor-core tiles: `out [m, n] = x [m, k] · wᵀ`
+//! (`w [n, k]`, the weight as stored), for devices whose 16 × 16 × 16 tiles CubeCL reaches
+//! through Vulkan's cooperative matrices.
+//!
+//! Why this shape (`benches/NOTES.md`, "Vulkan tensor-core ceiling"; `benches/tensor_cores.rs`):
+//! through SPIR-V the tiles multiply at ~650 TFLOPS on an H100 from registers and from shared
+//! memory, but a product staged through shared memory in vectors of 8 halves reached 125–180:
+//! CubeCL's Vulkan target splits a vector of 8 halves into two of 4, so each global read and
+//! shared store moves 8 bytes. Here x, w and the stage are 16-byte words (`Vector<u32, 4>`, 8
+//! halves each) and the fragments are loaded from the words, and a block of 64 inner elements
+//! gives 32 tile products a plane per pair of barriers: 270–278 TFLOPS on that GPU.
+
+use crate::common::fragment::TILE;
+use cubecl::prelude::*;
+
+/// Tile rows a plane multiplies.
+pub(crate) const PLANE_ROWS: usize = 4;
+/// Tile columns a plane multiplies.
+pub(crate) const PLANE_COLS: usize = 2;
+/// Planes a cube down its rows.
+pub(crate) const CUBE_ROW_PLANES: usize = 2;
+/// Planes a cube across its columns.
+pub(crate) const CUBE_COL_PLANES: usize = 4;
+/// Output rows a cube owns.
+pub(crate) const CUBE_ROWS: usize = TILE * PLANE_ROWS * CUBE_ROW_PLANES;
+/// Output columns a cube owns.
+pub(crate) const CUBE_COLS: usize = TILE * PLANE_COLS * CUBE_COL_PLANES;
+/// Inner elements a block.
+pub(crate) const BLOCK: usize = 64;
+/// Halves a 16-byte word.
+pub(crate) const WORD_HALVES: usize = 8;
+/// Row tiles of a group of cubes that walk the columns together (neighbours share x's rows).
+const GROUP: usize = 8;
+
+/// `out [m, n] = x [m, k] · wᵀ` with f32 accumulators, rounded once to `F` (a 2-byte float): x
+/// and w read as 16-byte words (`N` = 4 u32 each; `k_words = k / 8` words a row). The cube of
+/// `CUBE_POS` owns a `CUBE_ROWS × CUBE_COLS` output tile (cubes past the last tile leave); its
+/// 8 planes each multiply `PLANE_ROWS × PLANE_COLS` tiles of it. Each block of `BLOCK` inner
+/// elements of the cube's rows of x and w is read by all units into registers one block ahead,
+/// stored in shared memory as words (rows padded by 8 halves against bank conflicts), and the
+/// fragments are loaded from the words. Rows of x past `m` read as zeros and are not written.
+/// `n` must be a multiple of `CUBE_COLS`, `k` of `BLOCK`.
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
+pub(crate) fn tiles_product_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<u32, N>>,
+    w: &Tensor<Vector<u32, N>>,
+    out: &mut Tensor<F>,
+    #[define(F)] _dtype: ElemType,
+) {
+    let m = out.shape(0);
+    let n = out.shape(1);
+    let k_words = x.shape(1);
+    let row_words = BLOCK / WORD_HALVES;
+    let ld = BLOCK + 8;
+    let ld_words = ld / WORD_HALVES;
+    let units = 32 * CUBE_ROW_PLANES * CUBE_COL_PLANES;
+    let x_loads = comptime!((CUBE_ROWS * BLOCK / WORD_HALVES).div_ceil(units));
+    let w_loads = comptime!((CUBE_COLS * BLOCK / WORD_HALVES).div_ceil(units));
+    let mut x_s = Shared::<[Vector<u32, N>]>::new_aligned_slice(CUBE_ROWS * ld_words, 16usize);
+    let mut w_s = Shared::<[Vector<u32, N>]>::new_aligned_slice(CUBE_COLS * ld_words, 16usize);
+    let mut x_r = Array::<Vector<u32, N>>::new(x_loads);
+    let mut w_r = Array::<Vector<u32, N>>::new(w_loads);
+
+    // Grouped cube order: `GROUP` row tiles walk the column tiles together.
+    let tiles_m = m.div_ceil(CUBE_ROWS);
+    let tiles_n = n / CUBE_COLS;
+    let cube = CUBE_POS;
+    // The whole cube leaves together: the syncs below stay uniform.
+    if cube >= tiles_m * tiles_n {
+        terminate!();
+    }
+    let per_group = GROUP * tiles_n;
+    let first_m = (cube / per_group) * GROUP;
+    let group_rows = usize::min(tiles_m - first_m, GROUP);
+    let m0 = (first_m + (cube % per_group) % group_rows) * CUBE_ROWS;
+    let n0 = ((cube % per_group) / group_rows) * CUBE_COLS;
+    let unit = UNIT_POS as usize;
+    let blocks = k_words / row_words;
+
+    // The first block's loads.
+    #[unroll]
+    for l in 0..x_loads {
+        let i = unit + l * units;
+        let row = m0 + i / row_words;
+        let mut v = Vector::<u32, N>::new(0u32);
+        if i < CUBE_ROWS * row_words && row < m {
+            v = x[row * k_words + i % row_words];
+        }
+        x_r[l] = v;
+    }
+    #[unroll]
+    for l in 0..w_loads {
+        let i = unit + l * units;
+        let mut v = Vector::<u32, N>::new(0u32);
+        if i < CUBE_COLS * row_words {
+            v = w[(n0 + i / row_words) * k_words + i % row_words];
+        }
+        w_r[l] = v;
+    }
+
+    let plane = UNIT_POS_Y as usize;
+    let (pi, pj) = (plane / CUBE_COL_PLANES, plane % CUBE_COL_PLANES);
+    let mut accs = Sequence::<cmma::Matrix<f32>>::new();
+    #[unroll]
+    for _ in 0..PLANE_ROWS * PLANE_COLS {
+        accs.push(cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            TILE,
+            TILE,
+            TILE,
+            cmma::MatrixLayout::Undefined,
+            0.0,
+        ));
+    }
+    let tile_words = TILE / WORD_HALVES;
+    // The fragments' stride in u32 (CubeCL divides it by the words' 4 lanes).
+    let stride = (ld / 2) as u32;
+    let mut b = 0usize;
+    while b < blocks {
+        // The block before is multiplied: the stage is free.
+        #[unroll]
+        for l in 0..x_loads {
+            let i = unit + l * units;
+            if i < CUBE_ROWS * row_words {
+                x_s[(i / row_words) * ld_words + i % row_words] = x_r[l];
+            }
+        }
+        #[unroll]
+        for l in 0..w_loads {
+            let i = unit + l * units;
+            if i < CUBE_COLS * row_words {
+                w_s[(i / row_words) * ld_words + i % row_words] = w_r[l];
+            }
+        }
+        sync_cube();
+        // The next block's loads, in flight while this one is multiplied.
+        if b + 1 < blocks {
+            let k0 = (b + 1) * row_words;
+            #[unroll]
+            for l in 0..x_loads {
+                let i = unit + l * units;
+                let row = m0 + i / row_words;
+                if i < CUBE_ROWS * row_words && row < m {
+                    x_r[l] = x[row * k_words + k0 + i % row_words];
+                }
+            }
+            #[unroll]
+            for l in 0..w_loads {
+                let i = unit + l * units;
+                if i < CUBE_COLS * row_words {
+                    w_r[l] = w[(n0 + i / row_words) * k_words + k0 + i % row_words];
+                }
+            }
+        }
+        #[unroll]
+        for t in 0..BLOCK / TILE {
+            let mut ws = Sequence::<cmma::Matrix<F>>::new();
+            #[unroll]
+            for j in 0..PLANE_COLS {
+                let start = ((pj * PLANE_COLS + j) * TILE) * ld_words + t * tile_words;
+                let mut f = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        cmma::MatrixIdent::B,
+                        TILE,
+                        TILE,
+                        TILE,
+                        cmma::MatrixLayout::ColMajor,
+                    )
+                };
+                cmma::load(
+                    &mut f,
+                    w_s.slice(start, start + (TILE - 1) * ld_words + tile_words),
+                    stride,
+                );
+                ws.push(f);
+            }
+            #[unroll]
+            for i in 0..PLANE_ROWS {
+                let start = ((pi * PLANE_ROWS + i) * TILE) * ld_words + t * tile_words;
+                let mut f = unsafe {
+                    cmma::Matrix::<F>::uninitialized(
+                        cmma::MatrixIdent::A,
+                        TILE,
+                        TILE,
+                        TILE,
+                        cmma::MatrixLayout::RowMajor,
+                    )
+                };
+                cmma::load(
+                    &mut f,
+                    x_s.slice(start, start + (TILE - 1) * ld_words + tile_words),
+                    stride,
+                );
+                #[unroll]
+                for j in 0..PLANE_COLS {
+                    let acc = accs.index(i * PLANE_COLS + j);
+                    cmma::execute(&f, ws.index(j), acc, acc);
+                }
+            }
+        }
+        sync_cube();
+        b += 1;
+    }
+    // Each plane's tiles through its own 16 × 16 of f32 shared memory, the rows below `m` out.
+    let tile = TILE * TILE;
+    let mut o_s = Shared::<[f32]>::new_slice(CUBE_ROW_PLANES * CUBE_COL_PLANES * tile);
+    let lane = UNIT_POS_X as usize;
+    #[unroll]
+    for i in 0..PLANE_ROWS {
+        #[unroll]
+        for j in 0..PLANE_COLS {
+            cmma::store(
+                o_s.slice_mut(plane * tile, (plane + 1) * tile),
+                accs.index(i * PLANE_COLS + j),
+                TILE as u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+            sync_cube();
+            let row0 = m0 + (pi * PLANE_ROWS + i) * TILE;
+            let col0 = n0 + (pj * PLANE_COLS + j) * TILE;
+            let mut e = lane;
+            while e < tile {
+                let row = row0 + e / TILE;
+                if row < m {
+                    out[row * n + col0 + e % TILE] = F::cast_from(o_s[plane * tile + e]);
+                }
+                e += 32;
+            }
+            sync_cube();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tiles_product_kernel;
+    use crate::test_common as common;
+    use cubecl::ir::{AddressType, ElemType, FloatKind};
+    use cubecl::prelude::*;
+    use std::sync::Arc;
+
+    /// The product's fragments, loaded from 16-byte words in shared memory, expanded and compiled
+    /// to CUDA C++ and SPIR-V against the properties of a device with f16 16 × 16 × 16 tiles; its
+    /// arithmetic is checked by the root crate's `tiles_product_matches_float64` where it runs.
+    #[test]
+    fn tiles_product_kernel_expands_and_compiles_to_cuda_and_spirv() {
+        let Some(client) = common::any_client("tiles product's CUDA check") else {
+            return;
+        };
+        let (m, n, k) = (300usize, 256usize, 128usize);
+        let kernel = tiles_product_kernel::create_dummy_kernel(
+            common::properties_with_f16_tiles(&client),
+            Arc::new(client.target_properties().clone()),
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_2d(32, 8),
+            AddressType::U32,
+            4,
+            common::dummy_tensor(&client, &[m, k / 8]),
+            common::dummy_tensor(&client, &[n, k / 8]),
+            common::dummy_tensor(&client, &[m, n]),
+            ElemType::Float(FloatKind::F16),
+        );
+        common::assert_tensor_core_kernel_compiles(kernel, "tiles_product_kernel");
+    }
+}
