@@ -1,24 +1,26 @@
 //! What a device's tensor-core tiles (CubeCL's `cmma`: Vulkan's cooperative matrices, CUDA's
-//! `wmma`) deliver, measured in three steps from the instruction up, so that a product kernel's
-//! rate can be set beside the rate its tiles allow on the same device and build:
+//! `wmma`) deliver, from the instruction up, beside the product kernels that feed them, in one
+//! process on one device:
 //!
-//! - `registers`: each plane multiplies fragments it loaded once, `tm × tn` f32 (or f16)
-//!   accumulators over `tm` A and `tn` B fragments, `iters` times: the multiply-accumulate rate
-//!   alone, by the accumulators a plane keeps in flight;
-//! - `shared`: the cube stages an A block (`16·tm·pm` rows) and a B block (`16·tn·pn` rows, the
-//!   weight's rows: B read column-major, as the decoder's products read a weight) of `16·tk`
-//!   inner elements once, in shared memory as vectors of 8 with rows padded by `pad` elements;
-//!   then every iteration each of the `pm × pn` planes loads its `tm` A and `tn` B fragments of
-//!   each inner tile from shared memory and multiplies them: the rate with the fragment loads
-//!   a product kernel pays on every inner tile, without global memory;
-//! - `global`: nothing but a plain product kernel is left, so the bench ends there; the
-//!   decoder's products are timed by `decode --matmul-probe`.
+//! - `registers`: each plane multiplies fragments it loaded once into `tm × tn` f32 (or f16)
+//!   accumulators, `iters` times: the multiply-accumulate rate alone, by the accumulators a
+//!   plane keeps in flight;
+//! - `shared`: the cube stages an A block (`16·tm·pm` rows) and a B block (`16·tn·pn` rows, read
+//!   column-major as the decoder reads a weight) of `16·tk` inner elements once in shared memory
+//!   (vectors of 8 halves, rows padded by `pad`); every iteration each of the `pm × pn` planes
+//!   loads its fragments of each inner tile from there (the tile rotating with the iteration) and
+//!   multiplies them: the rate with a product's fragment loads, without global memory;
+//! - products `x [m, k] · wᵀ` of random f16 values: [`gemm_kernel`] staging through shared
+//!   memory in vectors of 8 halves (`Halves`), and the decoder's product of many rows, staging
+//!   16-byte words (`Words`, `rope_pool_kernels::decoder::launch_tiles_product`); 256 sampled
+//!   outputs checked against float64 dot products.
 //!
-//! Every row checks its output (all inputs are one value, so each accumulator element is known
-//! exactly) and gives TFLOPS (2·16³ flops a tile product) from the wall time of launches of
-//! ~10 ms each, the device synchronised around them.
+//! Every probe row checks its output (all inputs one value, so each element is known exactly).
+//! TFLOPS (2·16³ flops a tile product) come from the wall time of 20 launches after a second of
+//! launches (an idle GPU drops its clocks within a second; the warm-up also compiles the
+//! pipeline), the device synchronised around them.
 //!
-//! `cargo bench --bench tensor_cores -- [--device vulkan] [--quick]`
+//! `cargo bench --bench tensor_cores -- [--device vulkan] [--quick] [--products-only]`
 
 use burn_rope_pool::testing::device_by_name;
 use clap::Parser;
@@ -37,9 +39,9 @@ struct Args {
     /// Fewer timed launches a row.
     #[arg(long)]
     quick: bool,
-    /// The product kernel's rows only.
+    /// The product rows only.
     #[arg(long)]
-    gemm_only: bool,
+    products_only: bool,
     /// Cubes a launch (default: 8 a multiprocessor of 132).
     #[arg(long, default_value_t = 1056)]
     cubes: usize,
@@ -245,9 +247,9 @@ fn shared_kernel<F: Float, A: Float, N: Size>(
 
 /// `out [m, n] = x [m, k] · wᵀ` (`w [n, k]`, f16, f32 accumulators, rounded once): the cube owns
 /// a `16·tm·pm × 16·tn·pn` output tile; blocks of `16·tk` inner elements of x's and w's rows are
-/// read as vectors of `N` into registers one block ahead, stored into one of two shared-memory
-/// stages (rows padded by `pad`), and each plane `(pi, pj)` multiplies its `tm × tn` tiles from
-/// there: one barrier a block. Rows of x past `m` read as zeros and are not written. `n` must be
+/// read as vectors of `N` into registers one block ahead, stored into one of `stages`
+/// shared-memory stages (rows padded by `pad`), and each plane `(pi, pj)` multiplies its
+/// `tm × tn` tiles from there: one barrier a block with two stages, two with one. Rows of x past `m` read as zeros and are not written. `n` must be
 /// a multiple of the cube's columns, `k` of the block. Cubes walk the output in groups of
 /// `group` row tiles (each group's column tiles in turn), so neighbours share x's rows in cache.
 #[cube(launch_unchecked)]
@@ -265,8 +267,6 @@ fn gemm_kernel<F: Float, N: Size>(
     #[comptime] vector: usize,
     #[comptime] group: usize,
     #[comptime] stages: usize,
-    #[comptime] mode: usize,
-    #[comptime] direct: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let m = out.shape(0);
@@ -357,11 +357,8 @@ fn gemm_kernel<F: Float, N: Size>(
     while b < blocks {
         let stage = b % stages;
         let more = b + 1 < blocks;
-        if more && comptime!(mode != 2) {
-            let mut kv0 = (b + 1) * row_vectors;
-            if comptime!(mode == 1) {
-                kv0 = 0;
-            }
+        if more {
+            let kv0 = (b + 1) * row_vectors;
             #[unroll]
             for l in 0..a_loads {
                 let i = unit + l * units;
@@ -448,309 +445,31 @@ fn gemm_kernel<F: Float, N: Size>(
         sync_cube();
         b += 1;
     }
-    if comptime!(direct) {
-        // Each tile rounded to F in its fragment and stored whole (rows past `m` skipped).
+    // Each plane's tiles through its own 16 × 16 of f32 shared memory, rounded once.
+    let tile = TILE * TILE;
+    let mut o_s = Shared::<[f32]>::new_slice(pm * pn * tile);
+    let lane = UNIT_POS_X as usize;
+    #[unroll]
+    for i in 0..tm {
         #[unroll]
-        for i in 0..tm {
-            #[unroll]
-            for j in 0..tn {
-                let row0 = m0 + (pi * tm + i) * TILE;
-                let col0 = n0 + (pj * tn + j) * TILE;
-                if row0 + TILE <= m {
-                    let h = cmma::cast::<f32, F, cmma::Plane>(accs.index(i * tn + j));
-                    let start = row0 * n + col0;
-                    cmma::store(
-                        out.slice_mut(start, start + (TILE - 1) * n + TILE),
-                        &h,
-                        n as u32,
-                        cmma::MatrixLayout::RowMajor,
-                    );
-                }
-            }
-        }
-    }
-    if comptime!(!direct) {
-        // Each plane's tiles through its own 16 × 16 of f32 shared memory, rounded once.
-        let tile = TILE * TILE;
-        let mut o_s = Shared::<[f32]>::new_slice(pm * pn * tile);
-        let lane = UNIT_POS_X as usize;
-        #[unroll]
-        for i in 0..tm {
-            #[unroll]
-            for j in 0..tn {
-                sync_cube();
-                cmma::store(
-                    o_s.slice_mut(plane * tile, (plane + 1) * tile),
-                    accs.index(i * tn + j),
-                    TILE as u32,
-                    cmma::MatrixLayout::RowMajor,
-                );
-                sync_cube();
-                let row0 = m0 + (pi * tm + i) * TILE;
-                let col0 = n0 + (pj * tn + j) * TILE;
-                let mut e = lane;
-                while e < tile {
-                    let row = row0 + e / TILE;
-                    if row < m {
-                        out[row * n + col0 + e % TILE] = F::cast_from(o_s[plane * tile + e]);
-                    }
-                    e += 32;
-                }
-            }
-        }
-    }
-}
-
-/// [`gemm_kernel`] with x, w and the stages held as 16-byte words (`Vector<u32, 4>`, 8 halves
-/// each): through SPIR-V a vector of 8 halves is split into two of 4 (CubeCL's widest Vulkan
-/// vector without long vectors), so this reads and stages 16 bytes an access; the fragments are
-/// loaded from the words (the stride in words).
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-fn gemm_words_kernel<F: Float, N: Size>(
-    x: &Tensor<Vector<u32, N>>,
-    w: &Tensor<Vector<u32, N>>,
-    out: &mut Tensor<F>,
-    #[comptime] tm: usize,
-    #[comptime] tn: usize,
-    #[comptime] tk: usize,
-    #[comptime] pm: usize,
-    #[comptime] pn: usize,
-    #[comptime] pad: usize,
-    #[comptime] vector: usize,
-    #[comptime] group: usize,
-    #[comptime] stages: usize,
-    #[comptime] mode: usize,
-    #[comptime] direct: bool,
-    #[define(F)] _dtype: ElemType,
-) {
-    let m = out.shape(0);
-    let n = out.shape(1);
-    let kv = x.shape(1);
-    let bm = TILE * tm * pm;
-    let bn = TILE * tn * pn;
-    let bk = TILE * tk;
-    let row_vectors = bk / vector;
-    let ld = bk + pad;
-    let ldv = ld / vector;
-    let units = 32 * pm * pn;
-    let a_loads = comptime!((bm * bk / vector).div_ceil(32 * pm * pn));
-    let b_loads = comptime!((bn * bk / vector).div_ceil(32 * pm * pn));
-    let stage_a = bm * ldv;
-    let stage_b = bn * ldv;
-    let mut a_s = Shared::<[Vector<u32, N>]>::new_aligned_slice(stages * bm * ldv, 16usize);
-    let mut b_s = Shared::<[Vector<u32, N>]>::new_aligned_slice(stages * bn * ldv, 16usize);
-    let mut a_r = Array::<Vector<u32, N>>::new(a_loads);
-    let mut b_r = Array::<Vector<u32, N>>::new(b_loads);
-
-    // Grouped cube order.
-    let tiles_m = m.div_ceil(bm);
-    let tiles_n = n / bn;
-    let cube = CUBE_POS;
-    let per_group = group * tiles_n;
-    let first_m = (cube / per_group) * group;
-    let group_rows = usize::min(tiles_m - first_m, group);
-    let tile_m = first_m + (cube % per_group) % group_rows;
-    let tile_n = (cube % per_group) / group_rows;
-    let m0 = tile_m * bm;
-    let n0 = tile_n * bn;
-    let unit = UNIT_POS as usize;
-    let blocks = kv / row_vectors;
-
-    // Block 0 into registers, then into stage 0.
-    #[unroll]
-    for l in 0..a_loads {
-        let i = unit + l * units;
-        let row = m0 + i / row_vectors;
-        let mut v = Vector::<u32, N>::new(0u32);
-        if i < bm * row_vectors && row < m {
-            v = x[row * kv + i % row_vectors];
-        }
-        a_r[l] = v;
-    }
-    #[unroll]
-    for l in 0..b_loads {
-        let i = unit + l * units;
-        let mut v = Vector::<u32, N>::new(0u32);
-        if i < bn * row_vectors {
-            v = w[(n0 + i / row_vectors) * kv + i % row_vectors];
-        }
-        b_r[l] = v;
-    }
-    #[unroll]
-    for l in 0..a_loads {
-        let i = unit + l * units;
-        if i < bm * row_vectors {
-            a_s[(i / row_vectors) * ldv + i % row_vectors] = a_r[l];
-        }
-    }
-    #[unroll]
-    for l in 0..b_loads {
-        let i = unit + l * units;
-        if i < bn * row_vectors {
-            b_s[(i / row_vectors) * ldv + i % row_vectors] = b_r[l];
-        }
-    }
-    sync_cube();
-
-    let plane = UNIT_POS_Y as usize;
-    let (pi, pj) = (plane / pn, plane % pn);
-    let mut accs = Sequence::<cmma::Matrix<f32>>::new();
-    #[unroll]
-    for _ in 0..tm * tn {
-        accs.push(cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            TILE,
-            TILE,
-            TILE,
-            cmma::MatrixLayout::Undefined,
-            0.0,
-        ));
-    }
-    let tile_vectors = TILE / vector;
-    let mut b = 0usize;
-    while b < blocks {
-        let stage = b % stages;
-        let more = b + 1 < blocks;
-        if more && comptime!(mode != 2) {
-            let mut kv0 = (b + 1) * row_vectors;
-            if comptime!(mode == 1) {
-                kv0 = 0;
-            }
-            #[unroll]
-            for l in 0..a_loads {
-                let i = unit + l * units;
-                let row = m0 + i / row_vectors;
-                if i < bm * row_vectors && row < m {
-                    a_r[l] = x[row * kv + kv0 + i % row_vectors];
-                }
-            }
-            #[unroll]
-            for l in 0..b_loads {
-                let i = unit + l * units;
-                if i < bn * row_vectors {
-                    b_r[l] = w[(n0 + i / row_vectors) * kv + kv0 + i % row_vectors];
-                }
-            }
-        }
-        #[unroll]
-        for t in 0..tk {
-            let mut bf = Sequence::<cmma::Matrix<F>>::new();
-            #[unroll]
-            for j in 0..tn {
-                let b0 = stage * stage_b + ((pj * tn + j) * TILE) * ldv + t * tile_vectors;
-                let mut f = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::B,
-                        TILE,
-                        TILE,
-                        TILE,
-                        cmma::MatrixLayout::ColMajor,
-                    )
-                };
-                cmma::load(
-                    &mut f,
-                    b_s.slice(b0, b0 + (TILE - 1) * ldv + tile_vectors),
-                    (ld / 2) as u32,
-                );
-                bf.push(f);
-            }
-            #[unroll]
-            for i in 0..tm {
-                let a0 = stage * stage_a + ((pi * tm + i) * TILE) * ldv + t * tile_vectors;
-                let mut f = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::A,
-                        TILE,
-                        TILE,
-                        TILE,
-                        cmma::MatrixLayout::RowMajor,
-                    )
-                };
-                cmma::load(
-                    &mut f,
-                    a_s.slice(a0, a0 + (TILE - 1) * ldv + tile_vectors),
-                    (ld / 2) as u32,
-                );
-                #[unroll]
-                for j in 0..tn {
-                    let acc = accs.index(i * tn + j);
-                    cmma::execute(&f, bf.index(j), acc, acc);
-                }
-            }
-        }
-        if comptime!(stages == 1) {
+        for j in 0..tn {
             sync_cube();
-        }
-        if more {
-            let next = ((stage + 1) % stages) * stage_a;
-            #[unroll]
-            for l in 0..a_loads {
-                let i = unit + l * units;
-                if i < bm * row_vectors {
-                    a_s[next + (i / row_vectors) * ldv + i % row_vectors] = a_r[l];
+            cmma::store(
+                o_s.slice_mut(plane * tile, (plane + 1) * tile),
+                accs.index(i * tn + j),
+                TILE as u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+            sync_cube();
+            let row0 = m0 + (pi * tm + i) * TILE;
+            let col0 = n0 + (pj * tn + j) * TILE;
+            let mut e = lane;
+            while e < tile {
+                let row = row0 + e / TILE;
+                if row < m {
+                    out[row * n + col0 + e % TILE] = F::cast_from(o_s[plane * tile + e]);
                 }
-            }
-            let next = ((stage + 1) % stages) * stage_b;
-            #[unroll]
-            for l in 0..b_loads {
-                let i = unit + l * units;
-                if i < bn * row_vectors {
-                    b_s[next + (i / row_vectors) * ldv + i % row_vectors] = b_r[l];
-                }
-            }
-        }
-        sync_cube();
-        b += 1;
-    }
-    if comptime!(direct) {
-        // Each tile rounded to F in its fragment and stored whole (rows past `m` skipped).
-        #[unroll]
-        for i in 0..tm {
-            #[unroll]
-            for j in 0..tn {
-                let row0 = m0 + (pi * tm + i) * TILE;
-                let col0 = n0 + (pj * tn + j) * TILE;
-                if row0 + TILE <= m {
-                    let h = cmma::cast::<f32, F, cmma::Plane>(accs.index(i * tn + j));
-                    let start = row0 * n + col0;
-                    cmma::store(
-                        out.slice_mut(start, start + (TILE - 1) * n + TILE),
-                        &h,
-                        n as u32,
-                        cmma::MatrixLayout::RowMajor,
-                    );
-                }
-            }
-        }
-    }
-    if comptime!(!direct) {
-        // Each plane's tiles through its own 16 × 16 of f32 shared memory, rounded once.
-        let tile = TILE * TILE;
-        let mut o_s = Shared::<[f32]>::new_slice(pm * pn * tile);
-        let lane = UNIT_POS_X as usize;
-        #[unroll]
-        for i in 0..tm {
-            #[unroll]
-            for j in 0..tn {
-                sync_cube();
-                cmma::store(
-                    o_s.slice_mut(plane * tile, (plane + 1) * tile),
-                    accs.index(i * tn + j),
-                    TILE as u32,
-                    cmma::MatrixLayout::RowMajor,
-                );
-                sync_cube();
-                let row0 = m0 + (pi * tm + i) * TILE;
-                let col0 = n0 + (pj * tn + j) * TILE;
-                let mut e = lane;
-                while e < tile {
-                    let row = row0 + e / TILE;
-                    if row < m {
-                        out[row * n + col0 + e % TILE] = F::cast_from(o_s[plane * tile + e]);
-                    }
-                    e += 32;
-                }
+                e += 32;
             }
         }
     }
@@ -813,138 +532,54 @@ impl Probe {
     }
 }
 
-/// `out [m, n] = x [m, k] · wᵀ` with every fragment loaded straight from global memory (no shared
-/// stage, no barrier): each plane `(pi, pj)` of the cube owns `tm × tn` output tiles, the cube's
-/// planes side by side so that they read the same rows of x and w through the cache; with
-/// `prefetch`, the next inner tile's fragments are loaded before this one's products. `m`, `n`
-/// must be multiples of the cube's tile, `k` of 16. Tiles rounded in their fragments and stored.
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-fn direct_gemm_kernel<F: Float>(
-    x: &Tensor<F>,
-    w: &Tensor<F>,
-    out: &mut Tensor<F>,
-    #[comptime] tm: usize,
-    #[comptime] tn: usize,
-    #[comptime] pm: usize,
-    #[comptime] pn: usize,
-    #[comptime] group: usize,
-    #[define(F)] _dtype: ElemType,
-) {
-    let m = out.shape(0);
-    let n = out.shape(1);
-    let k = x.shape(1);
-    let bm = TILE * tm * pm;
-    let bn = TILE * tn * pn;
-    let tiles_m = m / bm;
-    let tiles_n = n / bn;
-    let cube = CUBE_POS;
-    let per_group = group * tiles_n;
-    let first_m = (cube / per_group) * group;
-    let group_rows = usize::min(tiles_m - first_m, group);
-    let tile_m = first_m + (cube % per_group) % group_rows;
-    let tile_n = (cube % per_group) / group_rows;
-    let plane = UNIT_POS_Y as usize;
-    let (pi, pj) = (plane / pn, plane % pn);
-    let r0 = tile_m * bm + pi * tm * TILE;
-    let c0 = tile_n * bn + pj * tn * TILE;
-    let mut accs = Sequence::<cmma::Matrix<f32>>::new();
-    #[unroll]
-    for _ in 0..tm * tn {
-        accs.push(cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            TILE,
-            TILE,
-            TILE,
-            cmma::MatrixLayout::Undefined,
-            0.0,
-        ));
-    }
-    let stride = k as u32;
-    let mut k0 = 0usize;
-    while k0 < k {
-        let mut bf = Sequence::<cmma::Matrix<F>>::new();
-        #[unroll]
-        for j in 0..tn {
-            let start = (c0 + j * TILE) * k + k0;
-            let mut f = unsafe {
-                cmma::Matrix::<F>::uninitialized(
-                    cmma::MatrixIdent::B,
-                    TILE,
-                    TILE,
-                    TILE,
-                    cmma::MatrixLayout::ColMajor,
-                )
-            };
-            cmma::load(
-                &mut f,
-                w.slice(start, start + (TILE - 1) * k + TILE),
-                stride,
-            );
-            bf.push(f);
-        }
-        #[unroll]
-        for i in 0..tm {
-            let start = (r0 + i * TILE) * k + k0;
-            let mut f = unsafe {
-                cmma::Matrix::<F>::uninitialized(
-                    cmma::MatrixIdent::A,
-                    TILE,
-                    TILE,
-                    TILE,
-                    cmma::MatrixLayout::RowMajor,
-                )
-            };
-            cmma::load(
-                &mut f,
-                x.slice(start, start + (TILE - 1) * k + TILE),
-                stride,
-            );
-            #[unroll]
-            for j in 0..tn {
-                let acc = accs.index(i * tn + j);
-                cmma::execute(&f, bf.index(j), acc, acc);
-            }
-        }
-        k0 += TILE;
-    }
-    #[unroll]
-    for i in 0..tm {
-        #[unroll]
-        for j in 0..tn {
-            let h = cmma::cast::<f32, F, cmma::Plane>(accs.index(i * tn + j));
-            let start = (r0 + i * TILE) * n + c0 + j * TILE;
-            cmma::store(
-                out.slice_mut(start, start + (TILE - 1) * n + TILE),
-                &h,
-                n as u32,
-                cmma::MatrixLayout::RowMajor,
-            );
-        }
-    }
+/// A product row: [`gemm_kernel`] with its launch shape, or the decoder's product of many rows.
+#[derive(Clone, Copy, Debug)]
+enum Gemm {
+    /// [`gemm_kernel`]: `tm × tn` tiles a plane, `tk` inner tiles a block, `pm × pn` planes,
+    /// rows padded by `pad`, `stages` shared-memory stages (2: one barrier a block; 1: two).
+    Halves {
+        tm: usize,
+        tn: usize,
+        tk: usize,
+        pm: usize,
+        pn: usize,
+        pad: usize,
+        stages: usize,
+    },
+    /// `rope_pool_kernels::decoder::launch_tiles_product`: 16-byte words, blocks of 64.
+    Words,
 }
 
-/// The product kernel's launch shape.
-#[derive(Clone, Copy, Debug)]
-struct Gemm {
-    tm: usize,
-    tn: usize,
-    tk: usize,
-    pm: usize,
-    pn: usize,
-    pad: usize,
-    group: usize,
-    /// Shared-memory stages: 2 (one barrier a block) or 1 (two).
-    stages: usize,
-    /// 0: the product; 1: every block read from the first (cached) block; 2: no block read past
-    /// the first (the loop without global loads). Modes 1 and 2 give wrong values on purpose.
-    mode: usize,
-    /// Tiles rounded in their fragments and stored straight to `out` (full row tiles only).
-    direct: bool,
-    /// [`direct_gemm_kernel`] instead: no shared memory (`tk`, `pad`, `stages`, `mode` unused).
-    global: bool,
-    /// [`gemm_words_kernel`] instead: 16-byte words.
-    words: bool,
+impl Gemm {
+    /// Output rows and columns a cube owns.
+    fn cube_tile(self) -> (usize, usize) {
+        match self {
+            Gemm::Halves { tm, tn, pm, pn, .. } => (TILE * tm * pm, TILE * tn * pn),
+            Gemm::Words => (128, 128),
+        }
+    }
+
+    /// Whether it takes `[m, n, k]` within `max_shared` bytes of shared memory.
+    fn fits(self, [m, n, k]: [usize; 3], max_shared: usize) -> bool {
+        let (bm, bn) = self.cube_tile();
+        match self {
+            Gemm::Halves {
+                tk,
+                pm,
+                pn,
+                pad,
+                stages,
+                ..
+            } => {
+                let shared = stages * (bm + bn) * (TILE * tk + pad) * 2 + pm * pn * TILE * TILE * 4;
+                n % bn == 0
+                    && k % (TILE * tk) == 0
+                    && m.div_ceil(bm) * (n / bn) <= 65535
+                    && shared <= max_shared
+            }
+            Gemm::Words => n % 128 == 0 && k % 64 == 0,
+        }
+    }
 }
 
 /// One product's random f16 operands, on the host and on the device.
@@ -1002,79 +637,51 @@ fn run_gemm(client: &Client, g: Gemm, p: &Problem, launches: usize) -> (f64, f64
     let ([m, n, k], xs, ws, x, w) = (p.shape, &p.xs, &p.ws, &p.x, &p.w);
     let out = client.empty(m * n * 2);
     let vector = 8;
-    let (bm, bn) = (TILE * g.tm * g.pm, TILE * g.tn * g.pn);
-    let cubes = m.div_ceil(bm) * (n / bn);
     let launch = || unsafe {
-        if g.global {
-            direct_gemm_kernel::launch_unchecked(
+        let words = |h: &cubecl::server::Handle, rows: usize| {
+            TensorArg::from_raw_parts(h.clone(), [k / vector, 1].into(), [rows, k / vector].into())
+        };
+        let out_arg = TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into());
+        match g {
+            Gemm::Halves {
+                tm,
+                tn,
+                tk,
+                pm,
+                pn,
+                pad,
+                stages,
+            } => {
+                let (bm, bn) = g.cube_tile();
+                gemm_kernel::launch_unchecked(
+                    client,
+                    CubeCount::Static((m.div_ceil(bm) * (n / bn)) as u32, 1, 1),
+                    CubeDim::new_2d(32, (pm * pn) as u32),
+                    vector,
+                    words(x, m),
+                    words(w, n),
+                    out_arg,
+                    tm,
+                    tn,
+                    tk,
+                    pm,
+                    pn,
+                    pad,
+                    vector,
+                    8,
+                    stages,
+                    float_type(true),
+                )
+            }
+            Gemm::Words => rope_pool_kernels::decoder::launch_tiles_product(
                 client,
-                CubeCount::Static(cubes as u32, 1, 1),
-                CubeDim::new_2d(32, (g.pm * g.pn) as u32),
-                TensorArg::from_raw_parts(x.clone(), [k, 1].into(), [m, k].into()),
-                TensorArg::from_raw_parts(w.clone(), [k, 1].into(), [n, k].into()),
-                TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()),
-                g.tm,
-                g.tn,
-                g.pm,
-                g.pn,
-                g.group,
                 float_type(true),
-            );
-            return;
+                [m, k, n],
+                words(x, m),
+                words(w, n),
+                out_arg,
+            ),
         }
-        if g.words {
-            gemm_words_kernel::launch_unchecked(
-                client,
-                CubeCount::Static(cubes as u32, 1, 1),
-                CubeDim::new_2d(32, (g.pm * g.pn) as u32),
-                4,
-                TensorArg::from_raw_parts(
-                    x.clone(),
-                    [k / vector, 1].into(),
-                    [m, k / vector].into(),
-                ),
-                TensorArg::from_raw_parts(
-                    w.clone(),
-                    [k / vector, 1].into(),
-                    [n, k / vector].into(),
-                ),
-                TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()),
-                g.tm,
-                g.tn,
-                g.tk,
-                g.pm,
-                g.pn,
-                g.pad,
-                vector,
-                g.group,
-                g.stages,
-                g.mode,
-                g.direct,
-                float_type(true),
-            );
-            return;
-        }
-        gemm_kernel::launch_unchecked(
-            client,
-            CubeCount::Static(cubes as u32, 1, 1),
-            CubeDim::new_2d(32, (g.pm * g.pn) as u32),
-            vector,
-            TensorArg::from_raw_parts(x.clone(), [k / vector, 1].into(), [m, k / vector].into()),
-            TensorArg::from_raw_parts(w.clone(), [k / vector, 1].into(), [n, k / vector].into()),
-            TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()),
-            g.tm,
-            g.tn,
-            g.tk,
-            g.pm,
-            g.pn,
-            g.pad,
-            vector,
-            g.group,
-            g.stages,
-            g.mode,
-            g.direct,
-            float_type(true),
-        )
     };
     let seconds = timed(client, launch, launches);
     let bytes = client.read_one(out).expect("read the output");
@@ -1278,7 +885,7 @@ fn main() {
         "| probe | accumulators | TFLOPS | µs a launch | output (expected) |\n| --- | --- | ---: | ---: | --- |"
     );
     let value = 0.125f32;
-    if args.gemm_only {
+    if args.products_only {
         probes.clear();
     }
     for (probe, half_acc) in probes {
@@ -1310,95 +917,28 @@ fn main() {
     println!(
         "\n| product m, n, k | launch | TFLOPS | µs a launch | sampled error |\n| --- | --- | ---: | ---: | ---: |"
     );
-    let shapes = [[8192, 8192, 8192], [32768, 28672, 4096], [320, 256, 512]];
-    let base = Gemm {
+    let halves = |tk, stages| Gemm::Halves {
         tm: 4,
         tn: 2,
-        tk: 2,
+        tk,
         pm: 2,
         pn: 4,
         pad: 8,
-        group: 8,
-        stages: 2,
-        mode: 0,
-        direct: false,
-        global: false,
-        words: false,
+        stages,
     };
-    let configs = [
-        base,
-        Gemm {
-            tk: 4,
-            stages: 1,
-            ..base
-        },
-        Gemm {
-            words: true,
-            ..base
-        },
-        Gemm {
-            words: true,
-            tk: 4,
-            stages: 1,
-            ..base
-        },
-        Gemm {
-            words: true,
-            mode: 2,
-            ..base
-        },
-        Gemm {
-            words: true,
-            tm: 4,
-            tn: 4,
-            pm: 4,
-            pn: 2,
-            pad: 0,
-            direct: true,
-            ..base
-        },
-        Gemm {
-            words: true,
-            tm: 4,
-            tn: 4,
-            pm: 2,
-            pn: 2,
-            tk: 4,
-            stages: 1,
-            ..base
-        },
-    ];
+    let configs = [halves(2, 2), halves(4, 1), Gemm::Words];
+    let shapes = [[8192, 8192, 8192], [32768, 28672, 4096], [320, 256, 512]];
     for shape in shapes {
         let problem = Problem::new(&client, shape);
         for g in configs {
             let [m, n, k] = shape;
-            if n % (TILE * g.tn * g.pn) != 0 || k % (TILE * g.tk) != 0 {
-                continue;
-            }
-            let (bm, bn, bk) = (TILE * g.tm * g.pm, TILE * g.tn * g.pn, TILE * g.tk);
-            if g.global && m % bm != 0 || m.div_ceil(bm) * (n / bn) > 65535 {
-                continue;
-            }
-            let shared = g.stages * (bm + bn) * (bk + g.pad) * 2
-                + if g.direct {
-                    0
-                } else {
-                    g.pm * g.pn * TILE * TILE * 4
-                };
-            let shared = if g.global { 0 } else { shared };
-            if shared > props.hardware.max_shared_memory_size {
-                println!(
-                    "| {m}, {n}, {k} | {g:?} | {shared} bytes of shared memory: over the device's limit | | |"
-                );
+            if !g.fits(shape, props.hardware.max_shared_memory_size) {
                 continue;
             }
             let (seconds, error) = run_gemm(&client, g, &problem, launches);
             let tflops = 2.0 * (m * n * k) as f64 / seconds / 1e12;
-            let clock = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64() % 86400.0);
             println!(
-                "| {m}, {n}, {k} | {g:?} at {clock:.1} s | {tflops:.1} | {:.0} | {error:.1e}{} |",
+                "| {m}, {n}, {k} | {g:?} | {tflops:.1} | {:.0} | {error:.1e}{} |",
                 seconds * 1e6,
                 if error <= 1e-3 { "" } else { " WRONG" },
             );

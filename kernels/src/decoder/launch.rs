@@ -1030,7 +1030,7 @@ pub fn tiles_product_fits(client: &Client, float: ElemType, [m, k, n]: [usize; 3
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` on tensor-core tiles, 128 × 128 outputs a cube (the product of
-/// [`super::product`]). `x` and `w` are 16-byte-word views of the f16 rows: shapes
+/// `kernels/src/decoder/product.rs`). `x` and `w` are 16-byte-word views of the f16 rows: shapes
 /// `[m, k / 8]` and `[n, k / 8]` of `Vector<u32, 4>`.
 ///
 /// # Safety
