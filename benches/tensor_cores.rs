@@ -10,10 +10,11 @@
 //!   (vectors of 8 halves, rows padded by `pad`); every iteration each of the `pm × pn` planes
 //!   loads its fragments of each inner tile from there (the tile rotating with the iteration) and
 //!   multiplies them: the rate with a product's fragment loads, without global memory;
-//! - products `x [m, k] · wᵀ` of random f16 values: [`gemm_kernel`] staging through shared
-//!   memory in vectors of 8 halves (`Halves`), and the decoder's product of many rows, staging
-//!   16-byte words (`Words`, `rope_pool_kernels::decoder::launch_tiles_product`); 256 sampled
-//!   outputs checked against float64 dot products.
+//! - products `x [m, k] · wᵀ` of random f16 values through the decoder's product of many rows
+//!   (`rope_pool_kernels::decoder::launch_tiles_product`), its operands read and staged as
+//!   16-byte words (`Words`, the normal launch) or as vectors of 8 halves (`Halves`, which
+//!   SPIR-V splits into 8-byte accesses); 256 sampled outputs checked against float64 dot
+//!   products.
 //!
 //! Every probe row checks its output (all inputs one value, so each element is known exactly).
 //! TFLOPS (2·16³ flops a tile product) come from the wall time of 20 launches after a second of
@@ -28,6 +29,7 @@ use cubecl::client::Client;
 use cubecl::features::MmaConfig;
 use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
+use rope_pool_kernels::decoder::{TilesAccess, launch_tiles_product, tiles_product_fits};
 use std::time::Instant;
 
 const TILE: usize = 16;
@@ -245,236 +247,6 @@ fn shared_kernel<F: Float, A: Float, N: Size>(
     }
 }
 
-/// `out [m, n] = x [m, k] · wᵀ` (`w [n, k]`, f16, f32 accumulators, rounded once): the cube owns
-/// a `16·tm·pm × 16·tn·pn` output tile; blocks of `16·tk` inner elements of x's and w's rows are
-/// read as vectors of `N` into registers one block ahead, stored into one of `stages`
-/// shared-memory stages (rows padded by `pad`), and each plane `(pi, pj)` multiplies its
-/// `tm × tn` tiles from there: one barrier a block with two stages, two with one. Rows of x past `m` read as zeros and are not written. `n` must be
-/// a multiple of the cube's columns, `k` of the block. Cubes walk the output in groups of
-/// `group` row tiles (each group's column tiles in turn), so neighbours share x's rows in cache.
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-fn gemm_kernel<F: Float, N: Size>(
-    x: &Tensor<Vector<F, N>>,
-    w: &Tensor<Vector<F, N>>,
-    out: &mut Tensor<F>,
-    #[comptime] tm: usize,
-    #[comptime] tn: usize,
-    #[comptime] tk: usize,
-    #[comptime] pm: usize,
-    #[comptime] pn: usize,
-    #[comptime] pad: usize,
-    #[comptime] vector: usize,
-    #[comptime] group: usize,
-    #[comptime] stages: usize,
-    #[define(F)] _dtype: ElemType,
-) {
-    let m = out.shape(0);
-    let n = out.shape(1);
-    let kv = x.shape(1);
-    let bm = TILE * tm * pm;
-    let bn = TILE * tn * pn;
-    let bk = TILE * tk;
-    let row_vectors = bk / vector;
-    let ld = bk + pad;
-    let ldv = ld / vector;
-    let units = 32 * pm * pn;
-    let a_loads = comptime!((bm * bk / vector).div_ceil(32 * pm * pn));
-    let b_loads = comptime!((bn * bk / vector).div_ceil(32 * pm * pn));
-    let stage_a = bm * ldv;
-    let stage_b = bn * ldv;
-    let mut a_s = Shared::<[Vector<F, N>]>::new_aligned_slice(stages * bm * ldv, 16usize);
-    let mut b_s = Shared::<[Vector<F, N>]>::new_aligned_slice(stages * bn * ldv, 16usize);
-    let mut a_r = Array::<Vector<F, N>>::new(a_loads);
-    let mut b_r = Array::<Vector<F, N>>::new(b_loads);
-
-    // Grouped cube order.
-    let tiles_m = m.div_ceil(bm);
-    let tiles_n = n / bn;
-    let cube = CUBE_POS;
-    let per_group = group * tiles_n;
-    let first_m = (cube / per_group) * group;
-    let group_rows = usize::min(tiles_m - first_m, group);
-    let tile_m = first_m + (cube % per_group) % group_rows;
-    let tile_n = (cube % per_group) / group_rows;
-    let m0 = tile_m * bm;
-    let n0 = tile_n * bn;
-    let unit = UNIT_POS as usize;
-    let blocks = kv / row_vectors;
-
-    // Block 0 into registers, then into stage 0.
-    #[unroll]
-    for l in 0..a_loads {
-        let i = unit + l * units;
-        let row = m0 + i / row_vectors;
-        let mut v = Vector::<F, N>::new(F::new(0.0));
-        if i < bm * row_vectors && row < m {
-            v = x[row * kv + i % row_vectors];
-        }
-        a_r[l] = v;
-    }
-    #[unroll]
-    for l in 0..b_loads {
-        let i = unit + l * units;
-        let mut v = Vector::<F, N>::new(F::new(0.0));
-        if i < bn * row_vectors {
-            v = w[(n0 + i / row_vectors) * kv + i % row_vectors];
-        }
-        b_r[l] = v;
-    }
-    #[unroll]
-    for l in 0..a_loads {
-        let i = unit + l * units;
-        if i < bm * row_vectors {
-            a_s[(i / row_vectors) * ldv + i % row_vectors] = a_r[l];
-        }
-    }
-    #[unroll]
-    for l in 0..b_loads {
-        let i = unit + l * units;
-        if i < bn * row_vectors {
-            b_s[(i / row_vectors) * ldv + i % row_vectors] = b_r[l];
-        }
-    }
-    sync_cube();
-
-    let plane = UNIT_POS_Y as usize;
-    let (pi, pj) = (plane / pn, plane % pn);
-    let mut accs = Sequence::<cmma::Matrix<f32>>::new();
-    #[unroll]
-    for _ in 0..tm * tn {
-        accs.push(cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            TILE,
-            TILE,
-            TILE,
-            cmma::MatrixLayout::Undefined,
-            0.0,
-        ));
-    }
-    let tile_vectors = TILE / vector;
-    let mut b = 0usize;
-    while b < blocks {
-        let stage = b % stages;
-        let more = b + 1 < blocks;
-        if more {
-            let kv0 = (b + 1) * row_vectors;
-            #[unroll]
-            for l in 0..a_loads {
-                let i = unit + l * units;
-                let row = m0 + i / row_vectors;
-                if i < bm * row_vectors && row < m {
-                    a_r[l] = x[row * kv + kv0 + i % row_vectors];
-                }
-            }
-            #[unroll]
-            for l in 0..b_loads {
-                let i = unit + l * units;
-                if i < bn * row_vectors {
-                    b_r[l] = w[(n0 + i / row_vectors) * kv + kv0 + i % row_vectors];
-                }
-            }
-        }
-        #[unroll]
-        for t in 0..tk {
-            let mut bf = Sequence::<cmma::Matrix<F>>::new();
-            #[unroll]
-            for j in 0..tn {
-                let b0 = stage * stage_b + ((pj * tn + j) * TILE) * ldv + t * tile_vectors;
-                let mut f = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::B,
-                        TILE,
-                        TILE,
-                        TILE,
-                        cmma::MatrixLayout::ColMajor,
-                    )
-                };
-                cmma::load(
-                    &mut f,
-                    b_s.slice(b0, b0 + (TILE - 1) * ldv + tile_vectors),
-                    ld as u32,
-                );
-                bf.push(f);
-            }
-            #[unroll]
-            for i in 0..tm {
-                let a0 = stage * stage_a + ((pi * tm + i) * TILE) * ldv + t * tile_vectors;
-                let mut f = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::A,
-                        TILE,
-                        TILE,
-                        TILE,
-                        cmma::MatrixLayout::RowMajor,
-                    )
-                };
-                cmma::load(
-                    &mut f,
-                    a_s.slice(a0, a0 + (TILE - 1) * ldv + tile_vectors),
-                    ld as u32,
-                );
-                #[unroll]
-                for j in 0..tn {
-                    let acc = accs.index(i * tn + j);
-                    cmma::execute(&f, bf.index(j), acc, acc);
-                }
-            }
-        }
-        if comptime!(stages == 1) {
-            sync_cube();
-        }
-        if more {
-            let next = ((stage + 1) % stages) * stage_a;
-            #[unroll]
-            for l in 0..a_loads {
-                let i = unit + l * units;
-                if i < bm * row_vectors {
-                    a_s[next + (i / row_vectors) * ldv + i % row_vectors] = a_r[l];
-                }
-            }
-            let next = ((stage + 1) % stages) * stage_b;
-            #[unroll]
-            for l in 0..b_loads {
-                let i = unit + l * units;
-                if i < bn * row_vectors {
-                    b_s[next + (i / row_vectors) * ldv + i % row_vectors] = b_r[l];
-                }
-            }
-        }
-        sync_cube();
-        b += 1;
-    }
-    // Each plane's tiles through its own 16 × 16 of f32 shared memory, rounded once.
-    let tile = TILE * TILE;
-    let mut o_s = Shared::<[f32]>::new_slice(pm * pn * tile);
-    let lane = UNIT_POS_X as usize;
-    #[unroll]
-    for i in 0..tm {
-        #[unroll]
-        for j in 0..tn {
-            sync_cube();
-            cmma::store(
-                o_s.slice_mut(plane * tile, (plane + 1) * tile),
-                accs.index(i * tn + j),
-                TILE as u32,
-                cmma::MatrixLayout::RowMajor,
-            );
-            sync_cube();
-            let row0 = m0 + (pi * tm + i) * TILE;
-            let col0 = n0 + (pj * tn + j) * TILE;
-            let mut e = lane;
-            while e < tile {
-                let row = row0 + e / TILE;
-                if row < m {
-                    out[row * n + col0 + e % TILE] = F::cast_from(o_s[plane * tile + e]);
-                }
-                e += 32;
-            }
-        }
-    }
-}
-
 /// One probe row: which kernel, its tiles and planes.
 #[derive(Clone, Copy, Debug)]
 enum Probe {
@@ -532,56 +304,6 @@ impl Probe {
     }
 }
 
-/// A product row: [`gemm_kernel`] with its launch shape, or the decoder's product of many rows.
-#[derive(Clone, Copy, Debug)]
-enum Gemm {
-    /// [`gemm_kernel`]: `tm × tn` tiles a plane, `tk` inner tiles a block, `pm × pn` planes,
-    /// rows padded by `pad`, `stages` shared-memory stages (2: one barrier a block; 1: two).
-    Halves {
-        tm: usize,
-        tn: usize,
-        tk: usize,
-        pm: usize,
-        pn: usize,
-        pad: usize,
-        stages: usize,
-    },
-    /// `rope_pool_kernels::decoder::launch_tiles_product`: 16-byte words, blocks of 64.
-    Words,
-}
-
-impl Gemm {
-    /// Output rows and columns a cube owns.
-    fn cube_tile(self) -> (usize, usize) {
-        match self {
-            Gemm::Halves { tm, tn, pm, pn, .. } => (TILE * tm * pm, TILE * tn * pn),
-            Gemm::Words => (128, 128),
-        }
-    }
-
-    /// Whether it takes `[m, n, k]` within `max_shared` bytes of shared memory.
-    fn fits(self, [m, n, k]: [usize; 3], max_shared: usize) -> bool {
-        let (bm, bn) = self.cube_tile();
-        match self {
-            Gemm::Halves {
-                tk,
-                pm,
-                pn,
-                pad,
-                stages,
-                ..
-            } => {
-                let shared = stages * (bm + bn) * (TILE * tk + pad) * 2 + pm * pn * TILE * TILE * 4;
-                n % bn == 0
-                    && k % (TILE * tk) == 0
-                    && m.div_ceil(bm) * (n / bn) <= 65535
-                    && shared <= max_shared
-            }
-            Gemm::Words => n % 128 == 0 && k % 64 == 0,
-        }
-    }
-}
-
 /// One product's random f16 operands, on the host and on the device.
 struct Problem {
     shape: [usize; 3],
@@ -630,58 +352,25 @@ fn timed(client: &Client, launch: impl Fn(), launches: usize) -> f64 {
     start.elapsed().as_secs_f64() / launches as f64
 }
 
-/// Times [`gemm_kernel`] on `x [m, k] · wᵀ` (`w [n, k]`) of random f16 values: seconds a launch
+/// Times the decoder's product of many rows (`access` = `g`) on `x [m, k] · wᵀ` (`w [n, k]`) of random f16 values: seconds a launch
 /// and the largest error of 256 sampled outputs against their float64 dot products, relative to
 /// the sum of the products' magnitudes (f16 rounding of the output: ≤ 2⁻¹¹).
-fn run_gemm(client: &Client, g: Gemm, p: &Problem, launches: usize) -> (f64, f64) {
+fn run_product(client: &Client, g: TilesAccess, p: &Problem, launches: usize) -> (f64, f64) {
     let ([m, n, k], xs, ws, x, w) = (p.shape, &p.xs, &p.ws, &p.x, &p.w);
     let out = client.empty(m * n * 2);
-    let vector = 8;
     let launch = || unsafe {
-        let words = |h: &cubecl::server::Handle, rows: usize| {
-            TensorArg::from_raw_parts(h.clone(), [k / vector, 1].into(), [rows, k / vector].into())
+        let view = |h: &cubecl::server::Handle, rows: usize| {
+            TensorArg::from_raw_parts(h.clone(), [k / 8, 1].into(), [rows, k / 8].into())
         };
-        let out_arg = TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into());
-        match g {
-            Gemm::Halves {
-                tm,
-                tn,
-                tk,
-                pm,
-                pn,
-                pad,
-                stages,
-            } => {
-                let (bm, bn) = g.cube_tile();
-                gemm_kernel::launch_unchecked(
-                    client,
-                    CubeCount::Static((m.div_ceil(bm) * (n / bn)) as u32, 1, 1),
-                    CubeDim::new_2d(32, (pm * pn) as u32),
-                    vector,
-                    words(x, m),
-                    words(w, n),
-                    out_arg,
-                    tm,
-                    tn,
-                    tk,
-                    pm,
-                    pn,
-                    pad,
-                    vector,
-                    8,
-                    stages,
-                    float_type(true),
-                )
-            }
-            Gemm::Words => rope_pool_kernels::decoder::launch_tiles_product(
-                client,
-                float_type(true),
-                [m, k, n],
-                words(x, m),
-                words(w, n),
-                out_arg,
-            ),
-        }
+        launch_tiles_product(
+            client,
+            float_type(true),
+            [m, k, n],
+            g,
+            view(x, m),
+            view(w, n),
+            TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()),
+        );
     };
     let seconds = timed(client, launch, launches);
     let bytes = client.read_one(out).expect("read the output");
@@ -917,25 +606,17 @@ fn main() {
     println!(
         "\n| product m, n, k | launch | TFLOPS | µs a launch | sampled error |\n| --- | --- | ---: | ---: | ---: |"
     );
-    let halves = |tk, stages| Gemm::Halves {
-        tm: 4,
-        tn: 2,
-        tk,
-        pm: 2,
-        pn: 4,
-        pad: 8,
-        stages,
-    };
-    let configs = [halves(2, 2), halves(4, 1), Gemm::Words];
+    let configs = [TilesAccess::Halves, TilesAccess::Words];
     let shapes = [[8192, 8192, 8192], [32768, 28672, 4096], [320, 256, 512]];
     for shape in shapes {
         let problem = Problem::new(&client, shape);
         for g in configs {
             let [m, n, k] = shape;
-            if !g.fits(shape, props.hardware.max_shared_memory_size) {
+            if !tiles_product_fits(&client, float_type(true), [m, k, n]) {
+                println!("| {m}, {n}, {k} | {g:?} | not taken on this device | | |");
                 continue;
             }
-            let (seconds, error) = run_gemm(&client, g, &problem, launches);
+            let (seconds, error) = run_product(&client, g, &problem, launches);
             let tflops = 2.0 * (m * n * k) as f64 / seconds / 1e12;
             println!(
                 "| {m}, {n}, {k} | {g:?} | {tflops:.1} | {:.0} | {error:.1e}{} |",

@@ -1029,9 +1029,18 @@ pub fn tiles_product_fits(client: &Client, float: ElemType, [m, k, n]: [usize; 3
         && !has_tiles(client, f16, [8, 32, 16])
 }
 
+/// How [`launch_tiles_product`] reads and stages its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TilesAccess {
+    /// 16-byte words, `Vector<u32, 4>` (the normal launch).
+    Words,
+    /// Vectors of 8 halves, which SPIR-V splits into two 8-byte accesses: measurement only.
+    Halves,
+}
+
 /// `out [m, n] = x [m, k] · wᵀ` on tensor-core tiles, 128 × 128 outputs a cube (the product of
-/// `kernels/src/decoder/product.rs`). `x` and `w` are 16-byte-word views of the f16 rows: shapes
-/// `[m, k / 8]` and `[n, k / 8]` of `Vector<u32, 4>`.
+/// `kernels/src/decoder/product.rs`). `x` and `w` are views of the f16 rows as `access` says:
+/// shapes `[m, k / 8]` and `[n, k / 8]` of `Vector<u32, 4>` (words) or `Vector<f16, 8>`.
 ///
 /// # Safety
 ///
@@ -1041,23 +1050,29 @@ pub unsafe fn launch_tiles_product(
     client: &Client,
     float: ElemType,
     [m, k, n]: [usize; 3],
+    access: TilesAccess,
     x: TensorArg,
     w: TensorArg,
     out: TensorArg,
 ) {
     let cube_dim = CubeDim::new_2d(32, 8);
     let cubes = m.div_ceil(CUBE_ROWS) * (n / CUBE_COLS);
+    let (word, vector, word_halves) = match access {
+        TilesAccess::Words => (ElemType::UInt(UIntKind::U32), 4, 2),
+        TilesAccess::Halves => (float, 8, 1),
+    };
     unsafe {
         tiles_product_kernel::launch_unchecked(
             client,
             calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
             cube_dim,
             AddressType::from_len((m * k).max(n * k).max(m * n)),
-            4,
+            vector,
             x,
             w,
             out,
-            float,
+            word_halves,
+            [float, word],
         );
     }
 }

@@ -33,19 +33,24 @@ pub(crate) const WORD_HALVES: usize = 8;
 const GROUP: usize = 8;
 
 /// `out [m, n] = x [m, k] · wᵀ` with f32 accumulators, rounded once to `F` (a 2-byte float): x
-/// and w read as 16-byte words (`N` = 4 u32 each; `k_words = k / 8` words a row). The cube of
+/// and w read as 16-byte words (`W` = u32, `N` = 4, `word_halves` = 2; `k_words = k / 8` words a
+/// row). The cube of
 /// `CUBE_POS` owns a `CUBE_ROWS × CUBE_COLS` output tile (cubes past the last tile leave); its
 /// 8 planes each multiply `PLANE_ROWS × PLANE_COLS` tiles of it. Each block of `BLOCK` inner
 /// elements of the cube's rows of x and w is read by all units into registers one block ahead,
 /// stored in shared memory as words (rows padded by 8 halves against bank conflicts), and the
 /// fragments are loaded from the words. Rows of x past `m` read as zeros and are not written.
 /// `n` must be a multiple of `CUBE_COLS`, `k` of `BLOCK`.
+///
+/// With `word_halves` = 1 the words are `N` = 8 halves (`W` = `F`) instead: what SPIR-V splits
+/// into two 8-byte accesses (the measurement path of [`super::launch::TilesAccess::Halves`]).
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
-pub(crate) fn tiles_product_kernel<F: Float, N: Size>(
-    x: &Tensor<Vector<u32, N>>,
-    w: &Tensor<Vector<u32, N>>,
+pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
+    x: &Tensor<Vector<W, N>>,
+    w: &Tensor<Vector<W, N>>,
     out: &mut Tensor<F>,
-    #[define(F)] _dtype: ElemType,
+    #[comptime] word_halves: usize,
+    #[define(F, W)] _dtypes: [ElemType; 2],
 ) {
     let m = out.shape(0);
     let n = out.shape(1);
@@ -56,10 +61,10 @@ pub(crate) fn tiles_product_kernel<F: Float, N: Size>(
     let units = 32 * CUBE_ROW_PLANES * CUBE_COL_PLANES;
     let x_loads = comptime!((CUBE_ROWS * BLOCK / WORD_HALVES).div_ceil(units));
     let w_loads = comptime!((CUBE_COLS * BLOCK / WORD_HALVES).div_ceil(units));
-    let mut x_s = Shared::<[Vector<u32, N>]>::new_aligned_slice(CUBE_ROWS * ld_words, 16usize);
-    let mut w_s = Shared::<[Vector<u32, N>]>::new_aligned_slice(CUBE_COLS * ld_words, 16usize);
-    let mut x_r = Array::<Vector<u32, N>>::new(x_loads);
-    let mut w_r = Array::<Vector<u32, N>>::new(w_loads);
+    let mut x_s = Shared::<[Vector<W, N>]>::new_aligned_slice(CUBE_ROWS * ld_words, 16usize);
+    let mut w_s = Shared::<[Vector<W, N>]>::new_aligned_slice(CUBE_COLS * ld_words, 16usize);
+    let mut x_r = Array::<Vector<W, N>>::new(x_loads);
+    let mut w_r = Array::<Vector<W, N>>::new(w_loads);
 
     // Grouped cube order: `GROUP` row tiles walk the column tiles together.
     let tiles_m = m.div_ceil(CUBE_ROWS);
@@ -82,7 +87,7 @@ pub(crate) fn tiles_product_kernel<F: Float, N: Size>(
     for l in 0..x_loads {
         let i = unit + l * units;
         let row = m0 + i / row_words;
-        let mut v = Vector::<u32, N>::new(0u32);
+        let mut v = Vector::<W, N>::new(W::from_int(0));
         if i < CUBE_ROWS * row_words && row < m {
             v = x[row * k_words + i % row_words];
         }
@@ -91,7 +96,7 @@ pub(crate) fn tiles_product_kernel<F: Float, N: Size>(
     #[unroll]
     for l in 0..w_loads {
         let i = unit + l * units;
-        let mut v = Vector::<u32, N>::new(0u32);
+        let mut v = Vector::<W, N>::new(W::from_int(0));
         if i < CUBE_COLS * row_words {
             v = w[(n0 + i / row_words) * k_words + i % row_words];
         }
@@ -113,8 +118,8 @@ pub(crate) fn tiles_product_kernel<F: Float, N: Size>(
         ));
     }
     let tile_words = TILE / WORD_HALVES;
-    // The fragments' stride in u32 (CubeCL divides it by the words' 4 lanes).
-    let stride = (ld / 2) as u32;
+    // The fragments' stride in `W` elements (CubeCL divides it by the vectors' `N` lanes).
+    let stride = (ld / word_halves) as u32;
     let mut b = 0usize;
     while b < blocks {
         // The block before is multiplied: the stage is free.
@@ -258,7 +263,11 @@ mod tests {
             common::dummy_tensor(&client, &[m, k / 8]),
             common::dummy_tensor(&client, &[n, k / 8]),
             common::dummy_tensor(&client, &[m, n]),
-            ElemType::Float(FloatKind::F16),
+            2,
+            [
+                ElemType::Float(FloatKind::F16),
+                ElemType::UInt(cubecl::ir::UIntKind::U32),
+            ],
         );
         common::assert_tensor_core_kernel_compiles(kernel, "tiles_product_kernel");
     }

@@ -17,10 +17,10 @@ use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 use rope_pool_kernels::decoder::{
-    MATVEC_MAX_ROWS, StagedRows, has_tiles, launch_dequantize_fp8, launch_few_rows, launch_matvec,
-    launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add, launch_matvec_fp8_norm,
-    launch_matvec_norm, launch_rms_norm, launch_silu_mul, launch_tiles_product, matvec_fits,
-    tiles_product_fits,
+    MATVEC_MAX_ROWS, StagedRows, TilesAccess, has_tiles, launch_dequantize_fp8, launch_few_rows,
+    launch_matvec, launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add,
+    launch_matvec_fp8_norm, launch_matvec_norm, launch_rms_norm, launch_silu_mul,
+    launch_tiles_product, matvec_fits, tiles_product_fits,
 };
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
@@ -225,6 +225,7 @@ fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
                 &out.client,
                 float,
                 [m, k, n],
+                TilesAccess::Words,
                 xw,
                 ww,
                 out.clone().into_tensor_arg(),
