@@ -352,25 +352,16 @@ fn timed(client: &Client, launch: impl Fn(), launches: usize) -> f64 {
     start.elapsed().as_secs_f64() / launches as f64
 }
 
-/// Times the decoder's product of many rows (`access` = `g`) on `x [m, k] · wᵀ` (`w [n, k]`) of random f16 values: seconds a launch
-/// and the largest error of 256 sampled outputs against their float64 dot products, relative to
+/// Times the decoder's product of many rows (read as `g` says) on `x [m, k] · wᵀ` (`w [n, k]`)
+/// of random f16 values: seconds a launch and the largest error of 256 sampled outputs against their float64 dot products, relative to
 /// the sum of the products' magnitudes (f16 rounding of the output: ≤ 2⁻¹¹).
 fn run_product(client: &Client, g: TilesAccess, p: &Problem, launches: usize) -> (f64, f64) {
     let ([m, n, k], xs, ws, x, w) = (p.shape, &p.xs, &p.ws, &p.x, &p.w);
     let out = client.empty(m * n * 2);
+    // Safety: `main` checked `tiles_product_fits`; x, w and out are fresh buffers of f16
+    // [m, k], [n, k] and [m, n].
     let launch = || unsafe {
-        let view = |h: &cubecl::server::Handle, rows: usize| {
-            TensorArg::from_raw_parts(h.clone(), [k / 8, 1].into(), [rows, k / 8].into())
-        };
-        launch_tiles_product(
-            client,
-            float_type(true),
-            [m, k, n],
-            g,
-            view(x, m),
-            view(w, n),
-            TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()),
-        );
+        launch_tiles_product(client, float_type(true), [m, k, n], g, [x, w, &out]);
     };
     let seconds = timed(client, launch, launches);
     let bytes = client.read_one(out).expect("read the output");

@@ -5,7 +5,8 @@
 # script downloads LLVM 23 (impossible offline); this points it at Debian's LLVM 22 instead, an
 # unsupported version mismatch. Output, in $ROPE_POOL_PACK_DIR (default `target/h200`, the folder
 # `scripts/h200.sh` packs into): `bench-cuda.xz` (stripped, xz); with `decode`, only the decode
-# bench (`decode-cuda.xz`), with `tensor_cores` the tensor-core probe (`tensor_cores-cuda.xz`); with `suite`, only the test suite, CUDA its GPU device
+# bench (`decode-cuda.xz`), with `tensor_cores` the tensor-core probe (`tensor_cores-cuda.xz`);
+# with `suite`, only the test suite, CUDA its GPU device
 # (`suite-cuda.xz`); with `all`, also the decode and pool_attention benches and the replay example
 # (`{decode,attention,replay}-cuda.xz`).
 # Run there: `xz -d -c target/h200/bench-cuda.xz > /tmp/bench-cuda; chmod +x /tmp/bench-cuda;

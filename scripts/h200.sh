@@ -98,7 +98,8 @@ case "${1:-run}" in
     ;;
   run-decode)
     # On the GPU: the decoder's kernel and checkpoint tests (TESTS, a filter of the suite; unset:
-    # projections, fp8 and the checkpoints), the decode bench with fp8 caches and fp8 weights
+    # projections, the tiles product (which must run there), fp8 and the checkpoints), the
+    # decode bench with fp8 caches and fp8 weights
     # beside f16 (extra arguments go to it, not to the A/B), its prefill rows again without the
     # query-tile attention, its decode rows without the fused projections and the build without
     # Burn's fusion stream against the default (SKIP_AB=1 skips them), the batch-1 profiles, then
@@ -107,8 +108,9 @@ case "${1:-run}" in
     out=${OUT:-/tmp}
     shift || true
     if [ -x /tmp/suite ] && [ -z "${SKIP_TESTS:-}" ]; then
-      for t in ${TESTS:-projections fp8 checkpoints}; do
-        /tmp/suite "$t" 2>&1 | grep -v XDG_RUNTIME | tail -8 | tee -a "$out/suite.txt"
+      for t in ${TESTS:-projections tiles_product fp8 checkpoints}; do
+        ROPE_POOL_EXPECT_TILES_PRODUCT=1 /tmp/suite "$t" 2>&1 | grep -v XDG_RUNTIME | tail -8 |
+          tee -a "$out/suite.txt"
       done
     fi
     /tmp/decode --device vulkan --fused-only --fp8-cache 0.05,0.05 --fp8-weights \

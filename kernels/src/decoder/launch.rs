@@ -12,7 +12,7 @@ use super::matvec::{
     split_sum_kernel, staged_rows_kernel,
 };
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
-use super::product::{BLOCK, CUBE_COLS, CUBE_ROWS, tiles_product_kernel};
+use super::product::{BLOCK, CUBE_COLS, CUBE_ROWS, PLANES, SHARED_BYTES, tiles_product_kernel};
 use crate::LaunchTuning;
 use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
 use crate::common::launch::{has_tiles, widest_vector};
@@ -20,6 +20,7 @@ use cubecl::client::Client;
 use cubecl::features::Plane;
 use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
 use cubecl::prelude::*;
+use cubecl::server::Handle;
 use cubecl::{CubeDim, calculate_cube_count_elemwise};
 
 /// The decoder launches' knobs. `DecoderTuning::default()` is the normal launch (what the H200
@@ -1008,25 +1009,31 @@ pub unsafe fn launch_silu_mul(
     }
 }
 
-/// Whether [`launch_tiles_product`] takes `x [m, k] · wᵀ` (`w [n, k]`) of `float` on `client`'s
-/// device: f16; `n` a multiple of 128 and `k` of 64 (no bounds checks on either; any `m`);
-/// planes of 32; 16 × 16 × 16 f16 tiles with f32 accumulation but not CUDA's 8 × 32 × 16 (the
-/// devices CubeCL reaches through Vulkan's cooperative matrices, where it was measured: CUDA
-/// keeps cubek's routines); and the 45 KB of shared memory it stages through.
-pub fn tiles_product_fits(client: &Client, float: ElemType, [m, k, n]: [usize; 3]) -> bool {
+/// Whether `client`'s device multiplies f16 tensor-core tiles the way the Vulkan products here
+/// were measured: CubeCL's SPIR-V compiler, planes of 32, 16 × 16 × 16 tiles with f32
+/// accumulation.
+pub fn spirv_tiles(client: &Client) -> bool {
     let f16 = ElemType::Float(FloatKind::F16);
     let hardware = &client.properties().hardware;
-    let shared = (CUBE_ROWS + CUBE_COLS) * (BLOCK + 8) * 2 + 8 * 16 * 16 * 4;
-    float == f16
-        && m > 0
-        && n.is_multiple_of(CUBE_COLS)
-        && k.is_multiple_of(BLOCK)
-        && k > 0
+    client.name() == "wgpu<spirv>"
         && hardware.plane_size_min == 32
         && hardware.plane_size_max == 32
-        && hardware.max_shared_memory_size >= shared
         && has_tiles(client, f16, [16, 16, 16])
-        && !has_tiles(client, f16, [8, 32, 16])
+}
+
+/// Whether [`launch_tiles_product`] takes `x [m, k] · wᵀ` (`w [n, k]`) of `float` on `client`'s
+/// device: f16; `n` a positive multiple of 128 and `k` of 64 (no bounds checks on either; any
+/// `m`); [`spirv_tiles`] (where it was measured; the 16-byte words' fragment stride is SPIR-V's:
+/// `kernels/src/decoder/product.rs`); and the 45 KB of shared memory it stages through.
+pub fn tiles_product_fits(client: &Client, float: ElemType, [m, k, n]: [usize; 3]) -> bool {
+    float == ElemType::Float(FloatKind::F16)
+        && m > 0
+        && n > 0
+        && k > 0
+        && n.is_multiple_of(CUBE_COLS)
+        && k.is_multiple_of(BLOCK)
+        && client.properties().hardware.max_shared_memory_size >= SHARED_BYTES
+        && spirv_tiles(client)
 }
 
 /// How [`launch_tiles_product`] reads and stages its operands.
@@ -1039,24 +1046,26 @@ pub enum TilesAccess {
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` on tensor-core tiles, 128 × 128 outputs a cube (the product of
-/// `kernels/src/decoder/product.rs`). `x` and `w` are views of the f16 rows as `access` says:
-/// shapes `[m, k / 8]` and `[n, k / 8]` of `Vector<u32, 4>` (words) or `Vector<f16, 8>`.
+/// `kernels/src/decoder/product.rs`), x, w and out given as their buffers (read as rows of 8
+/// halves: 16-byte words or vectors of 8, as `access` says).
 ///
 /// # Safety
 ///
-/// [`tiles_product_fits`] holds for `[m, k, n]`; x, w are contiguous f16 `[m, k]`, `[n, k]`
-/// given as those views; out is a contiguous `[m, n]` buffer of `float`.
+/// [`tiles_product_fits`] holds for `[m, k, n]`; `x`, `w` hold contiguous f16 `[m, k]`,
+/// `[n, k]` from 16-byte-aligned offsets; `out` a contiguous `[m, n]` buffer of `float` (f16).
 pub unsafe fn launch_tiles_product(
     client: &Client,
     float: ElemType,
     [m, k, n]: [usize; 3],
     access: TilesAccess,
-    x: TensorArg,
-    w: TensorArg,
-    out: TensorArg,
+    [x, w, out]: [&Handle; 3],
 ) {
-    let cube_dim = CubeDim::new_2d(32, 8);
+    let rows = |h: &Handle, rows: usize| unsafe {
+        TensorArg::from_raw_parts(h.clone(), [k / 8, 1].into(), [rows, k / 8].into())
+    };
+    let out = unsafe { TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()) };
     let cubes = m.div_ceil(CUBE_ROWS) * (n / CUBE_COLS);
+    let cube_dim = CubeDim::new_2d(32, PLANES as u32);
     let (word, vector, word_halves) = match access {
         TilesAccess::Words => (ElemType::UInt(UIntKind::U32), 4, 2),
         TilesAccess::Halves => (float, 8, 1),
@@ -1064,12 +1073,13 @@ pub unsafe fn launch_tiles_product(
     unsafe {
         tiles_product_kernel::launch_unchecked(
             client,
+            // Cubes past the last tile (the count rounded to the grid's shape) leave at once.
             calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
             cube_dim,
             AddressType::from_len((m * k).max(n * k).max(m * n)),
             vector,
-            x,
-            w,
+            rows(x, m),
+            rows(w, n),
             out,
             word_halves,
             [float, word],

@@ -4,11 +4,15 @@
 //!
 //! Why this shape (`benches/NOTES.md`, "Vulkan tensor-core ceiling"; `benches/tensor_cores.rs`):
 //! through SPIR-V the tiles multiply at ~650 TFLOPS on an H100 from registers and from shared
-//! memory, but a product staged through shared memory in vectors of 8 halves reached 125–180:
+//! memory, but a product staged through shared memory in vectors of 8 halves reached 124–181:
 //! CubeCL's Vulkan target splits a vector of 8 halves into two of 4, so each global read and
 //! shared store moves 8 bytes. Here x, w and the stage are 16-byte words (`Vector<u32, 4>`, 8
 //! halves each) and the fragments are loaded from the words, and a block of 64 inner elements
-//! gives 32 tile products a plane per pair of barriers: 270–278 TFLOPS on that GPU.
+//! gives 32 tile products a plane per pair of barriers: 264–278 TFLOPS on that GPU.
+//!
+//! The words need CubeCL's SPIR-V compiler: it counts a fragment load's stride in the pointer's
+//! vectors (`cubecl-spirv-0.11.3` `src/ops/matrix.rs:31-49`), the CUDA compilers in the
+//! fragment's elements, so [`super::launch::tiles_product_fits`] takes SPIR-V devices only.
 
 use crate::common::fragment::TILE;
 use cubecl::prelude::*;
@@ -31,6 +35,13 @@ pub(crate) const BLOCK: usize = 64;
 pub(crate) const WORD_HALVES: usize = 8;
 /// Row tiles of a group of cubes that walk the columns together (neighbours share x's rows).
 const GROUP: usize = 8;
+/// Halves a staged row holds: the block, padded by 8 against bank conflicts.
+const LD: usize = BLOCK + 8;
+/// Planes a cube.
+pub(crate) const PLANES: usize = CUBE_ROW_PLANES * CUBE_COL_PLANES;
+/// Shared memory a cube stages through, bytes: x's and w's rows of the block (2-byte halves),
+/// then a 16 × 16 f32 tile a plane for the epilogue.
+pub(crate) const SHARED_BYTES: usize = (CUBE_ROWS + CUBE_COLS) * LD * 2 + PLANES * TILE * TILE * 4;
 
 /// `out [m, n] = x [m, k] · wᵀ` with f32 accumulators, rounded once to `F` (a 2-byte float): x
 /// and w read as 16-byte words (`W` = u32, `N` = 4, `word_halves` = 2; `k_words = k / 8` words a
@@ -56,9 +67,9 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
     let n = out.shape(1);
     let k_words = x.shape(1);
     let row_words = BLOCK / WORD_HALVES;
-    let ld = BLOCK + 8;
+    let ld = LD;
     let ld_words = ld / WORD_HALVES;
-    let units = 32 * CUBE_ROW_PLANES * CUBE_COL_PLANES;
+    let units = 32 * PLANES;
     let x_loads = comptime!((CUBE_ROWS * BLOCK / WORD_HALVES).div_ceil(units));
     let w_loads = comptime!((CUBE_COLS * BLOCK / WORD_HALVES).div_ceil(units));
     let mut x_s = Shared::<[Vector<W, N>]>::new_aligned_slice(CUBE_ROWS * ld_words, 16usize);
@@ -118,7 +129,8 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
         ));
     }
     let tile_words = TILE / WORD_HALVES;
-    // The fragments' stride in `W` elements (CubeCL divides it by the vectors' `N` lanes).
+    // The fragments' stride in `W` elements (CubeCL's SPIR-V compiler divides it by the vectors'
+    // `N` lanes, giving the row in vectors).
     let stride = (ld / word_halves) as u32;
     let mut b = 0usize;
     while b < blocks {
@@ -208,7 +220,7 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
     }
     // Each plane's tiles through its own 16 × 16 of f32 shared memory, the rows below `m` out.
     let tile = TILE * TILE;
-    let mut o_s = Shared::<[f32]>::new_slice(CUBE_ROW_PLANES * CUBE_COL_PLANES * tile);
+    let mut o_s = Shared::<[f32]>::new_slice(PLANES * tile);
     let lane = UNIT_POS_X as usize;
     #[unroll]
     for i in 0..PLANE_ROWS {
@@ -244,31 +256,37 @@ mod tests {
     use cubecl::prelude::*;
     use std::sync::Arc;
 
-    /// The product's fragments, loaded from 16-byte words in shared memory, expanded and compiled
-    /// to CUDA C++ and SPIR-V against the properties of a device with f16 16 × 16 × 16 tiles; its
-    /// arithmetic is checked by the root crate's `tiles_product_matches_float64` where it runs.
+    /// The product's fragments, loaded from shared memory as 16-byte words and as vectors of 8
+    /// halves, expanded and translated to CUDA C++ and SPIR-V text against the properties of a
+    /// device with f16 16 × 16 × 16 tiles (no CUDA compiler runs here, and the word loads'
+    /// stride is SPIR-V's); its arithmetic is checked by the root crate's
+    /// `tiles_product_matches_float64` where it runs.
     #[test]
     fn tiles_product_kernel_expands_and_compiles_to_cuda_and_spirv() {
         let Some(client) = common::any_client("tiles product's CUDA check") else {
             return;
         };
         let (m, n, k) = (300usize, 256usize, 128usize);
-        let kernel = tiles_product_kernel::create_dummy_kernel(
-            common::properties_with_f16_tiles(&client),
-            Arc::new(client.target_properties().clone()),
-            CubeCount::Static(1, 1, 1),
-            CubeDim::new_2d(32, 8),
-            AddressType::U32,
-            4,
-            common::dummy_tensor(&client, &[m, k / 8]),
-            common::dummy_tensor(&client, &[n, k / 8]),
-            common::dummy_tensor(&client, &[m, n]),
-            2,
-            [
-                ElemType::Float(FloatKind::F16),
-                ElemType::UInt(cubecl::ir::UIntKind::U32),
-            ],
-        );
-        common::assert_tensor_core_kernel_compiles(kernel, "tiles_product_kernel");
+        let f16 = ElemType::Float(FloatKind::F16);
+        let u32_type = ElemType::UInt(cubecl::ir::UIntKind::U32);
+        for (word, vector, word_halves) in [(u32_type, 4usize, 2usize), (f16, 8, 1)] {
+            let kernel = tiles_product_kernel::create_dummy_kernel(
+                common::properties_with_f16_tiles(&client),
+                Arc::new(client.target_properties().clone()),
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_2d(32, 8),
+                AddressType::U32,
+                vector,
+                common::dummy_tensor(&client, &[m, k / 8]),
+                common::dummy_tensor(&client, &[n, k / 8]),
+                common::dummy_tensor(&client, &[m, n]),
+                word_halves,
+                [f16, word],
+            );
+            common::assert_tensor_core_kernel_compiles(
+                kernel,
+                &format!("tiles_product_kernel, words of {word:?}"),
+            );
+        }
     }
 }

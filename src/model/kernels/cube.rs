@@ -10,17 +10,16 @@ use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
 use burn_cubecl::{CubeBackend, kernel::into_contiguous, tensor::CubeTensor};
-use cubecl::ir::{ElemType, FloatKind};
-use cubecl::prelude::{TensorArg, TensorBinding};
+use cubecl::prelude::TensorBinding;
 use cubecl::{prelude::Scalar, tf32};
 use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 use rope_pool_kernels::decoder::{
-    MATVEC_MAX_ROWS, StagedRows, TilesAccess, has_tiles, launch_dequantize_fp8, launch_few_rows,
+    MATVEC_MAX_ROWS, StagedRows, TilesAccess, launch_dequantize_fp8, launch_few_rows,
     launch_matvec, launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add,
     launch_matvec_fp8_norm, launch_matvec_norm, launch_rms_norm, launch_silu_mul,
-    launch_tiles_product, matvec_fits, tiles_product_fits,
+    launch_tiles_product, matvec_fits, spirv_tiles, tiles_product_fits,
 };
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
@@ -157,25 +156,20 @@ fn tile16_blueprint(
     Some(MultiLevel::SimpleCyclicCmma(Forced(blueprint)).into())
 }
 
-/// `simple-multi-rows` for f16 products of 2048 rows or more on a device whose only tensor-core
-/// tile is 16 × 16 × 16 (Vulkan's cooperative matrices; CUDA's 8 × 32 × 16 keeps cubek's own
-/// choice): 4 × 4 tiles a plane and 8 planes (a 256 × 128 stage) instead of cubek's inferred 2
+/// `simple-multi-rows` for f16 products of 2048 rows or more through CubeCL's SPIR-V compiler
+/// on 16 × 16 × 16 tiles (`spirv_tiles`; where the tiles product does not take them: inner sizes
+/// not a multiple of 64): 4 × 4 tiles a plane and 8 planes (a 256 × 128 stage) instead of cubek's inferred 2
 /// × 8 tiles and 4 planes — 135–143 TFLOPS against 124–129 on the four Llama-3-8B projections
 /// at m = 32768 on the H200 (`benches/NOTES.md`, 'Prefill stage on Vulkan'), every output row equal to Burn's
 /// matmul. Only where it was measured: planes of 32, and shapes the stage divides (no bounds
 /// checks: m a multiple of 256, n of 128, k of 32); other problems keep cubek's choice.
 fn wide_stage(x: &CubeTensor, [m, n, k]: [usize; 3]) -> Option<Strategy> {
-    let f16 = ElemType::Float(FloatKind::F16);
-    let properties = x.client.properties();
     let fits = x.dtype == DType::F16
         && m >= 2048
         && m.is_multiple_of(256)
         && n.is_multiple_of(128)
         && k.is_multiple_of(32)
-        && properties.hardware.plane_size_min == 32
-        && properties.hardware.plane_size_max == 32
-        && has_tiles(&x.client, f16, [16, 16, 16])
-        && !has_tiles(&x.client, f16, [8, 32, 16]);
+        && spirv_tiles(&x.client);
     if !fits {
         return None;
     }
@@ -193,45 +187,39 @@ fn unit_routine() -> Strategy {
     MultiLevel::SimpleUnit(Inferred(SimpleUnitSelectionArgs::default())).into()
 }
 
-/// `x · w_tᵀ` (both contiguous; `w_t [n, k]`) through cubek's `routine` (its index), or Burn's
-/// matmul where it refuses the problem or names none.
+/// `x · w_tᵀ` (both contiguous, one dtype; `w_t [n, k]`) through `routine` (its index): the
+/// crate's tensor-core product of many rows for [`MatmulRoutine::Tiles`] where it takes the
+/// product (else the routine `MatmulRoutine::cubek_for_problem` names), a cubek routine, or
+/// Burn's matmul where the routine refuses the problem or names none.
 fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
     let (m, n) = (x.shape()[0], w_t.shape()[0]);
-    let out = fresh(&x, Shape::new([m, n]));
     let k = x.shape()[1];
+    let out = fresh(&x, Shape::new([m, n]));
     let float = dtype_to_storage_type(x.dtype);
-    let default_routine = matches!(
-        MatmulRoutine::from_index(routine),
-        MatmulRoutine::SimpleCyclicMultiRows | MatmulRoutine::Heuristic
-    );
-    if default_routine
-        && !tuning().decoder.tiles_product_off
-        && tiles_product_fits(&x.client, float, [m, k, n])
-    {
-        // x and w_t as rows of 16-byte words (8 halves each).
-        let words = |t: &CubeTensor, rows: usize| {
-            // Safety: t is a contiguous [rows, k] f16 tensor (k a multiple of 64): `rows` rows of
-            // k / 8 words over the same bytes.
+    let mut routine = MatmulRoutine::from_index(routine);
+    if routine == MatmulRoutine::Tiles {
+        let aligned = |t: &CubeTensor| t.handle.offset_start.unwrap_or(0).is_multiple_of(16);
+        if !tuning().decoder.tiles_product_off
+            && w_t.dtype == x.dtype
+            && aligned(&x)
+            && aligned(&w_t)
+            && tiles_product_fits(&x.client, float, [m, k, n])
+        {
+            // Safety: `tiles_product_fits` holds for [m, k, n] (f16); x [m, k] and w_t [n, k]
+            // are contiguous (the callers made them so) f16 from 16-byte-aligned offsets; out
+            // is a fresh contiguous [m, n] f16 buffer.
             unsafe {
-                TensorArg::from_raw_parts(t.handle.clone(), [k / 8, 1].into(), [rows, k / 8].into())
+                launch_tiles_product(
+                    &out.client,
+                    float,
+                    [m, k, n],
+                    TilesAccess::Words,
+                    [&x.handle, &w_t.handle, &out.handle],
+                );
             }
-        };
-        let (xw, ww) = (words(&x, m), words(&w_t, n));
-        // Safety: `tiles_product_fits` holds for [m, k, n]; x [m, k] and w_t [n, k] are
-        // contiguous f16 (`matmul` made them so), given as their word views; out is a fresh
-        // contiguous [m, n] buffer of x's dtype.
-        unsafe {
-            launch_tiles_product(
-                &out.client,
-                float,
-                [m, k, n],
-                TilesAccess::Words,
-                xw,
-                ww,
-                out.clone().into_tensor_arg(),
-            );
+            return out;
         }
-        return out;
+        routine = MatmulRoutine::cubek_for_problem(m, n, k);
     }
     // `[k, n]`, read column-major: the weight as stored, no copy.
     let mut rhs = w_t;
@@ -242,7 +230,6 @@ fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
     // stay f32: where the device has TF32 tensor cores (CUDA), cubek runs f32 through them
     // (10-bit mantissa; `adjust_dtypes`, cubek-matmul 0.3.1
     // `src/multi_level/definition/blueprint.rs:88-104`), so they take register tiles instead.
-    let routine = MatmulRoutine::from_index(routine);
     let strategy = match f32_through_tf32(&x) {
         true => Some(unit_routine()),
         false if routine == MatmulRoutine::SimpleCyclicMultiRows => {

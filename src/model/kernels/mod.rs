@@ -127,8 +127,10 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 /// such devices whose output is narrower than 4× the input, one kernel of such tiles that also
 /// reads the weight once
 /// (`rope_pool_kernels::decoder::launch_few_rows`); otherwise, on
-/// CubeCL devices, the matmul routine [`MatmulRoutine::for_problem`] picks, reading the
-/// weight as stored; Burn's matmul on the transposed view elsewhere.
+/// CubeCL devices, the routine [`MatmulRoutine::for_problem`] picks, reading the weight as
+/// stored: for f16 through CubeCL's SPIR-V compiler with widths a multiple of 128 and inner
+/// sizes of 64, the crate's tensor-core product of many rows ([`MatmulRoutine::Tiles`]), else
+/// one of cubek's routines or Burn's matmul; Burn's matmul on the transposed view elsewhere.
 ///
 /// # Panics
 /// When the inner sizes differ (as Burn's matmul does).
@@ -264,15 +266,18 @@ pub fn staged_takes(x: &Tensor<2>, dims: [usize; 3]) -> bool {
 
 /// Whether [`project`] sends `x [m, k] · w_tᵀ` (`w_t [n, k]`, x's dtype) to the tensor-core
 /// product of many rows (`rope_pool_kernels::decoder::launch_tiles_product`) on x's device: past
-/// the rows the decode kernels take, f16, `n` a multiple of 128, `k` of 64, where CubeCL reaches
-/// the device's tiles through Vulkan.
+/// the rows the decode kernels take, [`MatmulRoutine::Tiles`] its routine, f16, `n` a multiple of
+/// 128, `k` of 64, through CubeCL's SPIR-V compiler.
+#[cfg(feature = "testing")]
 pub fn tiles_product_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
     #[cfg(feature = "cube")]
     if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
         let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
-        return !decoder_kernel_fits(&cube.client(), float, [m, k, n])
+        let client = cube.client();
+        return MatmulRoutine::for_problem(m, n, k) == MatmulRoutine::Tiles
+            && !decoder_kernel_fits(&client, float, [m, k, n])
             && !crate::common::cube::tuning().decoder.tiles_product_off
-            && rope_pool_kernels::decoder::tiles_product_fits(&cube.client(), float, [m, k, n]);
+            && rope_pool_kernels::decoder::tiles_product_fits(&client, float, [m, k, n]);
     }
     let _ = (x, m, k, n);
     false
@@ -746,12 +751,17 @@ pub enum MatmulRoutine {
     /// Specialised load and compute planes, stages loaded by the tensor memory accelerator,
     /// `mma` tiles (as `SimpleTmaMma`, where it runs).
     SpecializedTmaMma,
+    /// The crate's own product of many rows on tensor-core tiles
+    /// (`rope_pool_kernels::decoder::launch_tiles_product`: f16, widths a multiple of 128, inner
+    /// sizes of 64, through SPIR-V); elsewhere the routine [`MatmulRoutine::for_problem`] chose
+    /// before it (several tile rows per plane or the heuristic one).
+    Tiles,
 }
 
 #[cfg_attr(not(any(feature = "cube", feature = "testing")), allow(dead_code))]
 impl MatmulRoutine {
     /// Every routine, in index order.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Heuristic,
         Self::SimpleCyclic,
         Self::SimpleCyclicMultiRows,
@@ -764,14 +774,13 @@ impl MatmulRoutine {
         Self::SimpleTmaMma,
         Self::DoubleTmaMma,
         Self::SpecializedTmaMma,
+        Self::Tiles,
     ];
 
-    /// The routine [`project`] runs for `x [m, k] · w_tᵀ` with `w_t [n, k]`, past the
-    /// matrix-vector kernel: what measured fastest on the H200 through Vulkan for the Llama-3-8B
-    /// projections in f16 (`cargo bench --bench decode -- --matmul-probe`, `benches/NOTES.md`,
-    /// 'Projections per row count') — several tile rows per plane for prefill-sized `m` (every shape) and for
-    /// an MLP-wide output at any `m` (`4k ≤ n < 16k`: not the LM head), the heuristic routine
-    /// otherwise (the others were not faster in every run).
+    /// The routine [`project`] runs for `x [m, k] · w_tᵀ` with `w_t [n, k]`, past the decode
+    /// kernels: [`MatmulRoutine::Tiles`] (which falls back to [`MatmulRoutine::cubek_for_problem`]
+    /// where its kernel does not take the product); in `tuning` builds `ROPE_POOL_MATMUL` names
+    /// another.
     pub fn for_problem(m: usize, n: usize, k: usize) -> Self {
         #[cfg(feature = "tuning")]
         {
@@ -785,6 +794,16 @@ impl MatmulRoutine {
                 return forced;
             }
         }
+        let _ = (m, n, k);
+        Self::Tiles
+    }
+
+    /// Of cubek's routines and Burn's matmul, the one that measured fastest on the H200 through
+    /// Vulkan for the Llama-3-8B projections in f16 (`cargo bench --bench decode --
+    /// --matmul-probe`, `benches/NOTES.md`, 'Projections per row count'): several tile rows per
+    /// plane for prefill-sized `m` (every shape) and for an MLP-wide output at any `m`
+    /// (`4k ≤ n < 16k`: not the LM head), the heuristic routine otherwise.
+    pub fn cubek_for_problem(m: usize, n: usize, k: usize) -> Self {
         if m >= 2048 || (4 * k..16 * k).contains(&n) {
             Self::SimpleCyclicMultiRows
         } else {
@@ -808,6 +827,7 @@ impl MatmulRoutine {
             Self::SimpleTmaMma => "simple-tma-mma",
             Self::DoubleTmaMma => "double-tma-mma",
             Self::SpecializedTmaMma => "specialized-tma-mma",
+            Self::Tiles => "tiles",
         }
     }
 
@@ -857,7 +877,8 @@ impl MatmulRoutine {
         };
         Some(
             match self {
-                Self::Heuristic => return None,
+                // Resolved by the caller (`routine_product`) before it asks for a strategy.
+                Self::Heuristic | Self::Tiles => return None,
                 Self::SimpleCyclic => simple(false),
                 Self::SimpleCyclicMultiRows => simple(true),
                 Self::OrderedDouble4 => ordered(4),
