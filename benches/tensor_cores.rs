@@ -49,6 +49,38 @@ struct Args {
     cubes: usize,
 }
 
+/// A 16 × 16 operand fragment (`ident` A or B) loaded from `slice`, rows or columns `stride`
+/// elements of `F` apart as `layout` says.
+#[cube]
+fn fragment<F: Float, V: CubePrimitive>(
+    #[comptime] ident: cmma::MatrixIdent,
+    layout: cmma::MatrixLayout,
+    slice: &[V],
+    stride: u32,
+) -> cmma::Matrix<F> {
+    let mut f = unsafe { cmma::Matrix::<F>::uninitialized(ident, TILE, TILE, TILE, layout) };
+    cmma::load(&mut f, slice, stride);
+    f
+}
+
+/// `count` 16 × 16 accumulators of zeros.
+#[cube]
+fn zeros<A: Float>(#[comptime] count: usize) -> Sequence<cmma::Matrix<A>> {
+    let mut accs = Sequence::<cmma::Matrix<A>>::new();
+    #[unroll]
+    for _ in 0..count {
+        accs.push(cmma::Matrix::<A>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            TILE,
+            TILE,
+            TILE,
+            cmma::MatrixLayout::Undefined,
+            A::new(0.0),
+        ));
+    }
+    accs
+}
+
 /// Fragments loaded once from `input`, multiplied `iters` times into `tm × tn` accumulators;
 /// each accumulator stored into `out` at the plane's place (every cube writes the same values).
 #[cube(launch_unchecked)]
@@ -65,44 +97,23 @@ fn registers_kernel<F: Float, A: Float>(
     let mut b = Sequence::<cmma::Matrix<F>>::new();
     #[unroll]
     for i in 0..tm {
-        let mut f = unsafe {
-            cmma::Matrix::<F>::uninitialized(
-                cmma::MatrixIdent::A,
-                TILE,
-                TILE,
-                TILE,
-                cmma::MatrixLayout::RowMajor,
-            )
-        };
-        cmma::load(&mut f, input.slice(i * tile, (i + 1) * tile), TILE as u32);
-        a.push(f);
+        a.push(fragment::<F, F>(
+            cmma::MatrixIdent::A,
+            cmma::MatrixLayout::RowMajor,
+            input.slice(i * tile, (i + 1) * tile),
+            TILE as u32,
+        ));
     }
     #[unroll]
     for j in 0..tn {
-        let mut f = unsafe {
-            cmma::Matrix::<F>::uninitialized(
-                cmma::MatrixIdent::B,
-                TILE,
-                TILE,
-                TILE,
-                cmma::MatrixLayout::ColMajor,
-            )
-        };
-        cmma::load(&mut f, input.slice(j * tile, (j + 1) * tile), TILE as u32);
-        b.push(f);
-    }
-    let mut accs = Sequence::<cmma::Matrix<A>>::new();
-    #[unroll]
-    for _ in 0..tm * tn {
-        accs.push(cmma::Matrix::<A>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            TILE,
-            TILE,
-            TILE,
-            cmma::MatrixLayout::Undefined,
-            A::new(0.0),
+        b.push(fragment::<F, F>(
+            cmma::MatrixIdent::B,
+            cmma::MatrixLayout::ColMajor,
+            input.slice(j * tile, (j + 1) * tile),
+            TILE as u32,
         ));
     }
+    let accs = zeros::<A>(tm * tn);
     let mut it = 0u32;
     while it < iters {
         #[unroll]
@@ -168,18 +179,7 @@ fn shared_kernel<F: Float, A: Float, N: Size>(
     sync_cube();
     let plane = UNIT_POS_Y as usize;
     let (pi, pj) = (plane / pn, plane % pn);
-    let mut accs = Sequence::<cmma::Matrix<A>>::new();
-    #[unroll]
-    for _ in 0..tm * tn {
-        accs.push(cmma::Matrix::<A>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            TILE,
-            TILE,
-            TILE,
-            cmma::MatrixLayout::Undefined,
-            A::new(0.0),
-        ));
-    }
+    let accs = zeros::<A>(tm * tn);
     let tile_vectors = TILE / vector;
     let mut it = 0u32;
     while it < iters {
@@ -191,36 +191,19 @@ fn shared_kernel<F: Float, A: Float, N: Size>(
             #[unroll]
             for j in 0..tn {
                 let b0 = ((pj * tn + j) * TILE) * ldv + t * tile_vectors;
-                let mut f = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::B,
-                        TILE,
-                        TILE,
-                        TILE,
-                        cmma::MatrixLayout::ColMajor,
-                    )
-                };
-                cmma::load(
-                    &mut f,
+                b.push(fragment::<F, Vector<F, N>>(
+                    cmma::MatrixIdent::B,
+                    cmma::MatrixLayout::ColMajor,
                     b_s.slice(b0, b0 + (TILE - 1) * ldv + tile_vectors),
                     ld as u32,
-                );
-                b.push(f);
+                ));
             }
             #[unroll]
             for i in 0..tm {
                 let a0 = ((pi * tm + i) * TILE) * ldv + t * tile_vectors;
-                let mut f = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::A,
-                        TILE,
-                        TILE,
-                        TILE,
-                        cmma::MatrixLayout::RowMajor,
-                    )
-                };
-                cmma::load(
-                    &mut f,
+                let f = fragment::<F, Vector<F, N>>(
+                    cmma::MatrixIdent::A,
+                    cmma::MatrixLayout::RowMajor,
                     a_s.slice(a0, a0 + (TILE - 1) * ldv + tile_vectors),
                     ld as u32,
                 );

@@ -14,7 +14,7 @@
 //! vectors (`cubecl-spirv-0.11.3` `src/ops/matrix.rs:31-49`), the CUDA compilers in the
 //! fragment's elements, so [`super::launch::tiles_product_fits`] takes SPIR-V devices only.
 
-use crate::common::fragment::TILE;
+use crate::common::fragment::{TILE, load_fragment, zero_accumulator};
 use cubecl::prelude::*;
 
 /// Tile rows a plane multiplies.
@@ -119,14 +119,7 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
     let mut accs = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
     for _ in 0..PLANE_ROWS * PLANE_COLS {
-        accs.push(cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            TILE,
-            TILE,
-            TILE,
-            cmma::MatrixLayout::Undefined,
-            0.0,
-        ));
+        accs.push(zero_accumulator());
     }
     let tile_words = TILE / WORD_HALVES;
     // The fragments' stride in `W` elements (CubeCL's SPIR-V compiler divides it by the vectors'
@@ -175,36 +168,19 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
             #[unroll]
             for j in 0..PLANE_COLS {
                 let start = ((pj * PLANE_COLS + j) * TILE) * ld_words + t * tile_words;
-                let mut f = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::B,
-                        TILE,
-                        TILE,
-                        TILE,
-                        cmma::MatrixLayout::ColMajor,
-                    )
-                };
-                cmma::load(
-                    &mut f,
+                ws.push(load_fragment::<F, Vector<W, N>>(
+                    cmma::MatrixIdent::B,
+                    cmma::MatrixLayout::ColMajor,
                     w_s.slice(start, start + (TILE - 1) * ld_words + tile_words),
                     stride,
-                );
-                ws.push(f);
+                ));
             }
             #[unroll]
             for i in 0..PLANE_ROWS {
                 let start = ((pi * PLANE_ROWS + i) * TILE) * ld_words + t * tile_words;
-                let mut f = unsafe {
-                    cmma::Matrix::<F>::uninitialized(
-                        cmma::MatrixIdent::A,
-                        TILE,
-                        TILE,
-                        TILE,
-                        cmma::MatrixLayout::RowMajor,
-                    )
-                };
-                cmma::load(
-                    &mut f,
+                let f = load_fragment::<F, Vector<W, N>>(
+                    cmma::MatrixIdent::A,
+                    cmma::MatrixLayout::RowMajor,
                     x_s.slice(start, start + (TILE - 1) * ld_words + tile_words),
                     stride,
                 );
