@@ -45,9 +45,8 @@ pub(crate) const SHARED_BYTES: usize = (CUBE_ROWS + CUBE_COLS) * LD * 2 + PLANES
 
 /// `out [m, n] = x [m, k] · wᵀ` with f32 accumulators, rounded once to `F` (a 2-byte float): x
 /// and w read as 16-byte words (`W` = u32, `N` = 4, `word_halves` = 2; `k_words = k / 8` words a
-/// row). The cube of
-/// `CUBE_POS` owns a `CUBE_ROWS × CUBE_COLS` output tile (cubes past the last tile leave); its
-/// 8 planes each multiply `PLANE_ROWS × PLANE_COLS` tiles of it. Each block of `BLOCK` inner
+/// row). The cube of `CUBE_POS` owns a `CUBE_ROWS × CUBE_COLS` output tile (cubes past the last
+/// tile leave); its 8 planes each multiply `PLANE_ROWS × PLANE_COLS` tiles of it. Each block of `BLOCK` inner
 /// elements of the cube's rows of x and w is read by all units into registers one block ahead,
 /// stored in shared memory as words (rows padded by 8 halves against bank conflicts), and the
 /// fragments are loaded from the words. Rows of x past `m` read as zeros and are not written.
