@@ -81,6 +81,28 @@ fn zeros<A: Float>(#[comptime] count: usize) -> Sequence<cmma::Matrix<A>> {
     accs
 }
 
+/// The `count` accumulators of plane `plane` stored into `out`, one 16 × 16 tile after another
+/// from the plane's place (every cube writes the same values).
+#[cube]
+fn store_all<A: Float>(
+    out: &mut Tensor<A>,
+    accs: &Sequence<cmma::Matrix<A>>,
+    plane: usize,
+    #[comptime] count: usize,
+) {
+    let tile = TILE * TILE;
+    #[unroll]
+    for t in 0..count {
+        let start = (plane * count + t) * tile;
+        cmma::store(
+            out.slice_mut(start, start + tile),
+            accs.index(t),
+            TILE as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
+    }
+}
+
 /// Fragments loaded once from `input`, multiplied `iters` times into `tm × tn` accumulators;
 /// each accumulator stored into `out` at the plane's place (every cube writes the same values).
 #[cube(launch_unchecked)]
@@ -126,17 +148,7 @@ fn registers_kernel<F: Float, A: Float>(
         }
         it += 1;
     }
-    let base = UNIT_POS_Y as usize * tm * tn * tile;
-    #[unroll]
-    for t in 0..tm * tn {
-        let start = base + t * tile;
-        cmma::store(
-            out.slice_mut(start, start + tile),
-            accs.index(t),
-            TILE as u32,
-            cmma::MatrixLayout::RowMajor,
-        );
-    }
+    store_all(out, &accs, UNIT_POS_Y as usize, tm * tn);
 }
 
 /// An A block of `16·tm·pm` rows and a B block of `16·tn·pn` rows, `16·tk` elements each, staged
@@ -216,18 +228,7 @@ fn shared_kernel<F: Float, A: Float, N: Size>(
         }
         it += 1;
     }
-    let tile = TILE * TILE;
-    let base = plane * tm * tn * tile;
-    #[unroll]
-    for t in 0..tm * tn {
-        let start = base + t * tile;
-        cmma::store(
-            out.slice_mut(start, start + tile),
-            accs.index(t),
-            TILE as u32,
-            cmma::MatrixLayout::RowMajor,
-        );
-    }
+    store_all(out, &accs, plane, tm * tn);
 }
 
 /// One probe row: which kernel, its tiles and planes.

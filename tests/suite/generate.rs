@@ -825,6 +825,33 @@ fn rms_norm_matches_float64() {
     }
 }
 
+/// `out` (`x [m, k] · wᵀ` of `dtype`, `w [n, k]`; both as their `dtype` values) against the
+/// float64 product rounded to `dtype`, within 1e-5 (f32) or 2e-3 (f16) of one plus the sum of
+/// the terms' magnitudes; `what` names the device and path in a failure.
+fn assert_product_matches(
+    what: &str,
+    dtype: DType,
+    x: &[f64],
+    w: &[f64],
+    [m, k, n]: [usize; 3],
+    out: burn::tensor::Tensor<2>,
+) {
+    let got: Vec<f64> = out.into_data().iter::<f64>().collect();
+    let base = if dtype == DType::F32 { 1e-5 } else { 2e-3 };
+    for r in 0..m {
+        for c in 0..n {
+            let terms = (0..k).map(|i| x[r * k + i] * w[c * k + i]);
+            let (dot, scale) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + f64::abs(t)));
+            let want = crate::common::round_to(dot, dtype);
+            let a = got[r * n + c];
+            assert!(
+                (a - want).abs() <= base * (1.0 + scale),
+                "{what} {dtype:?} [{m}, {k}]·[{n}, {k}]ᵀ at ({r}, {c}): {a} vs {want}"
+            );
+        }
+    }
+}
+
 /// The decoder's projection `x · w_tᵀ` (a matrix-vector kernel for up to 16 rows where the
 /// device has plane operations, Burn's matmul otherwise) against float64, across the row limit
 /// and odd widths.
@@ -878,21 +905,14 @@ fn projections_match_float64() {
                     }
                 }
                 for (path, out) in runs {
-                    let got: Vec<f64> = out.into_data().iter::<f64>().collect();
-                    for r in 0..m {
-                        for c in 0..n {
-                            let dot: f64 = (0..k).map(|i| x[r * k + i] * w[c * k + i]).sum();
-                            let scale: f64 =
-                                (0..k).map(|i| (x[r * k + i] * w[c * k + i]).abs()).sum();
-                            let want = round(dot);
-                            let tol = if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + scale);
-                            let a = got[r * n + c];
-                            assert!(
-                                (a - want).abs() <= tol,
-                                "{name} {path} {dtype:?} [{m}, {k}]·[{n}, {k}]ᵀ at ({r}, {c}): {a} vs {want}"
-                            );
-                        }
-                    }
+                    assert_product_matches(
+                        &format!("{name} {path}"),
+                        dtype,
+                        &x,
+                        &w,
+                        [m, k, n],
+                        out,
+                    );
                 }
             }
         }
@@ -930,22 +950,8 @@ fn tiles_product_matches_float64() {
                 !expect || name == "flex" || tiles_product_takes(&xt, [m, k, n]),
                 "{name}: the tensor-core product of many rows does not take [{m}, {k}]·[{n}, {k}]ᵀ"
             );
-            let got: Vec<f64> = project(xt, &float_tensor(&w, [n, k], &device, dtype))
-                .into_data()
-                .iter::<f64>()
-                .collect();
-            for r in 0..m {
-                for c in 0..n {
-                    let terms = (0..k).map(|i| x[r * k + i] * w[c * k + i]);
-                    let (dot, scale) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + f64::abs(t)));
-                    let want = round(dot);
-                    let a = got[r * n + c];
-                    assert!(
-                        (a - want).abs() <= 2e-3 * (1.0 + scale),
-                        "{name} [{m}, {k}]·[{n}, {k}]ᵀ at ({r}, {c}): {a} vs {want}"
-                    );
-                }
-            }
+            let out = project(xt, &float_tensor(&w, [n, k], &device, dtype));
+            assert_product_matches(name, dtype, &x, &w, [m, k, n], out);
         }
     }
 }

@@ -5,7 +5,9 @@ use crate::model::kernels::backend::{
     ActTensors, AddNormTensors, DecoderKernels, Fp8AddTensors, Fp8NormTensors, Fp8ProductTensors,
     MatvecAddTensors, MatvecNormTensors, MatvecTensors, NormTensors,
 };
-use crate::model::kernels::{MatmulRoutine, decoder_kernel_fits, staged_rows, staged_rows_fp8};
+use crate::model::kernels::{
+    MatmulRoutine, decoder_kernel_fits, staged_rows, staged_rows_fp8, tiles_product_on,
+};
 use burn::backend::TensorMetadata;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::tensor::{DType, Shape};
@@ -19,7 +21,7 @@ use rope_pool_kernels::decoder::{
     MATVEC_MAX_ROWS, StagedRows, TilesAccess, launch_dequantize_fp8, launch_few_rows,
     launch_matvec, launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add,
     launch_matvec_fp8_norm, launch_matvec_norm, launch_rms_norm, launch_silu_mul,
-    launch_tiles_product, matvec_fits, spirv_tiles, tiles_product_fits,
+    launch_tiles_product, matvec_fits, spirv_tiles,
 };
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
@@ -199,13 +201,12 @@ fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
     let mut routine = MatmulRoutine::from_index(routine);
     if routine == MatmulRoutine::Tiles {
         let aligned = |t: &CubeTensor| t.handle.offset_start.unwrap_or(0).is_multiple_of(16);
-        if !tuning().decoder.tiles_product_off
-            && w_t.dtype == x.dtype
+        if w_t.dtype == x.dtype
             && aligned(&x)
             && aligned(&w_t)
-            && tiles_product_fits(&x.client, float, [m, k, n])
+            && tiles_product_on(&x.client, float, [m, k, n])
         {
-            // Safety: `tiles_product_fits` holds for [m, k, n] (f16); x [m, k] and w_t [n, k]
+            // Safety: `tiles_product_on` checked `tiles_product_fits` for [m, k, n] (f16); x [m, k] and w_t [n, k]
             // are contiguous (the callers made them so) f16 from 16-byte-aligned offsets; out
             // is a fresh contiguous [m, n] f16 buffer.
             unsafe {

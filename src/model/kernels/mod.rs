@@ -127,7 +127,7 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 /// such devices whose output is narrower than 4× the input, one kernel of such tiles that also
 /// reads the weight once
 /// (`rope_pool_kernels::decoder::launch_few_rows`); otherwise, on
-/// CubeCL devices, the routine [`MatmulRoutine::for_problem`] picks, reading the weight as
+/// CubeCL devices, the routine [`MatmulRoutine::for_project`] picks, reading the weight as
 /// stored: for f16 through CubeCL's SPIR-V compiler with widths a multiple of 128 and inner
 /// sizes of 64, the crate's tensor-core product of many rows ([`MatmulRoutine::Tiles`]), else
 /// one of cubek's routines or Burn's matmul; Burn's matmul on the transposed view elsewhere.
@@ -135,8 +135,7 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 /// # Panics
 /// When the inner sizes differ (as Burn's matmul does).
 pub fn project(x: Tensor<2>, w_t: &Tensor<2>) -> Tensor<2> {
-    let ([m, k], [n, _]) = (x.dims(), w_t.dims());
-    product(x, w_t, MatmulRoutine::for_problem(m, n, k), false)
+    product(x, w_t, MatmulRoutine::for_project(), false)
 }
 
 /// `project(rms_norm(x, norm_w, eps), w_t)`, and with `silu` [`silu_mul`] of it (`w_t` then a
@@ -274,10 +273,9 @@ pub fn tiles_product_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
     if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
         let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
         let client = cube.client();
-        return MatmulRoutine::for_problem(m, n, k) == MatmulRoutine::Tiles
+        return MatmulRoutine::for_project() == MatmulRoutine::Tiles
             && !decoder_kernel_fits(&client, float, [m, k, n])
-            && !crate::common::cube::tuning().decoder.tiles_product_off
-            && rope_pool_kernels::decoder::tiles_product_fits(&client, float, [m, k, n]);
+            && tiles_product_on(&client, float, [m, k, n]);
     }
     let _ = (x, m, k, n);
     false
@@ -663,7 +661,7 @@ pub fn project_fp8(x: Tensor<2>, w: &Fp8Weight) -> Tensor<2> {
             codes: w.codes.clone().into_dispatch(),
             scales: w.scales.clone().into_dispatch(),
         };
-        let routine = MatmulRoutine::for_problem(m, n, k) as u32;
+        let routine = MatmulRoutine::for_project() as u32;
         let out = <burn::backend::Dispatch as backend::DecoderKernels>::fp8_product(
             inputs,
             w.block_words(),
@@ -753,8 +751,8 @@ pub enum MatmulRoutine {
     SpecializedTmaMma,
     /// The crate's own product of many rows on tensor-core tiles
     /// (`rope_pool_kernels::decoder::launch_tiles_product`: f16, widths a multiple of 128, inner
-    /// sizes of 64, through SPIR-V); elsewhere the routine [`MatmulRoutine::for_problem`] chose
-    /// before it (several tile rows per plane or the heuristic one).
+    /// sizes of 64, through SPIR-V); elsewhere the routine [`MatmulRoutine::cubek_for_problem`]
+    /// names (several tile rows per plane or the heuristic one).
     Tiles,
 }
 
@@ -777,11 +775,11 @@ impl MatmulRoutine {
         Self::Tiles,
     ];
 
-    /// The routine [`project`] runs for `x [m, k] · w_tᵀ` with `w_t [n, k]`, past the decode
-    /// kernels: [`MatmulRoutine::Tiles`] (which falls back to [`MatmulRoutine::cubek_for_problem`]
-    /// where its kernel does not take the product); in `tuning` builds `ROPE_POOL_MATMUL` names
+    /// The routine [`project`] runs past the decode kernels, whatever the product:
+    /// [`MatmulRoutine::Tiles`] (which falls back to [`MatmulRoutine::cubek_for_problem`] where
+    /// its kernel does not take the product); in `tuning` builds `ROPE_POOL_MATMUL` names
     /// another.
-    pub fn for_problem(m: usize, n: usize, k: usize) -> Self {
+    pub fn for_project() -> Self {
         #[cfg(feature = "tuning")]
         {
             // Read once per process, as the kernels' other knobs (`LaunchTuning::from_env`).
@@ -794,7 +792,6 @@ impl MatmulRoutine {
                 return forced;
             }
         }
-        let _ = (m, n, k);
         Self::Tiles
     }
 
@@ -916,6 +913,20 @@ fn kernel_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<bool> {
         }
         _ => None,
     }
+}
+
+/// Whether [`MatmulRoutine::Tiles`] runs the tensor-core product of many rows for
+/// `x [m, k] · wᵀ` of float `float` on `client`'s device (operands of one dtype, 16-byte
+/// aligned): it fits the device and sizes, and benchmark builds have not turned it off
+/// (`ROPE_POOL_TILES_PRODUCT=0`).
+#[cfg(feature = "cube")]
+pub(crate) fn tiles_product_on(
+    client: &cubecl::client::Client,
+    float: cubecl::ir::ElemType,
+    dims: [usize; 3],
+) -> bool {
+    !crate::common::cube::tuning().decoder.tiles_product_off
+        && rope_pool_kernels::decoder::tiles_product_fits(client, float, dims)
 }
 
 /// Whether the decoder's own kernels take `x [m, k] · wᵀ` (`w [n, k]`) of float `float`: the
