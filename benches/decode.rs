@@ -57,6 +57,11 @@ struct Args {
     /// `--matmul-probe` times `project` alone, not the routines.
     #[arg(long)]
     probe_project_only: bool,
+    /// `--matmul-probe` also times the fused forms of a decode step's projections at the rows
+    /// of `--probe-rows` up to 16: the norm before q/k/v, gate/up (with the activation) and the
+    /// LM head, the residual add after o and down (`norm_project`, `project_add`).
+    #[arg(long)]
+    probe_fused: bool,
     /// The rows `--matmul-probe` times.
     #[arg(long, value_delimiter = ',', default_values_t = [24usize, 64, 512, 32_768])]
     probe_rows: Vec<usize>,
@@ -181,6 +186,9 @@ fn main() {
     );
     if args.matmul_probe {
         matmul_probe(&device, dtype, &args.probe_rows, args.probe_project_only);
+        if args.probe_fused {
+            fused_probe(&device, dtype, &args.probe_rows);
+        }
     }
     println!(
         "| path | batch | prefill tok/s | decode tok/s | decode ms/step | enqueued ms: prefill / decode step |"
@@ -366,6 +374,70 @@ fn matmul_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize], pro
                     flops / t / 1e12
                 );
             }
+        }
+    }
+    println!();
+}
+
+/// Device time of the fused forms of a decode step's projections (`--probe-fused`), each beside
+/// `project` alone on the same weight, at the rows of `rows` up to 16; whether the form ran as one
+/// launch (`fuses`) is printed with it.
+fn fused_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize]) {
+    use burn::tensor::{Distribution, Tensor};
+    use burn_rope_pool::testing::{FusedForm, fuses, norm_project, project, project_add};
+    println!(
+        "| form | m | weight [out, in] | µs | weight GB/s | one launch | `project` alone, µs |"
+    );
+    println!("| --- | ---: | --- | ---: | ---: | --- | ---: |");
+    let dist = Distribution::Normal(0.0, 0.02);
+    // (name, [out, in], form): the decoder's order within a layer, then the LM head.
+    let forms = [
+        (
+            "norm + q/k/v",
+            [6144usize, 4096],
+            FusedForm::Norm { silu: false },
+        ),
+        ("o + add", [4096, 4096], FusedForm::Add),
+        (
+            "norm + gate/up + SiLU",
+            [28_672, 4096],
+            FusedForm::Norm { silu: true },
+        ),
+        ("down + add", [4096, 14_336], FusedForm::Add),
+        (
+            "norm + LM head",
+            [128_256, 4096],
+            FusedForm::Norm { silu: false },
+        ),
+    ];
+    for &m in rows.iter().filter(|m| **m <= 16) {
+        for (name, [n, k], form) in forms {
+            let w = Tensor::<2>::random([n, k], dist, (device, dtype));
+            let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), (device, dtype));
+            let norm_w = Tensor::<1>::random([k], Distribution::Normal(1.0, 0.1), (device, dtype));
+            let residual = Tensor::<2>::random([m, n], dist, (device, dtype));
+            let calls = 20;
+            let time = |f: &(dyn Fn() -> Tensor<2> + Sync)| {
+                time_per_call(device, 3, || {
+                    for _ in 0..calls {
+                        let _ = f();
+                    }
+                })
+                .as_secs_f64()
+                    / calls as f64
+            };
+            let t = time(&|| match form {
+                FusedForm::Norm { silu } => norm_project(x.clone(), &norm_w, 1e-5, &w, silu),
+                FusedForm::Add => project_add(x.clone(), &w, residual.clone()),
+            });
+            let alone = time(&|| project(x.clone(), &w));
+            println!(
+                "| {name} | {m} | [{n}, {k}] | {:.1} | {:.0} | {} | {:.1} |",
+                t * 1e6,
+                (n * k * dtype.size()) as f64 / t / 1e9,
+                fuses(&x, &w, form),
+                alone * 1e6
+            );
         }
     }
     println!();

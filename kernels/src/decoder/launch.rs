@@ -58,9 +58,11 @@ pub struct DecoderTuning {
     /// Staged kernel: inner tiles a block (`ROPE_POOL_STAGED_BLOCK`, 1 to 16; default 4).
     pub staged_block: Option<usize>,
     /// Staged kernel: shares of the inner size (`ROPE_POOL_STAGED_SPLITS`, 1 to 16; default: the
-    /// fewest that give the grid [`Self::staged_cubes`] cubes, at most 8).
+    /// fewest powers of two that give the grid [`Self::staged_cubes`] cubes, at most 4 up to 16
+    /// rows and 8 past them).
     pub staged_splits: Option<usize>,
-    /// Staged kernel: the cubes its shares aim for (`ROPE_POOL_STAGED_CUBES`; default 256).
+    /// Staged kernel: the cubes its shares aim for (`ROPE_POOL_STAGED_CUBES`; default 1024 up
+    /// to 16 rows, with at most 4 shares, and 256 past them, with at most 8).
     pub staged_cubes: Option<usize>,
     /// Staged kernel: planes (column tiles) a cube (`ROPE_POOL_STAGED_PLANES`, 1 to 8; default
     /// 4).
@@ -676,10 +678,20 @@ pub struct StagedRows {
 const STAGED_SHARED_BYTES: usize = 48 * 1024;
 /// Planes (column tiles) of a staged cube.
 const STAGED_PLANES: usize = 4;
-/// Cubes the staged launch's shares aim for.
+/// Cubes the staged launch's shares aim for past [`STAGED_FEW_ROWS`] rows.
 const STAGED_CUBES: usize = 256;
-/// The most shares the staged launch takes unless told.
+/// The most shares the staged launch takes past [`STAGED_FEW_ROWS`] rows unless told.
 const STAGED_MAX_SPLITS: usize = 8;
+/// Up to this many rows the staged launch's shares aim for [`STAGED_FEW_CUBES`] cubes, at most
+/// [`STAGED_FEW_MAX_SPLITS`] shares: of Llama-3-8B's products only gate/up (448 column groups)
+/// then takes 4 shares instead of 1, which the H100 probes of `benches/RESULTS.md` ("Shares of
+/// the staged kernel at 8 rows") measured faster at 8 rows (109.4 µs against 130.7) and
+/// every other product slower with more than 4.
+const STAGED_FEW_ROWS: usize = 16;
+/// Cubes the staged launch's shares aim for up to [`STAGED_FEW_ROWS`] rows.
+const STAGED_FEW_CUBES: usize = 1024;
+/// The most shares the staged launch takes up to [`STAGED_FEW_ROWS`] rows unless told.
+const STAGED_FEW_MAX_SPLITS: usize = 4;
 /// Inner tiles a staged block, at most (the H100 probe of `benches/RESULTS.md`, "Staged products
 /// from shared vectors": 4 beat 8 at every row count but 32).
 const STAGED_BLOCK: usize = 4;
@@ -727,8 +739,12 @@ impl StagedRows {
         let splits = match tuning.staged_splits {
             Some(s) => s.min(blocks),
             None => {
-                let most_splits = blocks.min(STAGED_MAX_SPLITS);
-                let cubes = tuning.staged_cubes.unwrap_or(STAGED_CUBES);
+                let (target, most) = match rows <= STAGED_FEW_ROWS {
+                    true => (STAGED_FEW_CUBES, STAGED_FEW_MAX_SPLITS),
+                    false => (STAGED_CUBES, STAGED_MAX_SPLITS),
+                };
+                let most_splits = blocks.min(most);
+                let cubes = tuning.staged_cubes.unwrap_or(target);
                 let mut s = 1;
                 while groups * s < cubes && s * 2 <= most_splits {
                     s *= 2;
