@@ -60,7 +60,7 @@ struct Args {
     /// `--matmul-probe` also times the fused forms of a decode step's projections at the rows
     /// of `--probe-rows` up to 16: the norm before q/k/v, gate/up (with the activation) and the
     /// LM head, the residual add after o and down (`norm_project`, `project_add`).
-    #[arg(long)]
+    #[arg(long, requires = "matmul_probe")]
     probe_fused: bool,
     /// The rows `--matmul-probe` times.
     #[arg(long, value_delimiter = ',', default_values_t = [24usize, 64, 512, 32_768])]
@@ -410,9 +410,12 @@ fn fused_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize]) {
             FusedForm::Norm { silu: false },
         ),
     ];
+    let weights: Vec<Tensor<2>> = forms
+        .iter()
+        .map(|(_, shape, _)| Tensor::random(*shape, dist, (device, dtype)))
+        .collect();
     for &m in rows.iter().filter(|m| **m <= 16) {
-        for (name, [n, k], form) in forms {
-            let w = Tensor::<2>::random([n, k], dist, (device, dtype));
+        for ((name, [n, k], form), w) in forms.into_iter().zip(&weights) {
             let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), (device, dtype));
             let norm_w = Tensor::<1>::random([k], Distribution::Normal(1.0, 0.1), (device, dtype));
             let residual = Tensor::<2>::random([m, n], dist, (device, dtype));
@@ -427,15 +430,15 @@ fn fused_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize]) {
                     / calls as f64
             };
             let t = time(&|| match form {
-                FusedForm::Norm { silu } => norm_project(x.clone(), &norm_w, 1e-5, &w, silu),
-                FusedForm::Add => project_add(x.clone(), &w, residual.clone()),
+                FusedForm::Norm { silu } => norm_project(x.clone(), &norm_w, 1e-5, w, silu),
+                FusedForm::Add => project_add(x.clone(), w, residual.clone()),
             });
-            let alone = time(&|| project(x.clone(), &w));
+            let alone = time(&|| project(x.clone(), w));
             println!(
                 "| {name} | {m} | [{n}, {k}] | {:.1} | {:.0} | {} | {:.1} |",
                 t * 1e6,
                 (n * k * dtype.size()) as f64 / t / 1e9,
-                fuses(&x, &w, form),
+                fuses(&x, w, form),
                 alone * 1e6
             );
         }

@@ -58,11 +58,13 @@ pub struct DecoderTuning {
     /// Staged kernel: inner tiles a block (`ROPE_POOL_STAGED_BLOCK`, 1 to 16; default 4).
     pub staged_block: Option<usize>,
     /// Staged kernel: shares of the inner size (`ROPE_POOL_STAGED_SPLITS`, 1 to 16; default: the
-    /// fewest powers of two that give the grid [`Self::staged_cubes`] cubes, at most 4 up to 16
-    /// rows and 8 past them).
+    /// fewest shares, a power of two, that give the grid at least [`Self::staged_cubes`] cubes,
+    /// at most 4 up to 16 rows and 8 past them, and at most the inner size's blocks).
     pub staged_splits: Option<usize>,
-    /// Staged kernel: the cubes its shares aim for (`ROPE_POOL_STAGED_CUBES`; default 1024 up
-    /// to 16 rows, with at most 4 shares, and 256 past them, with at most 8).
+    /// Staged kernel: the cubes its shares aim for, with at most 8 shares at any row count
+    /// (`ROPE_POOL_STAGED_CUBES`; unset: 1024 up to 16 rows with at most 4 shares, 256 past them
+    /// with at most 8; `ROPE_POOL_STAGED_CUBES=256` is the rule before that split, at every row
+    /// count).
     pub staged_cubes: Option<usize>,
     /// Staged kernel: planes (column tiles) a cube (`ROPE_POOL_STAGED_PLANES`, 1 to 8; default
     /// 4).
@@ -683,10 +685,11 @@ const STAGED_CUBES: usize = 256;
 /// The most shares the staged launch takes past [`STAGED_FEW_ROWS`] rows unless told.
 const STAGED_MAX_SPLITS: usize = 8;
 /// Up to this many rows the staged launch's shares aim for [`STAGED_FEW_CUBES`] cubes, at most
-/// [`STAGED_FEW_MAX_SPLITS`] shares: of Llama-3-8B's products only gate/up (448 column groups)
-/// then takes 4 shares instead of 1, which the H100 probes of `benches/RESULTS.md` ("Shares of
-/// the staged kernel at 8 rows") measured faster at 8 rows (109.4 µs against 130.7) and
-/// every other product slower with more than 4.
+/// [`STAGED_FEW_MAX_SPLITS`] shares: of unsharded Llama-3-8B's products only gate/up (448
+/// column groups) then takes 4 shares instead of 1, which an H100 probe measured faster at 8
+/// rows (111.1 µs against 132.0), while q/k/v, o and down, already at 4, were slower with 8
+/// (`benches/RESULTS.md`, "Shares of the staged kernel at 8 rows"). Other shapes (smaller or
+/// sharded models) may take other shares than before; they were not measured.
 const STAGED_FEW_ROWS: usize = 16;
 /// Cubes the staged launch's shares aim for up to [`STAGED_FEW_ROWS`] rows.
 const STAGED_FEW_CUBES: usize = 1024;
@@ -739,12 +742,12 @@ impl StagedRows {
         let splits = match tuning.staged_splits {
             Some(s) => s.min(blocks),
             None => {
-                let (target, most) = match rows <= STAGED_FEW_ROWS {
-                    true => (STAGED_FEW_CUBES, STAGED_FEW_MAX_SPLITS),
-                    false => (STAGED_CUBES, STAGED_MAX_SPLITS),
+                let (cubes, most) = match (tuning.staged_cubes, rows <= STAGED_FEW_ROWS) {
+                    (Some(cubes), _) => (cubes, STAGED_MAX_SPLITS),
+                    (None, true) => (STAGED_FEW_CUBES, STAGED_FEW_MAX_SPLITS),
+                    (None, false) => (STAGED_CUBES, STAGED_MAX_SPLITS),
                 };
                 let most_splits = blocks.min(most);
-                let cubes = tuning.staged_cubes.unwrap_or(target);
                 let mut s = 1;
                 while groups * s < cubes && s * 2 <= most_splits {
                     s *= 2;
