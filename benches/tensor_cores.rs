@@ -29,10 +29,9 @@ use cubecl::client::Client;
 use cubecl::features::MmaConfig;
 use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
+use rope_pool_kernels::common::fragment::{TILE, load_fragment, zero_accumulator};
 use rope_pool_kernels::decoder::{TilesAccess, launch_tiles_product, tiles_product_fits};
 use std::time::Instant;
-
-const TILE: usize = 16;
 
 #[derive(Parser)]
 struct Args {
@@ -49,34 +48,13 @@ struct Args {
     cubes: usize,
 }
 
-/// A 16 × 16 operand fragment (`ident` A or B) loaded from `slice`, rows or columns `stride`
-/// elements of `F` apart as `layout` says.
-#[cube]
-fn fragment<F: Float, V: CubePrimitive>(
-    #[comptime] ident: cmma::MatrixIdent,
-    layout: cmma::MatrixLayout,
-    slice: &[V],
-    stride: u32,
-) -> cmma::Matrix<F> {
-    let mut f = unsafe { cmma::Matrix::<F>::uninitialized(ident, TILE, TILE, TILE, layout) };
-    cmma::load(&mut f, slice, stride);
-    f
-}
-
 /// `count` 16 × 16 accumulators of zeros.
 #[cube]
 fn zeros<A: Float>(#[comptime] count: usize) -> Sequence<cmma::Matrix<A>> {
     let mut accs = Sequence::<cmma::Matrix<A>>::new();
     #[unroll]
     for _ in 0..count {
-        accs.push(cmma::Matrix::<A>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            TILE,
-            TILE,
-            TILE,
-            cmma::MatrixLayout::Undefined,
-            A::new(0.0),
-        ));
+        accs.push(zero_accumulator::<A>());
     }
     accs
 }
@@ -119,7 +97,7 @@ fn registers_kernel<F: Float, A: Float>(
     let mut b = Sequence::<cmma::Matrix<F>>::new();
     #[unroll]
     for i in 0..tm {
-        a.push(fragment::<F, F>(
+        a.push(load_fragment::<F, F>(
             cmma::MatrixIdent::A,
             cmma::MatrixLayout::RowMajor,
             input.slice(i * tile, (i + 1) * tile),
@@ -128,7 +106,7 @@ fn registers_kernel<F: Float, A: Float>(
     }
     #[unroll]
     for j in 0..tn {
-        b.push(fragment::<F, F>(
+        b.push(load_fragment::<F, F>(
             cmma::MatrixIdent::B,
             cmma::MatrixLayout::ColMajor,
             input.slice(j * tile, (j + 1) * tile),
@@ -203,7 +181,7 @@ fn shared_kernel<F: Float, A: Float, N: Size>(
             #[unroll]
             for j in 0..tn {
                 let b0 = ((pj * tn + j) * TILE) * ldv + t * tile_vectors;
-                b.push(fragment::<F, Vector<F, N>>(
+                b.push(load_fragment::<F, Vector<F, N>>(
                     cmma::MatrixIdent::B,
                     cmma::MatrixLayout::ColMajor,
                     b_s.slice(b0, b0 + (TILE - 1) * ldv + tile_vectors),
@@ -213,7 +191,7 @@ fn shared_kernel<F: Float, A: Float, N: Size>(
             #[unroll]
             for i in 0..tm {
                 let a0 = ((pi * tm + i) * TILE) * ldv + t * tile_vectors;
-                let f = fragment::<F, Vector<F, N>>(
+                let f = load_fragment::<F, Vector<F, N>>(
                     cmma::MatrixIdent::A,
                     cmma::MatrixLayout::RowMajor,
                     a_s.slice(a0, a0 + (TILE - 1) * ldv + tile_vectors),

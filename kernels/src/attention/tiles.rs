@@ -280,7 +280,7 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
         if comptime!(tensor_cores) {
             #[unroll]
             for kt in 0..key_tiles {
-                let acc = zero_accumulator();
+                let acc = zero_accumulator::<f32>();
                 #[unroll]
                 for kc in 0..d_tiles {
                     let at = kt * TILE * kv_rowv + kc * tile_vectors;

@@ -4,14 +4,14 @@
 use cubecl::prelude::*;
 
 /// The side of a tensor-core tile.
-pub(crate) const TILE: usize = 16;
+pub const TILE: usize = 16;
 
 /// A `TILE × TILE` operand fragment of `F` (`ident` A or B) loaded from `slice`, of `F` or of
 /// vectors of `F` (rows or columns `stride` elements of `F` apart, as `layout` says). A slice of
 /// vectors gives the load the vector's alignment, which lets a driver read whole rows at once
 /// where a slice of scalars tells it only the scalar's.
 #[cube]
-pub(crate) fn load_fragment<F: CubePrimitive, V: CubePrimitive>(
+pub fn load_fragment<F: CubePrimitive, V: CubePrimitive>(
     #[comptime] ident: cmma::MatrixIdent,
     layout: cmma::MatrixLayout,
     slice: &[V],
@@ -22,15 +22,15 @@ pub(crate) fn load_fragment<F: CubePrimitive, V: CubePrimitive>(
     fragment
 }
 
-/// A `TILE × TILE` f32 accumulator fragment of zeros.
+/// A `TILE × TILE` accumulator fragment of zeros, of `A` (f32 in the kernels here).
 #[cube]
-pub(crate) fn zero_accumulator() -> cmma::Matrix<f32> {
-    cmma::Matrix::<f32>::from_value(
+pub fn zero_accumulator<A: Float>() -> cmma::Matrix<A> {
+    cmma::Matrix::<A>::from_value(
         cmma::MatrixIdent::Accumulator,
         TILE,
         TILE,
         TILE,
         cmma::MatrixLayout::Undefined,
-        f32::new(0.0),
+        A::new(0.0),
     )
 }
