@@ -355,15 +355,8 @@ fn matmul_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize], pro
                         .max(),
                 }
                 .into_scalar::<f32>();
-                // Windows of several calls: the device stays busy between them.
                 let calls = if m >= 4096 { 2 } else { 20 };
-                let t = time_per_call(device, 3, || {
-                    for _ in 0..calls {
-                        let _ = run(x.clone());
-                    }
-                })
-                .as_secs_f64()
-                    / calls as f64;
+                let t = seconds_per_call(device, calls, || run(x.clone()));
                 let bytes = (n * k * dtype.size()) as f64;
                 let flops = 2.0 * (m * n * k) as f64;
                 println!(
@@ -377,6 +370,22 @@ fn matmul_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize], pro
         }
     }
     println!();
+}
+
+/// Device seconds a call of `f`, timed in windows of `calls` calls (the device stays busy
+/// between them; `time_per_call`'s median of 3 windows).
+fn seconds_per_call(
+    device: &burn::tensor::Device,
+    calls: usize,
+    f: impl Fn() -> burn::tensor::Tensor<2> + Sync,
+) -> f64 {
+    time_per_call(device, 3, || {
+        for _ in 0..calls {
+            let _ = f();
+        }
+    })
+    .as_secs_f64()
+        / calls as f64
 }
 
 /// Device time of the fused forms of a decode step's projections (`--probe-fused`), each beside
@@ -419,21 +428,11 @@ fn fused_probe(device: &burn::tensor::Device, dtype: DType, rows: &[usize]) {
             let x = Tensor::<2>::random([m, k], Distribution::Normal(0.0, 1.0), (device, dtype));
             let norm_w = Tensor::<1>::random([k], Distribution::Normal(1.0, 0.1), (device, dtype));
             let residual = Tensor::<2>::random([m, n], dist, (device, dtype));
-            let calls = 20;
-            let time = |f: &(dyn Fn() -> Tensor<2> + Sync)| {
-                time_per_call(device, 3, || {
-                    for _ in 0..calls {
-                        let _ = f();
-                    }
-                })
-                .as_secs_f64()
-                    / calls as f64
-            };
-            let t = time(&|| match form {
+            let t = seconds_per_call(device, 20, || match form {
                 FusedForm::Norm { silu } => norm_project(x.clone(), &norm_w, 1e-5, w, silu),
                 FusedForm::Add => project_add(x.clone(), w, residual.clone()),
             });
-            let alone = time(&|| project(x.clone(), w));
+            let alone = seconds_per_call(device, 20, || project(x.clone(), w));
             println!(
                 "| {name} | {m} | [{n}, {k}] | {:.1} | {:.0} | {} | {:.1} |",
                 t * 1e6,
