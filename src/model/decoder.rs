@@ -8,8 +8,8 @@
 
 use crate::model::graph::StepGraphs;
 use crate::model::kernels::{
-    FusedForm, add_rms_norm, fuses, fuses_fp8, norm_project, norm_project_fp8, project_add,
-    project_add_fp8, rms_norm, silu_mul,
+    FusedForm, add_rms_norm, add_rms_norm_shares, fuses, fuses_fp8, norm_project, norm_project_fp8,
+    project_add, project_add_fp8, rms_norm, shares_summed, silu_mul, silu_mul_shares,
 };
 use crate::model::weights::{FromCheckpoint, Layer, Linear, Weight, Weights};
 use crate::model::{Checkpoint, CheckpointError, DecoderConfig};
@@ -73,7 +73,34 @@ pub struct StepToken {
 /// (the next norm adds it).
 pub(crate) struct StepState {
     pub(crate) x: Tensor<2>,
-    pub(crate) pending: Option<Tensor<2>>,
+    pub(crate) pending: Option<Pending>,
+}
+
+/// A projection's output not yet added to the residual stream.
+pub(crate) enum Pending {
+    /// The output, `[rows, n]`.
+    Rows(Tensor<2>),
+    /// The staged kernel's f32 shares of it, `[shares, rows, n]`, added by the kernel that adds
+    /// the output ([`add_rms_norm_shares`]).
+    Shares(Tensor<3>),
+}
+
+impl Pending {
+    /// The output, `[rows, n]` of `dtype` (shares summed in tensor ops).
+    fn into_rows(self, dtype: DType) -> Tensor<2> {
+        match self {
+            Self::Rows(y) => y,
+            Self::Shares(shares) => shares_summed(shares, dtype),
+        }
+    }
+
+    /// The rows `rows` of the output.
+    fn select(self, rows: Tensor<1, Int>) -> Self {
+        match self {
+            Self::Rows(y) => Self::Rows(y.select(0, rows)),
+            Self::Shares(shares) => Self::Shares(shares.select(1, rows)),
+        }
+    }
 }
 
 /// A decoder's weights on one device.
@@ -114,6 +141,29 @@ pub(crate) trait LayerOps {
         inputs: RopePoolInputs,
         config: &RopePoolConfig,
     ) -> Result<RopePoolOutputs, RefusedCall>;
+    /// `(x + y, rms_norm(x + y))` of a pending output `y`.
+    fn add_pending_norm(
+        &self,
+        x: Tensor<2>,
+        y: Pending,
+        w: &Tensor<1>,
+        eps: f64,
+    ) -> (Tensor<2>, Tensor<2>) {
+        let dtype = x.dtype();
+        self.add_rms_norm(x, y.into_rows(dtype), w, eps)
+    }
+    /// `linear`'s projection of `x`, to be left pending.
+    fn project_pending(&self, linear: &Linear, x: Tensor<2>) -> Pending {
+        Pending::Rows(self.project(linear, x))
+    }
+    /// `linear`'s projection of `x`, and with `silu` the MLP activation of its halves.
+    fn project_act(&self, linear: &Linear, x: Tensor<2>, silu: bool) -> Tensor<2> {
+        let out = self.project(linear, x);
+        match silu {
+            true => self.silu_mul(out),
+            false => out,
+        }
+    }
     /// The norm (weight `w`) of the residual stream, its pending output added first, then
     /// `linear`'s projection of it and with `silu` the MLP activation of the projection's halves.
     fn norm_project(
@@ -144,17 +194,13 @@ fn norm_project_separately(
 ) -> Tensor<2> {
     let h = match state.pending.take() {
         Some(y) => {
-            let (sum, h) = ops.add_rms_norm(state.x.clone(), y, w, eps);
+            let (sum, h) = ops.add_pending_norm(state.x.clone(), y, w, eps);
             state.x = sum;
             h
         }
         None => ops.rms_norm(state.x.clone(), w, eps),
     };
-    let out = ops.project(linear, h);
-    match silu {
-        true => ops.silu_mul(out),
-        false => out,
-    }
+    ops.project_act(linear, h, silu)
 }
 
 /// [`LayerOps::project_residual`]: the projection left pending (a pending output before it added
@@ -166,9 +212,10 @@ fn project_residual_separately(
     x: Tensor<2>,
 ) {
     if let Some(y) = state.pending.take() {
-        state.x = state.x.clone() + y;
+        let dtype = state.x.dtype();
+        state.x = state.x.clone() + y.into_rows(dtype);
     }
-    state.pending = Some(ops.project(linear, x));
+    state.pending = Some(ops.project_pending(linear, x));
 }
 
 /// The production kernels: the fused op, the norm, matrix-vector and activation kernels where
@@ -193,6 +240,39 @@ impl LayerOps for Kernels {
     }
     fn silu_mul(&self, gate_up: Tensor<2>) -> Tensor<2> {
         silu_mul(gate_up)
+    }
+    /// The staged kernel's shares summed in the norm's launch.
+    fn add_pending_norm(
+        &self,
+        x: Tensor<2>,
+        y: Pending,
+        w: &Tensor<1>,
+        eps: f64,
+    ) -> (Tensor<2>, Tensor<2>) {
+        match y {
+            Pending::Rows(y) => add_rms_norm(x, y, w, eps),
+            Pending::Shares(shares) => add_rms_norm_shares(x, shares, w, eps),
+        }
+    }
+    /// Left as the staged kernel's shares where it splits the product, for the next norm's
+    /// launch to add.
+    fn project_pending(&self, linear: &Linear, x: Tensor<2>) -> Pending {
+        match linear.forward_shares(&x) {
+            Some(shares) => Pending::Shares(shares),
+            None => Pending::Rows(linear.forward(x)),
+        }
+    }
+    /// With `silu`, the staged kernel's shares summed in the activation's launch where it
+    /// splits the product.
+    fn project_act(&self, linear: &Linear, x: Tensor<2>, silu: bool) -> Tensor<2> {
+        if silu && let Some(shares) = linear.forward_shares(&x) {
+            return silu_mul_shares(shares, x.dtype());
+        }
+        let out = linear.forward(x);
+        match silu {
+            true => silu_mul(out),
+            false => out,
+        }
     }
     fn rope(
         &self,
@@ -705,7 +785,7 @@ impl Decoder {
         state: &mut StepState,
         o: Tensor<2>,
     ) -> Tensor<2> {
-        state.pending = Some(o);
+        state.pending = Some(Pending::Rows(o));
         let act = self.mlp_in(ops, l, state);
         ops.project(&self.layers[l].down, act)
     }
@@ -737,7 +817,7 @@ impl Decoder {
                 let last = ints(last, [last_tokens.len()], &self.device);
                 StepState {
                     x: state.x.select(0, last.clone()),
-                    pending: state.pending.map(|y| y.select(0, last)),
+                    pending: state.pending.map(|y| y.select(last)),
                 }
             }
         };

@@ -6,7 +6,7 @@
 //! go through a [`Collective`]. RoPE, the pool write and attention are head-local: each rank's
 //! own [`KvPool`] holds its heads' keys and values, and one driver thread runs every rank.
 
-use crate::model::decoder::{Kernels, StepState, seq_tokens};
+use crate::model::decoder::{Kernels, Pending, StepState, seq_tokens};
 use crate::model::{Decoder, DecoderConfig, DecoderError, StepToken};
 use crate::pool::{KvPool, KvPoolError, SeqId, StepPlan};
 use burn::tensor::{DType, Device, Tensor};
@@ -334,7 +334,7 @@ impl ShardedDecoder {
                 .map(|((rank, state), o)| rank.mlp_half(&ops, l, state, o))
                 .collect();
             for (state, mlp) in states.iter_mut().zip(self.collective.all_reduce_sum(parts)) {
-                state.pending = Some(mlp);
+                state.pending = Some(Pending::Rows(mlp));
             }
         }
         let logits = self

@@ -1,7 +1,10 @@
 //! A decoder's weights: its layers' tensors, read from a checkpoint (or, for benchmarks behind
 //! the `testing` feature, drawn at random), and the layer's building blocks.
 
-use crate::model::kernels::{Fp8Weight, device_on_cube, has_nan_code, owned, project, project_fp8};
+use crate::model::kernels::{
+    Fp8Weight, device_on_cube, has_nan_code, owned, project, project_fp8, project_fp8_shares,
+    project_shares,
+};
 use crate::model::{Checkpoint, DecoderError};
 #[cfg(feature = "testing")]
 use burn::tensor::Distribution;
@@ -34,6 +37,19 @@ impl Linear {
             Weight::Float(w_t) => project(x, w_t),
             Weight::Fp8(w) => project_fp8(x, w),
         })
+    }
+
+    /// [`Self::forward`] as the staged kernel's f32 shares, `[shares, m, out]`, for the next
+    /// kernel to add ([`project_shares`], [`project_fp8_shares`]); `None` with a bias or where
+    /// the product takes no shares.
+    pub(crate) fn forward_shares(&self, x: &Tensor<2>) -> Option<Tensor<3>> {
+        if self.b.is_some() {
+            return None;
+        }
+        match &self.w {
+            Weight::Float(w_t) => project_shares(x, w_t),
+            Weight::Fp8(w) => project_fp8_shares(x, w),
+        }
     }
 
     #[cfg(feature = "testing")]

@@ -788,6 +788,64 @@ fn add_rms_norm_matches_float64() {
     }
 }
 
+/// The residual add and norm of a staged product's f32 shares (`[shares, rows, hidden]`, summed
+/// in the norm's launch): the shares' sum rounded once to the dtype, added, rounded, normed,
+/// against float64. The shares are multiples of 2^-10 below 4, so their f32 sum is exact in
+/// any order.
+#[test]
+fn add_rms_norm_of_shares_matches_float64() {
+    use burn_rope_pool::testing::add_rms_norm_shares;
+    let mut rng = burn_rope_pool::testing::Rng::new(81);
+    for (name, device) in crate::common::devices() {
+        for (shares, rows, hidden) in [(2usize, 1usize, 4096usize), (4, 3, 7), (8, 17, 96)] {
+            for dtype in [DType::F32, DType::F16] {
+                if !device.supports_dtype(dtype) {
+                    continue;
+                }
+                let round = |v: f64| crate::common::round_to(v, dtype);
+                let len = rows * hidden;
+                let x: Vec<f64> = rng.values(len).into_iter().map(round).collect();
+                let y: Vec<f64> = rng
+                    .values(shares * len)
+                    .into_iter()
+                    .map(|v| (v * 4096.0).round() / 1024.0)
+                    .collect();
+                let w: Vec<f64> = rng.values(hidden).into_iter().map(round).collect();
+                let eps = 1e-5;
+                let xt = float_tensor(&x, [rows, hidden], &device, dtype);
+                let yt = float_tensor(&y, [shares, rows, hidden], &device, DType::F32);
+                let wt = float_tensor(&w, [hidden], &device, dtype);
+                let (sum, out) = add_rms_norm_shares(xt, yt, &wt, eps);
+                let [sum, out] =
+                    [sum, out].map(|t| t.into_data().iter::<f64>().collect::<Vec<_>>());
+                for r in 0..rows {
+                    let s: Vec<f64> = (0..hidden)
+                        .map(|c| {
+                            let at = r * hidden + c;
+                            let y: f64 = (0..shares).map(|p| y[p * len + at]).sum();
+                            round(x[at] + round(y))
+                        })
+                        .collect();
+                    let mean = s.iter().map(|v| v * v).sum::<f64>() / hidden as f64;
+                    let inv = 1.0 / (mean + eps).sqrt();
+                    for c in 0..hidden {
+                        let at = r * hidden + c;
+                        assert_eq!(sum[at], s[c], "{name} {dtype:?}: sum at ({r}, {c})");
+                        let want = round(round(s[c] * inv) * w[c]);
+                        let tol =
+                            if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + want.abs());
+                        assert!(
+                            (out[at] - want).abs() <= tol,
+                            "{name} {dtype:?} {shares} × [{rows}, {hidden}] at ({r}, {c}): {} vs {want}",
+                            out[at]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn rms_norm_matches_float64() {
     use burn_rope_pool::testing::rms_norm;
@@ -1372,6 +1430,127 @@ fn kernels_fall_back_on_shapes_they_do_not_take() {
             mismatch.is_err(),
             "{name}: a 16-wide weight normalised 64-wide rows"
         );
+    }
+}
+
+/// The MLP activation of a staged gate/up product's f32 shares (`[shares, rows, 2m]`, summed
+/// in the activation's launch): each sum rounded once to the dtype, then as
+/// `silu_mul_matches_float64`, against float64 (shares exact in any order, as above).
+#[test]
+fn silu_mul_of_shares_matches_float64() {
+    use burn_rope_pool::testing::silu_mul_shares;
+    let mut rng = burn_rope_pool::testing::Rng::new(82);
+    for (name, device) in crate::common::devices() {
+        for (shares, rows, m) in [(2usize, 1usize, 14336usize), (4, 3, 7), (8, 17, 96)] {
+            for dtype in [DType::F32, DType::F16] {
+                if !device.supports_dtype(dtype) {
+                    continue;
+                }
+                let round = |v: f64| crate::common::round_to(v, dtype);
+                let len = rows * 2 * m;
+                let x: Vec<f64> = rng
+                    .values(shares * len)
+                    .into_iter()
+                    .map(|v| (v * 4096.0).round() / 1024.0)
+                    .collect();
+                let t = float_tensor(&x, [shares, rows, 2 * m], &device, DType::F32);
+                let out = silu_mul_shares(t, dtype);
+                assert_eq!(out.dtype(), dtype, "{name}");
+                let got: Vec<f64> = out.into_data().iter::<f64>().collect();
+                assert_eq!(got.len(), rows * m, "{name}");
+                let summed = |at: usize| round((0..shares).map(|p| x[p * len + at]).sum());
+                for r in 0..rows {
+                    for c in 0..m {
+                        let (g, u) = (summed(r * 2 * m + c), summed(r * 2 * m + m + c));
+                        let want = round(round(g / (1.0 + (-g).exp())) * u);
+                        let a = got[r * m + c];
+                        let tol =
+                            if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + want.abs());
+                        assert!(
+                            (a - want).abs() <= tol,
+                            "{name} {dtype:?} {shares} × [{rows}, {m}] at ({r}, {c}): {a} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The staged kernel's shares left for the next kernel (`project_shares`, where a GPU device
+/// splits an f16 product in 2 or more shares): their sum against float64, and the norm and the
+/// activation that add them equal, bit for bit, the same kernels on `project`'s output (the
+/// staged launch summing its shares itself). Where no device splits these products the test
+/// says so; with `ROPE_POOL_EXPECT_TILES_PRODUCT` set (the GPU runs of `benches/`) it fails.
+#[test]
+fn staged_shares_match_float64() {
+    use burn_rope_pool::testing::{
+        add_rms_norm, add_rms_norm_shares, project, project_shares, silu_mul, silu_mul_shares,
+    };
+    let expect = std::env::var_os("ROPE_POOL_EXPECT_TILES_PRODUCT").is_some();
+    let mut rng = burn_rope_pool::testing::Rng::new(83);
+    let mut ran = 0;
+    for (name, device) in crate::common::devices() {
+        let dtype = DType::F16;
+        if !device.supports_dtype(dtype) {
+            continue;
+        }
+        for (m, k, n) in [
+            (8usize, 1024usize, 256usize),
+            (12, 512, 192),
+            (40, 1024, 128),
+        ] {
+            let round = |v: f64| crate::common::round_to(v, dtype);
+            let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();
+            let w: Vec<f64> = rng.values(n * k).into_iter().map(round).collect();
+            let r: Vec<f64> = rng.values(m * n).into_iter().map(round).collect();
+            let norm_w: Vec<f64> = rng.values(n).into_iter().map(round).collect();
+            let [xt, wt, rt] = [(&x, [m, k]), (&w, [n, k]), (&r, [m, n])]
+                .map(|(v, dims)| float_tensor(v, dims, &device, dtype));
+            let nt = float_tensor(&norm_w, [n], &device, dtype);
+            let Some(shares) = project_shares(&xt, &wt) else {
+                continue;
+            };
+            ran += 1;
+            let [s, _, _] = shares.dims();
+            let got: Vec<f64> = shares.clone().into_data().iter::<f64>().collect();
+            let summed: Vec<f64> = (0..m * n)
+                .map(|at| (0..s).map(|p| got[p * m * n + at]).sum())
+                .collect();
+            let want: Vec<f64> = (0..m * n)
+                .map(|at| {
+                    let (i, j) = (at / n, at % n);
+                    (0..k).map(|e| x[i * k + e] * w[j * k + e]).sum()
+                })
+                .collect();
+            let err = norm_relative_error(&summed, &want);
+            assert!(
+                err <= 1e-5,
+                "{name} {s} shares of [{m}, {k}, {n}]: {err:.3e}"
+            );
+            let plain = project(xt.clone(), &wt);
+            let bits = |t: burn::tensor::Tensor<2>| t.into_data().iter::<f32>().collect::<Vec<_>>();
+            let (sum_a, out_a) = add_rms_norm(rt.clone(), plain.clone(), &nt, 1e-5);
+            let (sum_b, out_b) = add_rms_norm_shares(rt.clone(), shares.clone(), &nt, 1e-5);
+            assert_eq!(bits(sum_a), bits(sum_b), "{name} [{m}, {k}, {n}]: the sums");
+            assert_eq!(
+                bits(out_a),
+                bits(out_b),
+                "{name} [{m}, {k}, {n}]: the norms"
+            );
+            assert_eq!(
+                bits(silu_mul(plain)),
+                bits(silu_mul_shares(shares, dtype)),
+                "{name} [{m}, {k}, {n}]: the activations"
+            );
+        }
+    }
+    if ran == 0 {
+        assert!(
+            !expect,
+            "ROPE_POOL_EXPECT_TILES_PRODUCT: no device split a staged product in shares"
+        );
+        eprintln!("staged_shares_match_float64: skipped, no device here splits a staged product");
     }
 }
 

@@ -4,24 +4,32 @@
 //! `act_fn(gate_proj(x)) * up_proj(x)`). One unit per output vector. The launch is
 //! [`super::launch::launch_silu_mul`].
 
+use super::norm::shares_sum;
 use cubecl::ir::ElemType;
 use cubecl::prelude::*;
 
-/// `gate_up [rows, 2m]` (as vectors of `N`, `m_vectors` per half) into `out [rows, m]`.
+/// `gate_up [rows, 2m]` (as vectors of `N`, `m_vectors` per half) into `out [rows, m]`. With
+/// `shares` ≥ 2, `gate_up` is the f32 shares of a staged product (`Y` = f32, `[shares, rows,
+/// 2m]`), each element summed in share order and rounded once to `F` first (as the staged
+/// launch's own sum); with 1, `Y` = `F`.
 #[cube(launch_unchecked, address_type = "dynamic")]
-pub(crate) fn silu_mul_kernel<F: Float, N: Size>(
-    gate_up: &Tensor<Vector<F, N>>,
+pub(crate) fn silu_mul_kernel<F: Float, Y: Float, N: Size>(
+    gate_up: &Tensor<Vector<Y, N>>,
     out: &mut Tensor<Vector<F, N>>,
     #[comptime] m_vectors: usize,
-    #[define(F)] _dtype: ElemType,
+    #[comptime] shares: usize,
+    #[define(F, Y)] _dtypes: [ElemType; 2],
 ) {
     let i = ABSOLUTE_POS;
-    if i >= out.len() {
+    let len = out.len();
+    if i >= len {
         terminate!();
     }
     let row = i / m_vectors;
     let c = i % m_vectors;
-    let g = Vector::<f32, N>::cast_from(gate_up[row * 2 * m_vectors + c]);
+    let at = row * 2 * m_vectors + c;
+    let g = Vector::<f32, N>::cast_from(shares_sum::<F, Y, N>(gate_up, at, 2 * len, shares));
     let s = g / (Vector::new(f32::new(1.0)) + Vector::exp(Vector::new(f32::new(0.0)) - g));
-    out[i] = Vector::<F, N>::cast_from(s) * gate_up[row * 2 * m_vectors + m_vectors + c];
+    let up = shares_sum::<F, Y, N>(gate_up, at + m_vectors, 2 * len, shares);
+    out[i] = Vector::<F, N>::cast_from(s) * up;
 }

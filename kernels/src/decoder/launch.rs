@@ -699,6 +699,17 @@ const STAGED_FEW_MAX_SPLITS: usize = 4;
 /// from shared vectors": 4 beat 8 at every row count but 32).
 const STAGED_BLOCK: usize = 4;
 
+/// Where the staged kernel writes: `out` (one share), the shares left for the next kernel, or
+/// the shares then their sum into `out`.
+enum StagedTarget {
+    Out(TensorArg),
+    Shares(TensorArg),
+    Summed {
+        partials: TensorBinding,
+        out: TensorArg,
+    },
+}
+
 impl StagedRows {
     /// The launch of `out [rows, n] = x [rows, k] · wᵀ` (`w [n, k]`) through
     /// `staged_rows_kernel` (the root crate routes products to it): `None` unless
@@ -792,6 +803,11 @@ impl StagedRows {
         })
     }
 
+    /// The shares of the inner size the launch splits the product into (1: none).
+    pub fn shares(&self) -> usize {
+        self.splits
+    }
+
     /// Enqueues the product, then with several shares their sum into `out`; `partials` holds
     /// at least [`Self::partials`] f32 elements (`None` when that is 0).
     ///
@@ -808,7 +824,27 @@ impl StagedRows {
         [x, w, out]: [TensorArg; 3],
         partials: Option<TensorBinding>,
     ) {
-        unsafe { self.enqueue(client, float, [x, w, out], None, partials) }
+        let target = self.summed(out, partials);
+        unsafe { self.enqueue(client, float, [x, w], None, target) }
+    }
+
+    /// Enqueues the product's [`Self::shares`] partial sums into `shares [shares, rows, n]` f32
+    /// and leaves them there: the next kernel adds them ([`Residual::shares`],
+    /// [`launch_silu_mul`]), one launch fewer than [`Self::launch`].
+    ///
+    /// # Panics
+    /// With one share.
+    ///
+    /// # Safety
+    /// As [`Self::launch`], `shares` contiguous, [`Self::partials`] elements, aliasing nothing.
+    pub unsafe fn launch_shares(
+        &self,
+        client: &Client,
+        float: ElemType,
+        [x, w, shares]: [TensorArg; 3],
+    ) {
+        assert!(self.splits > 1, "one share: the product is its own output");
+        unsafe { self.enqueue(client, float, [x, w], None, StagedTarget::Shares(shares)) }
     }
 
     /// [`Self::launch`] on an fp8 weight (`codes [n, k / 4]` and `scales [n, ceil(k / 4 /
@@ -830,43 +866,81 @@ impl StagedRows {
         nan_codes: bool,
         partials: Option<TensorBinding>,
     ) {
-        assert!(
-            self.takes_fp8(client),
-            "the staged launch takes no fp8 codes on this device (see StagedRows::takes_fp8)"
-        );
-        let words = weight_decode(client, block_words, nan_codes);
-        unsafe {
-            self.enqueue(
-                client,
-                float,
-                [x, codes, out],
-                Some((scales, words)),
-                partials,
-            )
-        }
+        let target = self.summed(out, partials);
+        let fp8 = self.fp8_weight(client, scales, block_words, nan_codes);
+        unsafe { self.enqueue(client, float, [x, codes], Some(fp8), target) }
     }
 
-    /// [`Self::launch`], with `fp8` the weight's scales and how its codes are read.
-    unsafe fn enqueue(
+    /// [`Self::launch_shares`] on an fp8 weight, read as [`Self::launch_fp8`] reads it.
+    ///
+    /// # Panics
+    /// With one share, or unless [`Self::takes_fp8`] on `client`'s device.
+    ///
+    /// # Safety
+    /// As [`Self::launch_fp8`] and [`Self::launch_shares`].
+    pub unsafe fn launch_fp8_shares(
         &self,
         client: &Client,
         float: ElemType,
-        [x, w, out]: [TensorArg; 3],
-        fp8: Option<(TensorArg, Fp8Words)>,
-        partials: Option<TensorBinding>,
+        [x, codes, scales, shares]: [TensorArg; 4],
+        block_words: usize,
+        nan_codes: bool,
     ) {
-        let (rows, k, n) = (self.rows, self.k, self.n);
-        let address = AddressType::from_len((n * k).max(rows * k).max(self.splits * rows * n));
-        let f32 = ElemType::Float(FloatKind::F32);
-        let (target, sum) = match (self.splits, partials) {
-            (1, _) => (out, None),
-            (_, Some(partials)) => (partials.clone().into_tensor_arg(), Some((partials, out))),
+        assert!(self.splits > 1, "one share: the product is its own output");
+        let fp8 = self.fp8_weight(client, scales, block_words, nan_codes);
+        let target = StagedTarget::Shares(shares);
+        unsafe { self.enqueue(client, float, [x, codes], Some(fp8), target) }
+    }
+
+    /// Where [`Self::launch`] writes: `out` itself with one share, else `partials`, then their
+    /// sum into `out`.
+    fn summed(&self, out: TensorArg, partials: Option<TensorBinding>) -> StagedTarget {
+        match (self.splits, partials) {
+            (1, _) => StagedTarget::Out(out),
+            (_, Some(partials)) => StagedTarget::Summed { partials, out },
             (_, None) => panic!(
                 "{} shares need a buffer for their partial sums",
                 self.splits
             ),
+        }
+    }
+
+    /// An fp8 weight's scales and how its codes are read on `client`'s device.
+    fn fp8_weight(
+        &self,
+        client: &Client,
+        scales: TensorArg,
+        block_words: usize,
+        nan_codes: bool,
+    ) -> (TensorArg, Fp8Words) {
+        assert!(
+            self.takes_fp8(client),
+            "the staged launch takes no fp8 codes on this device (see StagedRows::takes_fp8)"
+        );
+        (scales, weight_decode(client, block_words, nan_codes))
+    }
+
+    /// The product of `x` and `w` into `target`, with `fp8` the weight's scales and how its
+    /// codes are read.
+    unsafe fn enqueue(
+        &self,
+        client: &Client,
+        float: ElemType,
+        [x, w]: [TensorArg; 2],
+        fp8: Option<(TensorArg, Fp8Words)>,
+        target: StagedTarget,
+    ) {
+        let (rows, k, n) = (self.rows, self.k, self.n);
+        let address = AddressType::from_len((n * k).max(rows * k).max(self.splits * rows * n));
+        let f32 = ElemType::Float(FloatKind::F32);
+        let (target, sum) = match target {
+            StagedTarget::Out(out) => (out, None),
+            StagedTarget::Shares(shares) => (shares, None),
+            StagedTarget::Summed { partials, out } => {
+                (partials.clone().into_tensor_arg(), Some((partials, out)))
+            }
         };
-        let target_type = if sum.is_some() { f32 } else { float };
+        let target_type = if self.splits > 1 { f32 } else { float };
         let vector = self.vector(client, fp8.is_some());
         // The weight's elements: `vector` floats a load, or `vector / 4` words of codes.
         let (w_type, w_vector, scales, words) = match fp8 {
@@ -926,9 +1000,22 @@ impl StagedRows {
     }
 }
 
+/// What [`launch_rms_norm`] adds to its rows first: `y`, written with them into `sum` (`x`'s
+/// shape, contiguous, float `float`).
+pub struct Residual {
+    /// What is added: `x`'s shape and float, or with `shares` ≥ 2 the f32 shares of a staged
+    /// product, `[shares, rows, hidden]` ([`StagedRows::launch_shares`]).
+    pub y: TensorArg,
+    /// The sum `x + y`, rounded once to the float.
+    pub sum: TensorArg,
+    /// `y`'s shares: 1 for a plain output; else summed in share order in f32 and rounded once
+    /// to the float before the add, the values the staged launch's own sum writes.
+    pub shares: usize,
+}
+
 /// Enqueues the RMSNorm of the `rows` rows of `hidden` elements of `x` (contiguous, float
-/// `float`) with weight `w [hidden]` into `out` (contiguous, `x`'s shape); with `residual =
-/// Some((y, sum))`, of `sum = x + y` instead, `sum` written too. Does nothing for an empty input.
+/// `float`) with weight `w [hidden]` into `out` (contiguous, `x`'s shape); with a `residual`, of
+/// `sum = x + y` instead, `sum` written too. Does nothing for an empty input.
 ///
 /// # Safety
 /// The tensors must be live and contiguous with those shapes, and `out` and `sum` must alias
@@ -942,18 +1029,28 @@ pub unsafe fn launch_rms_norm(
     hidden: usize,
     eps: f32,
     [x, w, out]: [TensorArg; 3],
-    residual: Option<(TensorArg, TensorArg)>,
+    residual: Option<Residual>,
 ) {
     if rows == 0 || hidden == 0 {
         return;
     }
+    let shares = residual.as_ref().map_or(1, |r| r.shares.max(1));
+    // f32 shares are read in vectors of as many lanes as the float's.
+    let elem_size = match shares {
+        1 => elem_size,
+        _ => elem_size.max(4),
+    };
     let vector = widest_vector(client, elem_size, |n| hidden.is_multiple_of(n));
     let row_vectors = hidden / vector;
     let units = row_vectors.next_power_of_two().clamp(32, 256);
     let cube_dim = CubeDim::new_1d(units as u32);
     let count = calculate_cube_count_elemwise(client, rows * units, cube_dim);
-    let address = AddressType::from_len(rows * hidden);
+    let address = AddressType::from_len(shares * rows * hidden);
     let inv_hidden = 1.0 / hidden as f32;
+    let y_type = match shares {
+        1 => float,
+        _ => ElemType::Float(FloatKind::F32),
+    };
     unsafe {
         match residual {
             None => rms_norm_kernel::launch_unchecked(
@@ -971,7 +1068,7 @@ pub unsafe fn launch_rms_norm(
                 row_vectors,
                 float,
             ),
-            Some((y, sum)) => add_rms_norm_kernel::launch_unchecked(
+            Some(Residual { y, sum, .. }) => add_rms_norm_kernel::launch_unchecked(
                 client,
                 count,
                 cube_dim,
@@ -986,18 +1083,23 @@ pub unsafe fn launch_rms_norm(
                 inv_hidden,
                 units,
                 row_vectors,
-                float,
+                shares,
+                [float, y_type],
             ),
         }
     }
 }
 
 /// Enqueues the SiLU-times-up kernel (`decoder/act.rs`) for `rows` rows of `m` outputs:
-/// `gate_up [rows, 2m]` and `out [rows, m]`, contiguous, float `float` (`elem_size` bytes). Does nothing for an empty input.
+/// `gate_up [rows, 2m]` and `out [rows, m]`, contiguous, float `float` (`elem_size` bytes); with
+/// `shares` ≥ 2, `gate_up` is instead the f32 shares of a staged product, `[shares, rows, 2m]`
+/// ([`StagedRows::launch_shares`]), summed as [`Residual::shares`] says. Does nothing for an
+/// empty input.
 ///
 /// # Safety
 /// The tensors must be live and contiguous with those shapes, and `out` must not alias
 /// `gate_up`.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn launch_silu_mul(
     client: &Client,
     float: ElemType,
@@ -1006,10 +1108,16 @@ pub unsafe fn launch_silu_mul(
     m: usize,
     gate_up: TensorArg,
     out: TensorArg,
+    shares: usize,
 ) {
     if rows == 0 || m == 0 {
         return;
     }
+    let shares = shares.max(1);
+    let (elem_size, y_type) = match shares {
+        1 => (elem_size, float),
+        _ => (elem_size.max(4), ElemType::Float(FloatKind::F32)),
+    };
     let vector = widest_vector(client, elem_size, |n| m.is_multiple_of(n));
     let units = rows * m / vector;
     let cube_dim = CubeDim::new(client, units);
@@ -1018,12 +1126,13 @@ pub unsafe fn launch_silu_mul(
             client,
             calculate_cube_count_elemwise(client, units, cube_dim),
             cube_dim,
-            AddressType::from_len(rows * 2 * m),
+            AddressType::from_len(shares * rows * 2 * m),
             vector,
             gate_up,
             out,
             m / vector,
-            float,
+            shares,
+            [float, y_type],
         );
     }
 }

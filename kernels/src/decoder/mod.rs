@@ -23,9 +23,9 @@ mod product;
 
 pub use crate::common::launch::has_tiles;
 pub use launch::{
-    DecoderTuning, MATVEC_MAX_ROWS, NORM_FUSED_MAX_ROWS, StagedRows, TilesAccess, few_rows_fits,
-    launch_dequantize_fp8, launch_few_rows, launch_matvec, launch_matvec_add, launch_matvec_fp8,
-    launch_matvec_fp8_add, launch_matvec_fp8_norm, launch_matvec_norm, launch_rms_norm,
-    launch_silu_mul, launch_tiles_product, matvec_fits, matvec_norm_fits, spirv_tiles,
-    tiles_product_fits,
+    DecoderTuning, MATVEC_MAX_ROWS, NORM_FUSED_MAX_ROWS, Residual, StagedRows, TilesAccess,
+    few_rows_fits, launch_dequantize_fp8, launch_few_rows, launch_matvec, launch_matvec_add,
+    launch_matvec_fp8, launch_matvec_fp8_add, launch_matvec_fp8_norm, launch_matvec_norm,
+    launch_rms_norm, launch_silu_mul, launch_tiles_product, matvec_fits, matvec_norm_fits,
+    spirv_tiles, tiles_product_fits,
 };

@@ -65,11 +65,14 @@ fn row_scale(squares: f32, eps: f32, inv_hidden: f32, #[comptime] units: usize) 
 
 /// [`rms_norm_kernel`](fn@rms_norm_kernel) of the residual sum: `sum = x + y` (rounded once to `F`, as the model's
 /// residual add), written, and its RMSNorm into `out`: the decoder's add-then-norm in one launch.
+/// With `shares` ≥ 2, `y` is the f32 shares of a staged product (`Y` = f32, `[shares, rows,
+/// hidden]`), summed in share order in f32 and rounded once to `F` first (what the staged
+/// launch's [`split_sum_kernel`](fn@super::matvec::split_sum_kernel) writes); with 1, `Y` = `F`.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn add_rms_norm_kernel<F: Float, N: Size>(
+pub(crate) fn add_rms_norm_kernel<F: Float, Y: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
-    y: &Tensor<Vector<F, N>>,
+    y: &Tensor<Vector<Y, N>>,
     w: &Tensor<Vector<F, N>>,
     sum: &mut Tensor<Vector<F, N>>,
     out: &mut Tensor<Vector<F, N>>,
@@ -77,7 +80,8 @@ pub(crate) fn add_rms_norm_kernel<F: Float, N: Size>(
     inv_hidden: f32,
     #[comptime] units: usize,
     #[comptime] row_vectors: usize,
-    #[define(F)] _dtype: ElemType,
+    #[comptime] shares: usize,
+    #[define(F, Y)] _dtypes: [ElemType; 2],
 ) {
     let row = CUBE_POS;
     if row >= x.shape(0) {
@@ -85,9 +89,11 @@ pub(crate) fn add_rms_norm_kernel<F: Float, N: Size>(
     }
     let u = UNIT_POS as usize;
     let base = row * row_vectors;
+    let len = x.len();
     let mut squares = f32::new(0.0);
     for i in range_stepped(u, row_vectors, units) {
-        let a = Vector::<f32, N>::cast_from(x[base + i]) + Vector::<f32, N>::cast_from(y[base + i]);
+        let a = Vector::<f32, N>::cast_from(x[base + i])
+            + Vector::<f32, N>::cast_from(shares_sum::<F, Y, N>(y, base + i, len, shares));
         let s = Vector::<F, N>::cast_from(a);
         sum[base + i] = s;
         let v = Vector::<f32, N>::cast_from(s);
@@ -96,4 +102,21 @@ pub(crate) fn add_rms_norm_kernel<F: Float, N: Size>(
     let inv = row_scale(squares, eps, inv_hidden, units);
     // Each unit reads back only the vectors it wrote.
     scale_row(&*sum, w, out, base, inv, units, row_vectors);
+}
+
+/// Vector `i` of a product's output `y` as `F`: with `shares` = 1 `y[i]` itself (`Y` = `F`);
+/// else the sum of its `shares` f32 shares (`len` vectors apart), in share order, rounded once.
+#[cube]
+pub(crate) fn shares_sum<F: Float, Y: Float, N: Size>(
+    y: &Tensor<Vector<Y, N>>,
+    i: usize,
+    len: usize,
+    #[comptime] shares: usize,
+) -> Vector<F, N> {
+    let mut s = Vector::<f32, N>::cast_from(y[i]);
+    #[unroll]
+    for p in 1..shares {
+        s += Vector::<f32, N>::cast_from(y[p * len + i]);
+    }
+    Vector::<F, N>::cast_from(s)
 }

@@ -5,6 +5,7 @@ use burn::backend::{
     Backend, ExtensionType, backend_extension,
     tensor::{FloatTensor, IntTensor},
 };
+use burn::tensor::DType;
 #[cfg(feature = "fusion")]
 use meta::*;
 
@@ -24,7 +25,8 @@ pub struct NormTensors<B: Backend> {
 pub struct AddNormTensors<B: Backend> {
     /// The residual stream, `[rows, hidden]`.
     pub x: FloatTensor<B>,
-    /// What is added to it, x's shape and dtype.
+    /// What is added to it: x's shape and dtype, or the f32 shares of a staged product
+    /// ([`DecoderKernels::matvec_shares`]), `[shares, rows, hidden]`.
     pub y: FloatTensor<B>,
     /// Weight, `[hidden]`, x's dtype.
     pub w: FloatTensor<B>,
@@ -108,7 +110,8 @@ pub struct Fp8AddTensors<B: Backend> {
 #[derive(Debug, ExtensionType)]
 #[extension_type(fusion: cfg(all(feature = "cube", feature = "fusion")))]
 pub struct ActTensors<B: Backend> {
-    /// Gate and up projections side by side, `[rows, 2m]`.
+    /// Gate and up projections side by side, `[rows, 2m]`, or the f32 shares of their staged
+    /// product ([`DecoderKernels::matvec_shares`]), `[shares, rows, 2m]`.
     pub gate_up: FloatTensor<B>,
 }
 
@@ -119,7 +122,8 @@ pub trait DecoderKernels: Backend {
     #[fusion(meta = norm_meta)]
     fn rms_norm(#[extension_type] inputs: NormTensors<Self>, eps: f32) -> FloatTensor<Self>;
 
-    /// `(x + y, rms_norm(x + y))`, both x's shape and dtype.
+    /// `(x + y, rms_norm(x + y))`, both x's shape and dtype; shares of `y` summed in share
+    /// order in f32 and rounded once to x's dtype first.
     #[fusion(meta = add_norm_meta)]
     fn add_rms_norm(
         #[extension_type] inputs: AddNormTensors<Self>,
@@ -130,6 +134,15 @@ pub trait DecoderKernels: Backend {
     /// `few_rows_fits` past that).
     #[fusion(meta = matvec_meta)]
     fn matvec(#[extension_type] inputs: MatvecTensors<Self>) -> FloatTensor<Self>;
+
+    /// The staged kernel's `shares` partial sums of `x · w_tᵀ` over shares of the inner size,
+    /// f32 `[shares, m, out]`, left for the next kernel to add (the caller checked that the
+    /// staged launch takes the product in `shares` ≥ 2 shares).
+    #[fusion(meta = matvec_shares_meta)]
+    fn matvec_shares(
+        #[extension_type] inputs: MatvecTensors<Self>,
+        shares: u32,
+    ) -> FloatTensor<Self>;
 
     /// `rms_norm(x, norm_w, eps) · w_tᵀ`, `[m, out]` in x's dtype; with `silu`, the MLP
     /// activation of its halves, `[m, out / 2]` (the caller checked `matvec_norm_fits`).
@@ -163,6 +176,16 @@ pub trait DecoderKernels: Backend {
         routine: u32,
     ) -> FloatTensor<Self>;
 
+    /// [`matvec_shares`](Self::matvec_shares) on an fp8 weight (blocks of `block_words` words a
+    /// scale), decoded as the staged kernel stages it.
+    #[fusion(meta = fp8_shares_meta)]
+    fn fp8_product_shares(
+        #[extension_type] inputs: Fp8ProductTensors<Self>,
+        block_words: u32,
+        nan_codes: bool,
+        shares: u32,
+    ) -> FloatTensor<Self>;
+
     /// [`matvec_norm`](Self::matvec_norm) on an fp8 weight (blocks of `block_words` words a
     /// scale), decoded in registers.
     #[fusion(meta = fp8_norm_meta)]
@@ -183,9 +206,10 @@ pub trait DecoderKernels: Backend {
         nan_codes: bool,
     ) -> FloatTensor<Self>;
 
-    /// `cast(silu(gate)) * up`, `[rows, m]` in the input's dtype.
+    /// `cast(silu(gate)) * up`, `[rows, m]` in `dtype` (the input's, or with shares the
+    /// product's: each element summed in share order in f32 and rounded once to it first).
     #[fusion(meta = act_meta)]
-    fn silu_mul(#[extension_type] inputs: ActTensors<Self>) -> FloatTensor<Self>;
+    fn silu_mul(#[extension_type] inputs: ActTensors<Self>, dtype: DType) -> FloatTensor<Self>;
 }
 
 /// Output metadata for the lazy (fusion) path: each output's shape and dtype.
@@ -212,6 +236,12 @@ mod meta {
     pub(super) fn matvec_meta(inputs: &MatvecTensorsMetadata) -> TensorSpec {
         let shape = Shape::from(vec![inputs.x.shape[0], inputs.w_t.shape[0]]);
         TensorSpec::new(shape, inputs.x.dtype)
+    }
+
+    /// Output metadata for the lazy (fusion) path.
+    pub(super) fn matvec_shares_meta(inputs: &MatvecTensorsMetadata, shares: &u32) -> TensorSpec {
+        let shape = [*shares as usize, inputs.x.shape[0], inputs.w_t.shape[0]];
+        TensorSpec::new(Shape::from(shape.to_vec()), DType::F32)
     }
 
     /// Output metadata for the lazy (fusion) path.
@@ -246,6 +276,17 @@ mod meta {
     }
 
     /// Output metadata for the lazy (fusion) path.
+    pub(super) fn fp8_shares_meta(
+        inputs: &Fp8ProductTensorsMetadata,
+        _block_words: &u32,
+        _nan_codes: &bool,
+        shares: &u32,
+    ) -> TensorSpec {
+        let shape = [*shares as usize, inputs.x.shape[0], inputs.codes.shape[0]];
+        TensorSpec::new(Shape::from(shape.to_vec()), DType::F32)
+    }
+
+    /// Output metadata for the lazy (fusion) path.
     pub(super) fn fp8_norm_meta(
         inputs: &Fp8NormTensorsMetadata,
         _block_words: &u32,
@@ -267,8 +308,9 @@ mod meta {
     }
 
     /// Output metadata for the lazy (fusion) path.
-    pub(super) fn act_meta(inputs: &ActTensorsMetadata) -> TensorSpec {
-        let [rows, width] = [inputs.gate_up.shape[0], inputs.gate_up.shape[1]];
-        TensorSpec::new(Shape::from(vec![rows, width / 2]), inputs.gate_up.dtype)
+    pub(super) fn act_meta(inputs: &ActTensorsMetadata, dtype: &DType) -> TensorSpec {
+        let shape = &inputs.gate_up.shape;
+        let (rows, width) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+        TensorSpec::new(Shape::from(vec![rows, width / 2]), *dtype)
     }
 }

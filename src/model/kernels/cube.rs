@@ -18,7 +18,7 @@ use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 use rope_pool_kernels::decoder::{
-    MATVEC_MAX_ROWS, StagedRows, TilesAccess, launch_dequantize_fp8, launch_few_rows,
+    MATVEC_MAX_ROWS, Residual, StagedRows, TilesAccess, launch_dequantize_fp8, launch_few_rows,
     launch_matvec, launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add,
     launch_matvec_fp8_norm, launch_matvec_norm, launch_rms_norm, launch_silu_mul,
     launch_tiles_product, matvec_fits, spirv_tiles,
@@ -26,19 +26,25 @@ use rope_pool_kernels::decoder::{
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
 fn fresh(like: &CubeTensor, shape: Shape) -> CubeTensor {
-    let bytes = shape.num_elements().max(8) * like.dtype.size();
+    fresh_of(like, shape, like.dtype)
+}
+
+/// A fresh contiguous tensor of `shape` and `dtype` on `like`'s device.
+fn fresh_of(like: &CubeTensor, shape: Shape, dtype: DType) -> CubeTensor {
+    let bytes = shape.num_elements().max(8) * dtype.size();
     CubeTensor::new_contiguous(
         like.client.clone(),
         like.device.clone(),
         shape,
         like.client.empty(bytes),
-        like.dtype,
+        dtype,
     )
 }
 
 /// RMSNorm of `x`'s rows (`[rows, hidden]`, weight `w [hidden]`) into a fresh output, or with
 /// `residual = Some((y, sum))` of `x + y`, the sum written into `sum` (a fresh buffer of x's
-/// shape): one launch.
+/// shape; `y` of x's shape or the f32 shares `[shares, rows, hidden]` of a staged product): one
+/// launch.
 fn norm(
     x: CubeTensor,
     w: CubeTensor,
@@ -48,10 +54,15 @@ fn norm(
     let [x, w] = [x, w].map(into_contiguous);
     let shape = x.shape();
     let out = fresh(&x, shape.clone());
-    let residual =
-        residual.map(|(y, sum)| (into_contiguous(y).into_tensor_arg(), sum.into_tensor_arg()));
-    // Safety: x (and y) [rows, hidden] and w [hidden] are contiguous and share a dtype (checked
-    // by `rms_norm` / `add_rms_norm`); out (and sum) are fresh buffers of x's shape.
+    let residual = residual.map(|(y, sum)| Residual {
+        shares: shares_of(&y),
+        y: into_contiguous(y).into_tensor_arg(),
+        sum: sum.into_tensor_arg(),
+    });
+    // Safety: x [rows, hidden] and w [hidden] are contiguous and share a dtype, and y has x's
+    // shape and dtype or is the f32 shares [shares, rows, hidden] (checked by `rms_norm` /
+    // `add_rms_norm` / `add_rms_norm_shares`), contiguous; out (and sum) are fresh buffers of
+    // x's shape.
     unsafe {
         launch_rms_norm(
             &x.client,
@@ -65,6 +76,16 @@ fn norm(
         );
     }
     out
+}
+
+/// The shares a product's output `y` holds: 1 for a plain `[rows, n]` output, `s` for the f32
+/// shares `[s, rows, n]` of a staged product.
+fn shares_of(y: &CubeTensor) -> usize {
+    let shape = y.shape();
+    match shape.num_dims() {
+        3 => shape[0],
+        _ => 1,
+    }
 }
 
 /// `out = lhs · rhs` through cubek's `routine`, accumulated in f32 and written in `out`'s dtype;
@@ -471,23 +492,66 @@ impl DecoderKernels for CubeBackend {
         fp8_product(inputs, block_words as usize, nan_codes, routine)
     }
 
-    fn silu_mul(inputs: ActTensors<Self>) -> CubeTensor {
+    fn silu_mul(inputs: ActTensors<Self>, dtype: DType) -> CubeTensor {
         let gate_up = into_contiguous(inputs.gate_up);
-        let (rows, width) = (gate_up.shape()[0], gate_up.shape()[1]);
-        let out = fresh(&gate_up, Shape::new([rows, width / 2]));
-        // Safety: gate_up [rows, 2m] is contiguous with an even width (checked by `silu_mul`);
-        // out is a fresh [rows, m] buffer.
+        let shares = shares_of(&gate_up);
+        let shape = gate_up.shape();
+        let (rows, width) = (shape[shape.num_dims() - 2], shape[shape.num_dims() - 1]);
+        let out = fresh_of(&gate_up, Shape::new([rows, width / 2]), dtype);
+        // Safety: gate_up [rows, 2m] of `dtype`, or its f32 shares [shares, rows, 2m], is
+        // contiguous with an even width (checked by `silu_mul` / `silu_mul_shares`); out is a
+        // fresh [rows, m] buffer.
         unsafe {
             launch_silu_mul(
                 &gate_up.client,
-                dtype_to_storage_type(gate_up.dtype),
-                gate_up.dtype.size(),
+                dtype_to_storage_type(dtype),
+                dtype.size(),
                 rows,
                 width / 2,
                 gate_up.clone().into_tensor_arg(),
                 out.clone().into_tensor_arg(),
+                shares,
             );
         }
+        out
+    }
+
+    fn matvec_shares(inputs: MatvecTensors<Self>, shares: u32) -> CubeTensor {
+        let [x, w_t] = [inputs.x, inputs.w_t].map(into_contiguous);
+        let (m, k, n) = (x.shape()[0], x.shape()[1], w_t.shape()[0]);
+        let float = dtype_to_storage_type(x.dtype);
+        let staged = staged_rows(&x.client, float, [m, k, n])
+            .filter(|s| s.shares() == shares as usize && s.shares() > 1)
+            .expect("`project_shares` checked the staged launch and its shares");
+        let out = fresh_of(&x, Shape::new([shares as usize, m, n]), DType::F32);
+        let client = out.client.clone();
+        let args = [x, w_t, out.clone()].map(|t| t.into_tensor_arg());
+        // Safety: the staged kernel takes these sizes in `shares` ≥ 2 shares (checked above);
+        // x [m, k] and w_t [n, k] are contiguous of one dtype; out is a fresh [shares, m, n]
+        // f32 buffer.
+        unsafe { staged.launch_shares(&client, float, args) };
+        out
+    }
+
+    fn fp8_product_shares(
+        inputs: Fp8ProductTensors<Self>,
+        block_words: u32,
+        nan_codes: bool,
+        shares: u32,
+    ) -> CubeTensor {
+        let [x, codes, scales] = [inputs.x, inputs.codes, inputs.scales].map(into_contiguous);
+        let (m, k, n) = (x.shape()[0], x.shape()[1], codes.shape()[0]);
+        let float = dtype_to_storage_type(x.dtype);
+        let staged = staged_rows_fp8(&x.client, float, [m, k, n])
+            .filter(|s| s.shares() == shares as usize && s.shares() > 1)
+            .expect("`project_fp8_shares` checked the staged launch and its shares");
+        let out = fresh_of(&x, Shape::new([shares as usize, m, n]), DType::F32);
+        let client = out.client.clone();
+        let args = [x, codes, scales, out.clone()].map(|t| t.into_tensor_arg());
+        let block_words = block_words as usize;
+        // Safety: as `fp8_product`'s staged launch, in `shares` ≥ 2 shares (checked above);
+        // out is a fresh [shares, m, n] f32 buffer.
+        unsafe { staged.launch_fp8_shares(&client, float, args, block_words, nan_codes) };
         out
     }
 }

@@ -98,6 +98,55 @@ pub fn add_rms_norm(x: Tensor<2>, y: Tensor<2>, w: &Tensor<1>, eps: f64) -> (Ten
     add_rms_norm_tensor_ops(x, y, w, eps)
 }
 
+/// [`add_rms_norm`] of the f32 shares of a staged product (`y [shares, rows, hidden]`, from
+/// [`project_shares`] or [`project_fp8_shares`]): each element of `y` summed in share order in
+/// f32 and rounded once to x's dtype, then added as [`add_rms_norm`] adds it — the values the
+/// staged launch's own sum would have given, with its launch saved. One kernel launch on CubeCL
+/// devices, Burn tensor ops elsewhere.
+///
+/// # Panics
+/// When `y` is not f32 of x's rows and width, or `w`'s length is not `x`'s row length.
+pub fn add_rms_norm_shares(
+    x: Tensor<2>,
+    y: Tensor<3>,
+    w: &Tensor<1>,
+    eps: f64,
+) -> (Tensor<2>, Tensor<2>) {
+    let [_, rows, hidden] = y.dims();
+    assert_eq!(
+        (x.dims(), y.dtype()),
+        ([rows, hidden], DType::F32),
+        "add_rms_norm: {:?} + the shares {:?} ({:?})",
+        x.dims(),
+        y.dims(),
+        y.dtype()
+    );
+    #[cfg(feature = "cube")]
+    if on_cube(&x)
+        && w.dtype() == x.dtype()
+        && y.device() == x.device()
+        && w.device() == x.device()
+        && w.dims()[0] == hidden
+    {
+        let inputs = backend::AddNormTensors {
+            x: x.into_dispatch(),
+            y: y.into_dispatch(),
+            w: w.clone().into_dispatch(),
+        };
+        let (sum, out) =
+            <burn::backend::Dispatch as backend::DecoderKernels>::add_rms_norm(inputs, eps as f32);
+        return (Tensor::from_dispatch(sum), Tensor::from_dispatch(out));
+    }
+    let dtype = x.dtype();
+    add_rms_norm(x, shares_summed(y, dtype), w, eps)
+}
+
+/// The f32 shares `[shares, rows, n]` of a staged product summed into `[rows, n]` of `dtype`, in
+/// tensor ops (where no kernel adds them in its own launch).
+pub(crate) fn shares_summed(shares: Tensor<3>, dtype: DType) -> Tensor<2> {
+    shares.sum_dim(0).squeeze_dim::<2>(0).cast(dtype)
+}
+
 /// [`add_rms_norm`] in Burn tensor ops (any backend, Autodiff included).
 pub(crate) fn add_rms_norm_tensor_ops(
     x: Tensor<2>,
@@ -282,18 +331,34 @@ pub fn tiles_product_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
 }
 
 /// [`staged_takes`] on a float weight, or with `fp8` on fp8 codes ([`staged_takes_fp8`]).
-fn staged_on_device(x: &Tensor<2>, [m, k, n]: [usize; 3], fp8: bool) -> bool {
+fn staged_on_device(x: &Tensor<2>, dims: [usize; 3], fp8: bool) -> bool {
     #[cfg(feature = "cube")]
-    if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
-        let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
-        let client = cube.client();
-        return match fp8 {
-            true => staged_rows_fp8(&client, float, [m, k, n]).is_some(),
-            false => staged_rows(&client, float, [m, k, n]).is_some(),
-        };
+    return staged_launch(x, dims, fp8).is_some();
+    #[cfg(not(feature = "cube"))]
+    {
+        let _ = (x, dims, fp8);
+        false
     }
-    let _ = (x, m, k, n, fp8);
-    false
+}
+
+/// The staged kernel's launch for `x [m, k] · wᵀ` on x's device (`fp8`: an fp8 weight), where
+/// it is a CubeCL device and the kernel takes the product.
+#[cfg(feature = "cube")]
+fn staged_launch(
+    x: &Tensor<2>,
+    [m, k, n]: [usize; 3],
+    fp8: bool,
+) -> Option<rope_pool_kernels::decoder::StagedRows> {
+    let device = x.device();
+    let burn::backend::DispatchDevice::Cube(cube) = device.as_dispatch() else {
+        return None;
+    };
+    let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
+    let client = cube.client();
+    match fp8 {
+        true => staged_rows_fp8(&client, float, [m, k, n]),
+        false => staged_rows(&client, float, [m, k, n]),
+    }
 }
 
 /// Whether the fused form `form` takes `m` rows on `device` (the shapes and dtypes checked).
@@ -674,6 +739,59 @@ pub fn project_fp8(x: Tensor<2>, w: &Fp8Weight) -> Tensor<2> {
     x.matmul(w.dequantize(dtype).transpose())
 }
 
+/// The staged kernel's f32 partial sums of [`project`]`(x, w_t)` over its shares of the inner
+/// size, `[shares, m, n]`, left for the next kernel to add ([`add_rms_norm_shares`],
+/// [`silu_mul_shares`]: one launch a product fewer): where [`project`] sends the product to the
+/// staged kernel ([`staged_takes`]) and that splits it in 2 or more shares; `None` elsewhere.
+pub fn project_shares(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<Tensor<3>> {
+    #[cfg(feature = "cube")]
+    if on_cube(x) && x.dtype() == w_t.dtype() && x.device() == w_t.device() {
+        let ([m, k], [n, inner]) = (x.dims(), w_t.dims());
+        let shares = staged_shares(x, [m, k, n], false).filter(|_| k == inner)?;
+        let inputs = backend::MatvecTensors {
+            x: x.clone().into_dispatch(),
+            w_t: w_t.clone().into_dispatch(),
+        };
+        let out =
+            <burn::backend::Dispatch as backend::DecoderKernels>::matvec_shares(inputs, shares);
+        return Some(Tensor::from_dispatch(out));
+    }
+    let _ = (x, w_t);
+    None
+}
+
+/// [`project_shares`] on an fp8 weight: where [`project_fp8`] sends the product to the staged
+/// kernel ([`staged_takes_fp8`]) and that splits it in 2 or more shares.
+pub(crate) fn project_fp8_shares(x: &Tensor<2>, w: &Fp8Weight) -> Option<Tensor<3>> {
+    #[cfg(feature = "cube")]
+    if on_cube(x) && x.device() == w.codes.device() {
+        let ([m, k], [n, inner]) = (x.dims(), w.dims());
+        let shares = staged_shares(x, [m, k, n], true).filter(|_| k == inner)?;
+        let inputs = backend::Fp8ProductTensors {
+            x: x.clone().into_dispatch(),
+            codes: w.codes.clone().into_dispatch(),
+            scales: w.scales.clone().into_dispatch(),
+        };
+        let out = <burn::backend::Dispatch as backend::DecoderKernels>::fp8_product_shares(
+            inputs,
+            w.block_words(),
+            w.nan_codes,
+            shares,
+        );
+        return Some(Tensor::from_dispatch(out));
+    }
+    let _ = (x, w);
+    None
+}
+
+/// The shares the staged kernel splits `x [m, k] · wᵀ` into on x's CubeCL device (`fp8`: an
+/// fp8 weight), where it takes the product in 2 or more.
+#[cfg(feature = "cube")]
+fn staged_shares(x: &Tensor<2>, dims: [usize; 3], fp8: bool) -> Option<u32> {
+    let shares = staged_launch(x, dims, fp8)?.shares();
+    (shares > 1).then_some(shares as u32)
+}
+
 #[cfg(feature = "testing")]
 /// `x [m, in] · w_tᵀ` as [`project`] computes it, through the matmul routine given on CubeCL
 /// devices whatever `m` (benchmarks compare them with the kernels [`project`] picks; a routine
@@ -997,13 +1115,39 @@ pub fn silu_mul(gate_up: Tensor<2>) -> Tensor<2> {
     );
     #[cfg(feature = "cube")]
     if on_cube(&gate_up) && gate_up.dims()[0] > 0 && width > 0 {
+        let dtype = gate_up.dtype();
         let inputs = backend::ActTensors {
             gate_up: gate_up.into_dispatch(),
         };
-        let out = <burn::backend::Dispatch as backend::DecoderKernels>::silu_mul(inputs);
+        let out = <burn::backend::Dispatch as backend::DecoderKernels>::silu_mul(inputs, dtype);
         return Tensor::from_dispatch(out);
     }
     silu_mul_tensor_ops(gate_up)
+}
+
+/// [`silu_mul`] of the f32 shares of a staged gate/up product (`gate_up [shares, rows, 2m]`,
+/// from [`project_shares`] or [`project_fp8_shares`]), each element summed in share order in
+/// f32 and rounded once to `dtype` first (the product's dtype): `[rows, m]` of `dtype`, the
+/// staged launch's own sum saved. One launch on CubeCL devices, Burn tensor ops elsewhere.
+///
+/// # Panics
+/// When `gate_up` is not f32 or its width is odd.
+pub fn silu_mul_shares(gate_up: Tensor<3>, dtype: DType) -> Tensor<2> {
+    let [_, rows, width] = gate_up.dims();
+    assert!(
+        width.is_multiple_of(2) && gate_up.dtype() == DType::F32,
+        "silu_mul: shares of gate and up need an even width and f32, got {width} of {:?}",
+        gate_up.dtype()
+    );
+    #[cfg(feature = "cube")]
+    if on_cube(&gate_up) && rows > 0 && width > 0 {
+        let inputs = backend::ActTensors {
+            gate_up: gate_up.into_dispatch(),
+        };
+        let out = <burn::backend::Dispatch as backend::DecoderKernels>::silu_mul(inputs, dtype);
+        return Tensor::from_dispatch(out);
+    }
+    silu_mul(shares_summed(gate_up, dtype))
 }
 
 /// [`silu_mul`] in Burn tensor ops (any backend, Autodiff included).
