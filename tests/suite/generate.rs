@@ -1433,6 +1433,63 @@ fn kernels_fall_back_on_shapes_they_do_not_take() {
     }
 }
 
+/// The shares' sum is rounded to f16 as a conversion rounds (to nearest, ties to even;
+/// subnormals; past 65504 an infinity), whatever the device's compiler does with a conversion
+/// to f16 and back: a row of zeros plus shares `[v, 0]` is `v` rounded, for values at every edge.
+#[test]
+fn shares_round_to_f16_as_a_conversion_does() {
+    use burn_rope_pool::testing::add_rms_norm_shares;
+    let mut values: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        -(1.0 + 2f32.powi(-11)),
+        65504.0,
+        65519.99,
+        65520.0,
+        -70000.0,
+        f32::INFINITY,
+        2f32.powi(-14),
+        2f32.powi(-14) - 2f32.powi(-25),
+        2f32.powi(-14) - 2f32.powi(-26),
+        2f32.powi(-24),
+        2f32.powi(-25),
+        3.0 * 2f32.powi(-25),
+        2f32.powi(-25) + 2f32.powi(-40),
+        2f32.powi(-26),
+        1e-30,
+        1e-40,
+        -5.0 * 2f32.powi(-25),
+        0.1,
+        3.14159,
+    ];
+    let mut rng = burn_rope_pool::testing::Rng::new(84);
+    values.extend(
+        rng.values(233)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| (v * 2f64.powi(i as i32 % 40 - 24)) as f32),
+    );
+    let hidden = values.len();
+    for (name, device) in crate::common::devices() {
+        if !device.supports_dtype(DType::F16) {
+            continue;
+        }
+        let mut shares: Vec<f64> = values.iter().map(|&v| v as f64).collect();
+        shares.extend(std::iter::repeat_n(0.0, hidden));
+        let x = float_tensor(&vec![0.0; hidden], [1, hidden], &device, DType::F16);
+        let y = float_tensor(&shares, [2, 1, hidden], &device, DType::F32);
+        let w = float_tensor(&vec![1.0; hidden], [hidden], &device, DType::F16);
+        let (sum, _) = add_rms_norm_shares(x, y, &w, 1e-5);
+        let sum: Vec<f32> = sum.into_data().iter::<f32>().collect();
+        for (v, got) in values.iter().zip(sum) {
+            let want = half::f16::from_f32(*v).to_f32();
+            assert_eq!(got, want, "{name}: {v:e} rounded to {got:e}, not {want:e}");
+        }
+    }
+}
+
 /// The MLP activation of a staged gate/up product's f32 shares (`[shares, rows, 2m]`, summed
 /// in the activation's launch): each sum rounded once to the dtype, then as
 /// `silu_mul_matches_float64`, against float64 (shares exact in any order, as above).

@@ -1047,10 +1047,7 @@ pub unsafe fn launch_rms_norm(
     let count = calculate_cube_count_elemwise(client, rows * units, cube_dim);
     let address = AddressType::from_len(shares * rows * hidden);
     let inv_hidden = 1.0 / hidden as f32;
-    let y_type = match shares {
-        1 => float,
-        _ => ElemType::Float(FloatKind::F32),
-    };
+    let (y_type, f16) = shares_types(float, shares);
     unsafe {
         match residual {
             None => rms_norm_kernel::launch_unchecked(
@@ -1084,8 +1081,29 @@ pub unsafe fn launch_rms_norm(
                 units,
                 row_vectors,
                 shares,
+                f16,
                 [float, y_type],
             ),
+        }
+    }
+}
+
+/// The element type of a product's output read in `shares` by a kernel of float `float`, and
+/// whether their sum is rounded to f16 (else `float` is f32, or one share is `float` itself).
+///
+/// # Panics
+/// With shares of a float neither f16 nor f32 (the staged kernel's shares are f16 products').
+fn shares_types(float: ElemType, shares: usize) -> (ElemType, bool) {
+    let f16 = ElemType::Float(FloatKind::F16);
+    let f32 = ElemType::Float(FloatKind::F32);
+    match shares {
+        1 => (float, false),
+        _ => {
+            assert!(
+                float == f16 || float == f32,
+                "shares are summed into f16 or f32, not {float:?}"
+            );
+            (f32, float == f16)
         }
     }
 }
@@ -1114,9 +1132,11 @@ pub unsafe fn launch_silu_mul(
         return;
     }
     let shares = shares.max(1);
-    let (elem_size, y_type) = match shares {
-        1 => (elem_size, float),
-        _ => (elem_size.max(4), ElemType::Float(FloatKind::F32)),
+    let (y_type, f16) = shares_types(float, shares);
+    // f32 shares are read in vectors of as many lanes as the float's.
+    let elem_size = match shares {
+        1 => elem_size,
+        _ => elem_size.max(4),
     };
     let vector = widest_vector(client, elem_size, |n| m.is_multiple_of(n));
     let units = rows * m / vector;
@@ -1132,6 +1152,7 @@ pub unsafe fn launch_silu_mul(
             out,
             m / vector,
             shares,
+            f16,
             [float, y_type],
         );
     }

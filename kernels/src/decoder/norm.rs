@@ -67,7 +67,8 @@ fn row_scale(squares: f32, eps: f32, inv_hidden: f32, #[comptime] units: usize) 
 /// residual add), written, and its RMSNorm into `out`: the decoder's add-then-norm in one launch.
 /// With `shares` ≥ 2, `y` is the f32 shares of a staged product (`Y` = f32, `[shares, rows,
 /// hidden]`), summed in share order in f32 and rounded once to `F` first (what the staged
-/// launch's [`split_sum_kernel`](fn@super::matvec::split_sum_kernel) writes); with 1, `Y` = `F`.
+/// launch's [`split_sum_kernel`](fn@super::matvec::split_sum_kernel) stores; `f16`: `F` is f16,
+/// else f32); with 1, `Y` = `F`.
 #[cube(launch_unchecked, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn add_rms_norm_kernel<F: Float, Y: Float, N: Size>(
@@ -81,6 +82,7 @@ pub(crate) fn add_rms_norm_kernel<F: Float, Y: Float, N: Size>(
     #[comptime] units: usize,
     #[comptime] row_vectors: usize,
     #[comptime] shares: usize,
+    #[comptime] f16: bool,
     #[define(F, Y)] _dtypes: [ElemType; 2],
 ) {
     let row = CUBE_POS;
@@ -93,7 +95,7 @@ pub(crate) fn add_rms_norm_kernel<F: Float, Y: Float, N: Size>(
     let mut squares = f32::new(0.0);
     for i in range_stepped(u, row_vectors, units) {
         let a = Vector::<f32, N>::cast_from(x[base + i])
-            + Vector::<f32, N>::cast_from(shares_sum::<F, Y, N>(y, base + i, len, shares));
+            + shares_sum::<Y, N>(y, base + i, len, shares, f16);
         let s = Vector::<F, N>::cast_from(a);
         sum[base + i] = s;
         let v = Vector::<f32, N>::cast_from(s);
@@ -104,19 +106,56 @@ pub(crate) fn add_rms_norm_kernel<F: Float, Y: Float, N: Size>(
     scale_row(&*sum, w, out, base, inv, units, row_vectors);
 }
 
-/// Vector `i` of a product's output `y` as `F`: with `shares` = 1 `y[i]` itself (`Y` = `F`);
-/// else the sum of its `shares` f32 shares (`len` vectors apart), in share order, rounded once.
+/// Vector `i` of a product's output `y`, as f32 values of `F`: with `shares` = 1 `y[i]` itself
+/// (`Y` = `F`); else the sum of its `shares` f32 shares (`len` vectors apart), in share order,
+/// rounded once to `F`: with `f16`, through [`round_to_f16`] (`F` is f16); else `F` is f32.
 #[cube]
-pub(crate) fn shares_sum<F: Float, Y: Float, N: Size>(
+pub(crate) fn shares_sum<Y: Float, N: Size>(
     y: &Tensor<Vector<Y, N>>,
     i: usize,
     len: usize,
     #[comptime] shares: usize,
-) -> Vector<F, N> {
+    #[comptime] f16: bool,
+) -> Vector<f32, N> {
     let mut s = Vector::<f32, N>::cast_from(y[i]);
     #[unroll]
     for p in 1..shares {
         s += Vector::<f32, N>::cast_from(y[p * len + i]);
     }
-    Vector::<F, N>::cast_from(s)
+    if comptime!(shares > 1 && f16) {
+        #[unroll]
+        for l in 0..N::value() {
+            s.insert(l, round_to_f16(s.extract(l)));
+        }
+    }
+    s
+}
+
+/// `x` rounded to the nearest f16 (ties to even; past 65504 an infinity), as an f32, in integer
+/// arithmetic: a conversion to f16 and back may be folded away by a device's compiler, and the
+/// sum of a staged product's shares must be rounded as the staged launch's stored sum is.
+#[cube]
+pub(crate) fn round_to_f16(x: f32) -> f32 {
+    let bits = u32::reinterpret(x);
+    let sign = bits & 0x8000_0000;
+    let mag = bits & 0x7FFF_FFFF;
+    // Normal (2^-14 and up): the 23-bit mantissa rounded to 10 bits, to even; a carry moves into
+    // the exponent; past the largest f16 (65504), infinity.
+    let mut normal = (mag + 0xFFF + ((mag >> 13) & 1)) & 0xFFFF_E000;
+    normal = select(normal > 0x477F_E000, 0x7F80_0000, normal);
+    // Subnormal (below 2^-14): the magnitude in units of 2^-24, rounded to even. Its significand
+    // `full` times 2^(exp - 150) is that many units shifted right by `126 - exp` (>= 14 there;
+    // clamped to 1..=31 for every exponent, the result only used below 2^-14).
+    let exp = mag >> 23;
+    let full = (mag & 0x7F_FFFF) | 0x80_0000;
+    let shift = (126 - exp.min(125)).min(31);
+    let units = full >> shift;
+    let rest = full & ((1 << shift) - 1);
+    let half = 1u32 << (shift - 1);
+    let up = rest > half || (rest == half && (units & 1) == 1);
+    // At most 1024 units: exact in f32, and so is the product by 2^-24.
+    let small = u32::reinterpret(f32::cast_from(units + select(up, 1, 0)) * 5.960_464_5e-8);
+    let rounded = select(mag >= 0x3880_0000, normal, small);
+    // Infinities and NaNs as they are.
+    f32::reinterpret(sign | select(mag >= 0x7F80_0000, mag, rounded))
 }
