@@ -158,11 +158,7 @@ pub(crate) trait LayerOps {
     }
     /// `linear`'s projection of `x`, and with `silu` the MLP activation of its halves.
     fn project_act(&self, linear: &Linear, x: Tensor<2>, silu: bool) -> Tensor<2> {
-        let out = self.project(linear, x);
-        match silu {
-            true => self.silu_mul(out),
-            false => out,
-        }
+        project_then_act(self, linear, x, silu)
     }
     /// The norm (weight `w`) of the residual stream, its pending output added first, then
     /// `linear`'s projection of it and with `silu` the MLP activation of the projection's halves.
@@ -201,6 +197,20 @@ fn norm_project_separately(
         None => ops.rms_norm(state.x.clone(), w, eps),
     };
     ops.project_act(linear, h, silu)
+}
+
+/// [`LayerOps::project_act`] as its steps, each through `ops`.
+fn project_then_act(
+    ops: &(impl LayerOps + ?Sized),
+    linear: &Linear,
+    x: Tensor<2>,
+    silu: bool,
+) -> Tensor<2> {
+    let out = ops.project(linear, x);
+    match silu {
+        true => ops.silu_mul(out),
+        false => out,
+    }
 }
 
 /// [`LayerOps::project_residual`]: the projection left pending (a pending output before it added
@@ -268,11 +278,7 @@ impl LayerOps for Kernels {
         if silu && let Some(shares) = linear.forward_shares(&x) {
             return silu_mul_shares(shares, x.dtype());
         }
-        let out = linear.forward(x);
-        match silu {
-            true => silu_mul(out),
-            false => out,
-        }
+        project_then_act(self, linear, x, silu)
     }
     fn rope(
         &self,

@@ -739,9 +739,39 @@ fn sliding_windows_follow_the_config() {
     }
 }
 
-/// The decoder's RMSNorm (one kernel on CubeCL devices, tensor ops on Flex) against float64
-/// with transformers' rounding (normalised row rounded to the dtype, then times the weight), on
-/// odd widths and many rows.
+/// `add_rms_norm`'s outputs `(sum, out)` for rows `x`, the added values `y` (each a value of
+/// `dtype`) and the weight `w`, against float64: the sum rounded once to the dtype, exactly; then
+/// its norm with transformers' rounding, within the dtype's tolerance.
+fn assert_add_rms_norm(
+    what: &str,
+    dtype: DType,
+    [x, y, w]: [&[f64]; 3],
+    eps: f64,
+    (sum, out): (burn::tensor::Tensor<2>, burn::tensor::Tensor<2>),
+) {
+    let round = |v: f64| crate::common::round_to(v, dtype);
+    let hidden = w.len();
+    let [sum, out] = [sum, out].map(|t| t.into_data().iter::<f64>().collect::<Vec<_>>());
+    for r in 0..x.len() / hidden {
+        let s: Vec<f64> = (0..hidden)
+            .map(|c| round(x[r * hidden + c] + y[r * hidden + c]))
+            .collect();
+        let mean = s.iter().map(|v| v * v).sum::<f64>() / hidden as f64;
+        let inv = 1.0 / (mean + eps).sqrt();
+        for c in 0..hidden {
+            let at = r * hidden + c;
+            assert_eq!(sum[at], s[c], "{what}: sum at ({r}, {c})");
+            let want = round(round(s[c] * inv) * w[c]);
+            let tol = if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + want.abs());
+            assert!(
+                (out[at] - want).abs() <= tol,
+                "{what} at ({r}, {c}): {} vs {want}",
+                out[at]
+            );
+        }
+    }
+}
+
 /// The residual add and its norm in one launch: the sum rounded once to the dtype, then the norm
 /// of that sum, against float64 (the residual stream returned too).
 #[test]
@@ -761,28 +791,9 @@ fn add_rms_norm_matches_float64() {
                 let eps = 1e-5;
                 let [xt, yt] = [&x, &y].map(|v| float_tensor(v, [rows, hidden], &device, dtype));
                 let wt = float_tensor(&w, [hidden], &device, dtype);
-                let (sum, out) = add_rms_norm(xt, yt, &wt, eps);
-                let [sum, out] =
-                    [sum, out].map(|t| t.into_data().iter::<f64>().collect::<Vec<_>>());
-                for r in 0..rows {
-                    let s: Vec<f64> = (0..hidden)
-                        .map(|c| round(x[r * hidden + c] + y[r * hidden + c]))
-                        .collect();
-                    let mean = s.iter().map(|v| v * v).sum::<f64>() / hidden as f64;
-                    let inv = 1.0 / (mean + eps).sqrt();
-                    for c in 0..hidden {
-                        let at = r * hidden + c;
-                        assert_eq!(sum[at], s[c], "{name} {dtype:?}: sum at ({r}, {c})");
-                        let want = round(round(s[c] * inv) * w[c]);
-                        let tol =
-                            if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + want.abs());
-                        assert!(
-                            (out[at] - want).abs() <= tol,
-                            "{name} {dtype:?} [{rows}, {hidden}] at ({r}, {c}): {} vs {want}",
-                            out[at]
-                        );
-                    }
-                }
+                let got = add_rms_norm(xt, yt, &wt, eps);
+                let what = format!("{name} {dtype:?} [{rows}, {hidden}]");
+                assert_add_rms_norm(&what, dtype, [&x, &y, &w], eps, got);
             }
         }
     }
@@ -815,37 +826,21 @@ fn add_rms_norm_of_shares_matches_float64() {
                 let xt = float_tensor(&x, [rows, hidden], &device, dtype);
                 let yt = float_tensor(&y, [shares, rows, hidden], &device, DType::F32);
                 let wt = float_tensor(&w, [hidden], &device, dtype);
-                let (sum, out) = add_rms_norm_shares(xt, yt, &wt, eps);
-                let [sum, out] =
-                    [sum, out].map(|t| t.into_data().iter::<f64>().collect::<Vec<_>>());
-                for r in 0..rows {
-                    let s: Vec<f64> = (0..hidden)
-                        .map(|c| {
-                            let at = r * hidden + c;
-                            let y: f64 = (0..shares).map(|p| y[p * len + at]).sum();
-                            round(x[at] + round(y))
-                        })
-                        .collect();
-                    let mean = s.iter().map(|v| v * v).sum::<f64>() / hidden as f64;
-                    let inv = 1.0 / (mean + eps).sqrt();
-                    for c in 0..hidden {
-                        let at = r * hidden + c;
-                        assert_eq!(sum[at], s[c], "{name} {dtype:?}: sum at ({r}, {c})");
-                        let want = round(round(s[c] * inv) * w[c]);
-                        let tol =
-                            if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + want.abs());
-                        assert!(
-                            (out[at] - want).abs() <= tol,
-                            "{name} {dtype:?} {shares} × [{rows}, {hidden}] at ({r}, {c}): {} vs {want}",
-                            out[at]
-                        );
-                    }
-                }
+                let got = add_rms_norm_shares(xt, yt, &wt, eps);
+                // The shares' sums, each rounded once to the dtype.
+                let summed: Vec<f64> = (0..len)
+                    .map(|at| round((0..shares).map(|p| y[p * len + at]).sum()))
+                    .collect();
+                let what = format!("{name} {dtype:?} {shares} × [{rows}, {hidden}]");
+                assert_add_rms_norm(&what, dtype, [&x, &summed, &w], eps, got);
             }
         }
     }
 }
 
+/// The decoder's RMSNorm (one kernel on CubeCL devices, tensor ops on Flex) against float64
+/// with transformers' rounding (normalised row rounded to the dtype, then times the weight), on
+/// odd widths and many rows.
 #[test]
 fn rms_norm_matches_float64() {
     use burn_rope_pool::testing::rms_norm;
@@ -1462,7 +1457,7 @@ fn shares_round_to_f16_as_a_conversion_does() {
         1e-40,
         -5.0 * 2f32.powi(-25),
         0.1,
-        3.14159,
+        1234.567,
     ];
     let mut rng = burn_rope_pool::testing::Rng::new(84);
     values.extend(

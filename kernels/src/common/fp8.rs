@@ -13,6 +13,7 @@
 //!
 //! [`encode_host`] and [`decode_host`] are the same arithmetic on the host.
 
+use super::round::shifted_to_even;
 use cubecl::e4m3;
 use cubecl::prelude::*;
 use half::f16;
@@ -42,12 +43,7 @@ pub(crate) fn e4m3_encode(x: f32) -> u32 {
     let exp = m >> 23;
     let full = (m & 0x7F_FFFF) | 0x80_0000;
     // (Clamped to 1..=31 for every exponent: the result is only used below 2^-6.)
-    let shift = (141 - exp.min(140)).min(31);
-    let units = full >> shift;
-    let rest = full & ((1 << shift) - 1);
-    let half = 1u32 << (shift - 1);
-    let up = rest > half || (rest == half && (units & 1) == 1);
-    let mut small = units + select(up, 1, 0);
+    let mut small = shifted_to_even(full, (141 - exp.min(140)).min(31));
     // f32 subnormals (exponent 0) are far below 2^-10: zero.
     small = select(exp == 0, 0, small);
     let code = select(m >= MIN_NORMAL_BITS, normal, small);

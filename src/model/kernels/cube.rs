@@ -307,6 +307,25 @@ fn staged_partials(x: &CubeTensor, staged: &StagedRows) -> Option<TensorBinding>
     })
 }
 
+/// The staged launch of a product of x's `m` rows into `n` columns in `shares` ≥ 2 shares, and a
+/// fresh f32 buffer `[shares, m, n]` on x's device for them.
+///
+/// # Panics
+/// Unless `staged` is that launch: `project_shares` / `project_fp8_shares` asked the same
+/// question of the same device before enqueueing the op.
+fn shares_target(
+    x: &CubeTensor,
+    staged: Option<StagedRows>,
+    shares: u32,
+    n: usize,
+) -> (StagedRows, CubeTensor) {
+    let staged = staged
+        .filter(|s| s.shares() == shares as usize && shares > 1)
+        .expect("the caller checked the staged launch and its shares");
+    let shape = Shape::new([shares as usize, x.shape()[0], n]);
+    (staged, fresh_of(x, shape, DType::F32))
+}
+
 /// [`DecoderKernels::fp8_product`]: the staged tensor-core kernel decoding the codes as it stages
 /// them where it takes the product, the register-decoding kernel where the matrix-vector kernel
 /// fits, else the weight decoded into x's dtype (one launch) and multiplied as a float weight.
@@ -520,10 +539,7 @@ impl DecoderKernels for CubeBackend {
         let [x, w_t] = [inputs.x, inputs.w_t].map(into_contiguous);
         let (m, k, n) = (x.shape()[0], x.shape()[1], w_t.shape()[0]);
         let float = dtype_to_storage_type(x.dtype);
-        let staged = staged_rows(&x.client, float, [m, k, n])
-            .filter(|s| s.shares() == shares as usize && s.shares() > 1)
-            .expect("`project_shares` checked the staged launch and its shares");
-        let out = fresh_of(&x, Shape::new([shares as usize, m, n]), DType::F32);
+        let (staged, out) = shares_target(&x, staged_rows(&x.client, float, [m, k, n]), shares, n);
         let client = out.client.clone();
         let args = [x, w_t, out.clone()].map(|t| t.into_tensor_arg());
         // Safety: the staged kernel takes these sizes in `shares` ≥ 2 shares (checked above);
@@ -542,10 +558,8 @@ impl DecoderKernels for CubeBackend {
         let [x, codes, scales] = [inputs.x, inputs.codes, inputs.scales].map(into_contiguous);
         let (m, k, n) = (x.shape()[0], x.shape()[1], codes.shape()[0]);
         let float = dtype_to_storage_type(x.dtype);
-        let staged = staged_rows_fp8(&x.client, float, [m, k, n])
-            .filter(|s| s.shares() == shares as usize && s.shares() > 1)
-            .expect("`project_fp8_shares` checked the staged launch and its shares");
-        let out = fresh_of(&x, Shape::new([shares as usize, m, n]), DType::F32);
+        let staged_fp8 = staged_rows_fp8(&x.client, float, [m, k, n]);
+        let (staged, out) = shares_target(&x, staged_fp8, shares, n);
         let client = out.client.clone();
         let args = [x, codes, scales, out.clone()].map(|t| t.into_tensor_arg());
         let block_words = block_words as usize;

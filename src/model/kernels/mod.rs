@@ -86,14 +86,7 @@ pub fn add_rms_norm(x: Tensor<2>, y: Tensor<2>, w: &Tensor<1>, eps: f64) -> (Ten
         && y.device() == x.device()
         && w.device() == x.device()
     {
-        let inputs = backend::AddNormTensors {
-            x: x.into_dispatch(),
-            y: y.into_dispatch(),
-            w: w.clone().into_dispatch(),
-        };
-        let (sum, out) =
-            <burn::backend::Dispatch as backend::DecoderKernels>::add_rms_norm(inputs, eps as f32);
-        return (Tensor::from_dispatch(sum), Tensor::from_dispatch(out));
+        return add_rms_norm_launch(x, y, w, eps);
     }
     add_rms_norm_tensor_ops(x, y, w, eps)
 }
@@ -128,14 +121,7 @@ pub fn add_rms_norm_shares(
         && w.device() == x.device()
         && w.dims()[0] == hidden
     {
-        let inputs = backend::AddNormTensors {
-            x: x.into_dispatch(),
-            y: y.into_dispatch(),
-            w: w.clone().into_dispatch(),
-        };
-        let (sum, out) =
-            <burn::backend::Dispatch as backend::DecoderKernels>::add_rms_norm(inputs, eps as f32);
-        return (Tensor::from_dispatch(sum), Tensor::from_dispatch(out));
+        return add_rms_norm_launch(x, y, w, eps);
     }
     let dtype = x.dtype();
     add_rms_norm(x, shares_summed(y, dtype), w, eps)
@@ -145,6 +131,25 @@ pub fn add_rms_norm_shares(
 /// tensor ops (where no kernel adds them in its own launch).
 pub(crate) fn shares_summed(shares: Tensor<3>, dtype: DType) -> Tensor<2> {
     shares.sum_dim(0).squeeze_dim::<2>(0).cast(dtype)
+}
+
+/// [`add_rms_norm`]'s one launch on a CubeCL device, `y` of x's shape and dtype or the f32 shares
+/// of a staged product (the callers checked which).
+#[cfg(feature = "cube")]
+fn add_rms_norm_launch<const D: usize>(
+    x: Tensor<2>,
+    y: Tensor<D>,
+    w: &Tensor<1>,
+    eps: f64,
+) -> (Tensor<2>, Tensor<2>) {
+    let inputs = backend::AddNormTensors {
+        x: x.into_dispatch(),
+        y: y.into_dispatch(),
+        w: w.clone().into_dispatch(),
+    };
+    let (sum, out) =
+        <burn::backend::Dispatch as backend::DecoderKernels>::add_rms_norm(inputs, eps as f32);
+    (Tensor::from_dispatch(sum), Tensor::from_dispatch(out))
 }
 
 /// [`add_rms_norm`] in Burn tensor ops (any backend, Autodiff included).
