@@ -801,8 +801,8 @@ fn add_rms_norm_matches_float64() {
 
 /// The residual add and norm of a staged product's f32 shares (`[shares, rows, hidden]`, summed
 /// in the norm's launch): the shares' sum rounded once to the dtype, added, rounded, normed,
-/// against float64. The shares are multiples of 2^-10 below 4, so their f32 sum is exact in
-/// any order.
+/// against float64. The shares are multiples of 2^-10 below 8 in magnitude, so their f32 sum
+/// (below 64) is exact in any order.
 #[test]
 fn add_rms_norm_of_shares_matches_float64() {
     use burn_rope_pool::testing::add_rms_norm_shares;
@@ -1429,14 +1429,16 @@ fn kernels_fall_back_on_shapes_they_do_not_take() {
 }
 
 /// The shares' sum is rounded to f16 as a conversion rounds (to nearest, ties to even;
-/// subnormals; past 65504 an infinity), whatever the device's compiler does with a conversion
-/// to f16 and back: a row of zeros plus shares `[v, 0]` is `v` rounded, for values at every edge.
+/// subnormals; past 65504 an infinity) before it is added, whatever the device's compiler does
+/// with a conversion to f16 and back: a row of zeros plus shares `[v, 0]` is `v` rounded, for
+/// values at every edge; a row of ones plus shares `[v, 0]` is `1 + f16(v)` rounded, not
+/// `1 + v` rounded once, for values where the two differ.
 #[test]
 fn shares_round_to_f16_as_a_conversion_does() {
     use burn_rope_pool::testing::add_rms_norm_shares;
-    let mut values: Vec<f32> = vec![
+    use half::f16;
+    let mut edges: Vec<f32> = vec![
         0.0,
-        -0.0,
         1.0 + 2f32.powi(-11),
         1.0 + 3.0 * 2f32.powi(-11),
         -(1.0 + 2f32.powi(-11)),
@@ -1460,27 +1462,44 @@ fn shares_round_to_f16_as_a_conversion_does() {
         1234.567,
     ];
     let mut rng = burn_rope_pool::testing::Rng::new(84);
-    values.extend(
+    edges.extend(
         rng.values(233)
             .into_iter()
             .enumerate()
             .map(|(i, v)| (v * 2f64.powi(i as i32 % 40 - 24)) as f32),
     );
-    let hidden = values.len();
+    // Near half an ulp of 1 (2^-11), where rounding v first moves the sum across the tie.
+    let ties: Vec<f32> = (1..=64)
+        .flat_map(|k| [1.0, -1.0].map(|sign| sign * (2f32.powi(-11) + k as f32 * 2f32.powi(-24))))
+        .collect();
+    // `base + v` as the kernel must give it: v rounded to f16, added, the sum rounded.
+    let want = |base: f64, v: f32| f16::from_f64(base + f16::from_f32(v).to_f64()).to_f32();
+    assert!(
+        ties.iter()
+            .any(|&v| f16::from_f64(1.0 + v as f64).to_f32() != want(1.0, v)),
+        "the tie values do not tell one rounding from two"
+    );
     for (name, device) in crate::common::devices() {
         if !device.supports_dtype(DType::F16) {
             continue;
         }
-        let mut shares: Vec<f64> = values.iter().map(|&v| v as f64).collect();
-        shares.extend(std::iter::repeat_n(0.0, hidden));
-        let x = float_tensor(&vec![0.0; hidden], [1, hidden], &device, DType::F16);
-        let y = float_tensor(&shares, [2, 1, hidden], &device, DType::F32);
-        let w = float_tensor(&vec![1.0; hidden], [hidden], &device, DType::F16);
-        let (sum, _) = add_rms_norm_shares(x, y, &w, 1e-5);
-        let sum: Vec<f32> = sum.into_data().iter::<f32>().collect();
-        for (v, got) in values.iter().zip(sum) {
-            let want = half::f16::from_f32(*v).to_f32();
-            assert_eq!(got, want, "{name}: {v:e} rounded to {got:e}, not {want:e}");
+        for (base, values) in [(0.0, &edges), (1.0, &ties)] {
+            let hidden = values.len();
+            let mut shares: Vec<f64> = values.iter().map(|&v| v as f64).collect();
+            shares.extend(std::iter::repeat_n(0.0, hidden));
+            let x = float_tensor(&vec![base; hidden], [1, hidden], &device, DType::F16);
+            let y = float_tensor(&shares, [2, 1, hidden], &device, DType::F32);
+            let w = float_tensor(&vec![1.0; hidden], [hidden], &device, DType::F16);
+            let (sum, _) = add_rms_norm_shares(x, y, &w, 1e-5);
+            let sum: Vec<f32> = sum.into_data().iter::<f32>().collect();
+            for (&v, got) in values.iter().zip(sum) {
+                let want = want(base, v);
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{name}: {base} + {v:e} rounded to {got:e}, not {want:e}"
+                );
+            }
         }
     }
 }
@@ -1529,15 +1548,17 @@ fn silu_mul_of_shares_matches_float64() {
     }
 }
 
-/// The staged kernel's shares left for the next kernel (`project_shares`, where a GPU device
-/// splits an f16 product in 2 or more shares): their sum against float64, and the norm and the
-/// activation that add them equal, bit for bit, the same kernels on `project`'s output (the
-/// staged launch summing its shares itself). Where no device splits these products the test
+/// The staged kernel's shares left for the next kernel (`project_shares`, `project_fp8_shares`:
+/// where a GPU device splits an f16 product in 2 or more shares), on a float weight and on an
+/// fp8 one: their sum against float64, and the norm and the activation that add them equal, bit
+/// for bit, the same kernels on `project`'s (`project_fp8`'s) output (the staged launch summing
+/// its shares itself). Where no device splits these products the test
 /// says so; with `ROPE_POOL_EXPECT_TILES_PRODUCT` set (the GPU runs of `benches/`) it fails.
 #[test]
 fn staged_shares_match_float64() {
     use burn_rope_pool::testing::{
-        add_rms_norm, add_rms_norm_shares, project, project_shares, silu_mul, silu_mul_shares,
+        add_rms_norm, add_rms_norm_shares, project, project_fp8, project_fp8_shares,
+        project_shares, silu_mul, silu_mul_shares,
     };
     let expect = std::env::var_os("ROPE_POOL_EXPECT_TILES_PRODUCT").is_some();
     let mut rng = burn_rope_pool::testing::Rng::new(83);
@@ -1555,46 +1576,59 @@ fn staged_shares_match_float64() {
             let round = |v: f64| crate::common::round_to(v, dtype);
             let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();
             let w: Vec<f64> = rng.values(n * k).into_iter().map(round).collect();
+            let (fp8, w8) = random_fp8_weight(&mut rng, n, k, 128, &device);
             let r: Vec<f64> = rng.values(m * n).into_iter().map(round).collect();
             let norm_w: Vec<f64> = rng.values(n).into_iter().map(round).collect();
             let [xt, wt, rt] = [(&x, [m, k]), (&w, [n, k]), (&r, [m, n])]
                 .map(|(v, dims)| float_tensor(v, dims, &device, dtype));
             let nt = float_tensor(&norm_w, [n], &device, dtype);
-            let Some(shares) = project_shares(&xt, &wt) else {
-                continue;
-            };
-            ran += 1;
-            let [s, _, _] = shares.dims();
-            let got: Vec<f64> = shares.clone().into_data().iter::<f64>().collect();
-            let summed: Vec<f64> = (0..m * n)
-                .map(|at| (0..s).map(|p| got[p * m * n + at]).sum())
-                .collect();
-            let want: Vec<f64> = (0..m * n)
-                .map(|at| {
-                    let (i, j) = (at / n, at % n);
-                    (0..k).map(|e| x[i * k + e] * w[j * k + e]).sum()
-                })
-                .collect();
-            let err = norm_relative_error(&summed, &want);
-            assert!(
-                err <= 1e-5,
-                "{name} {s} shares of [{m}, {k}, {n}]: {err:.3e}"
-            );
-            let plain = project(xt.clone(), &wt);
-            let bits = |t: burn::tensor::Tensor<2>| t.into_data().iter::<f32>().collect::<Vec<_>>();
-            let (sum_a, out_a) = add_rms_norm(rt.clone(), plain.clone(), &nt, 1e-5);
-            let (sum_b, out_b) = add_rms_norm_shares(rt.clone(), shares.clone(), &nt, 1e-5);
-            assert_eq!(bits(sum_a), bits(sum_b), "{name} [{m}, {k}, {n}]: the sums");
-            assert_eq!(
-                bits(out_a),
-                bits(out_b),
-                "{name} [{m}, {k}, {n}]: the norms"
-            );
-            assert_eq!(
-                bits(silu_mul(plain)),
-                bits(silu_mul_shares(shares, dtype)),
-                "{name} [{m}, {k}, {n}]: the activations"
-            );
+            // The float weight, then the fp8 one (its values decoded to f16 as the kernel
+            // stages them).
+            let runs = [
+                (
+                    "f16",
+                    project_shares(&xt, &wt),
+                    project(xt.clone(), &wt),
+                    w.clone(),
+                ),
+                (
+                    "fp8",
+                    project_fp8_shares(&xt, &fp8),
+                    project_fp8(xt.clone(), &fp8),
+                    w8.iter().map(|&v| round(v)).collect(),
+                ),
+            ];
+            for (weight, shares, plain, w) in runs {
+                let Some(shares) = shares else {
+                    continue;
+                };
+                ran += 1;
+                let what = format!("{name} {weight} [{m}, {k}, {n}]");
+                let [s, _, _] = shares.dims();
+                let got: Vec<f64> = shares.clone().into_data().iter::<f64>().collect();
+                let summed: Vec<f64> = (0..m * n)
+                    .map(|at| (0..s).map(|p| got[p * m * n + at]).sum())
+                    .collect();
+                let want: Vec<f64> = (0..m * n)
+                    .map(|at| {
+                        let (i, j) = (at / n, at % n);
+                        (0..k).map(|e| x[i * k + e] * w[j * k + e]).sum()
+                    })
+                    .collect();
+                let err = norm_relative_error(&summed, &want);
+                assert!(err <= 1e-5, "{what}, {s} shares: {err:.3e}");
+                let bits =
+                    |t: burn::tensor::Tensor<2>| t.into_data().iter::<f32>().collect::<Vec<_>>();
+                let (sum_a, out_a) = add_rms_norm(rt.clone(), plain.clone(), &nt, 1e-5);
+                let (sum_b, out_b) = add_rms_norm_shares(rt.clone(), shares.clone(), &nt, 1e-5);
+                assert_eq!(bits(sum_a), bits(sum_b), "{what}: the sums");
+                assert_eq!(bits(out_a), bits(out_b), "{what}: the norms");
+                assert_eq!(
+                    bits(silu_mul(plain)),
+                    bits(silu_mul_shares(shares, dtype)),
+                    "{what}: the activations"
+                );
+            }
         }
     }
     if ran == 0 {

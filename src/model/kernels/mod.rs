@@ -95,7 +95,7 @@ pub fn add_rms_norm(x: Tensor<2>, y: Tensor<2>, w: &Tensor<1>, eps: f64) -> (Ten
 /// [`project_shares`] or [`project_fp8_shares`]): each element of `y` summed in share order in
 /// f32 and rounded once to x's dtype, then added as [`add_rms_norm`] adds it — the values the
 /// staged launch's own sum would have given, with its launch saved. One kernel launch on CubeCL
-/// devices, Burn tensor ops elsewhere.
+/// devices for 2 or more shares into f16 or f32, Burn tensor ops elsewhere.
 ///
 /// # Panics
 /// When `y` is not f32 of x's rows and width, or `w`'s length is not `x`'s row length.
@@ -105,7 +105,7 @@ pub fn add_rms_norm_shares(
     w: &Tensor<1>,
     eps: f64,
 ) -> (Tensor<2>, Tensor<2>) {
-    let [_, rows, hidden] = y.dims();
+    let [shares, rows, hidden] = y.dims();
     assert_eq!(
         (x.dims(), y.dtype()),
         ([rows, hidden], DType::F32),
@@ -116,6 +116,7 @@ pub fn add_rms_norm_shares(
     );
     #[cfg(feature = "cube")]
     if on_cube(&x)
+        && shares_kernel_takes(shares, x.dtype())
         && w.dtype() == x.dtype()
         && y.device() == x.device()
         && w.device() == x.device()
@@ -125,6 +126,13 @@ pub fn add_rms_norm_shares(
     }
     let dtype = x.dtype();
     add_rms_norm(x, shares_summed(y, dtype), w, eps)
+}
+
+/// Whether the kernels add `shares` f32 shares into `dtype` in their own launch: 2 or more, into
+/// f16 (the staged kernel's products) or f32.
+#[cfg(feature = "cube")]
+fn shares_kernel_takes(shares: usize, dtype: DType) -> bool {
+    shares >= 2 && matches!(dtype, DType::F16 | DType::F32)
 }
 
 /// The f32 shares `[shares, rows, n]` of a staged product summed into `[rows, n]` of `dtype`, in
@@ -767,7 +775,7 @@ pub fn project_shares(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<Tensor<3>> {
 
 /// [`project_shares`] on an fp8 weight: where [`project_fp8`] sends the product to the staged
 /// kernel ([`staged_takes_fp8`]) and that splits it in 2 or more shares.
-pub(crate) fn project_fp8_shares(x: &Tensor<2>, w: &Fp8Weight) -> Option<Tensor<3>> {
+pub fn project_fp8_shares(x: &Tensor<2>, w: &Fp8Weight) -> Option<Tensor<3>> {
     #[cfg(feature = "cube")]
     if on_cube(x) && x.device() == w.codes.device() {
         let ([m, k], [n, inner]) = (x.dims(), w.dims());
@@ -1133,19 +1141,20 @@ pub fn silu_mul(gate_up: Tensor<2>) -> Tensor<2> {
 /// [`silu_mul`] of the f32 shares of a staged gate/up product (`gate_up [shares, rows, 2m]`,
 /// from [`project_shares`] or [`project_fp8_shares`]), each element summed in share order in
 /// f32 and rounded once to `dtype` first (the product's dtype): `[rows, m]` of `dtype`, the
-/// staged launch's own sum saved. One launch on CubeCL devices, Burn tensor ops elsewhere.
+/// staged launch's own sum saved. One launch on CubeCL devices for 2 or more shares into f16 or
+/// f32, Burn tensor ops elsewhere.
 ///
 /// # Panics
 /// When `gate_up` is not f32 or its width is odd.
 pub fn silu_mul_shares(gate_up: Tensor<3>, dtype: DType) -> Tensor<2> {
-    let [_, rows, width] = gate_up.dims();
+    let [shares, rows, width] = gate_up.dims();
     assert!(
         width.is_multiple_of(2) && gate_up.dtype() == DType::F32,
         "silu_mul: shares of gate and up need an even width and f32, got {width} of {:?}",
         gate_up.dtype()
     );
     #[cfg(feature = "cube")]
-    if on_cube(&gate_up) && rows > 0 && width > 0 {
+    if on_cube(&gate_up) && shares_kernel_takes(shares, dtype) && rows > 0 && width > 0 {
         let inputs = backend::ActTensors {
             gate_up: gate_up.into_dispatch(),
         };
