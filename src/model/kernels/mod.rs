@@ -114,6 +114,8 @@ pub fn add_rms_norm_shares(
         y.dims(),
         y.dtype()
     );
+    #[cfg(not(feature = "cube"))]
+    let _ = shares;
     #[cfg(feature = "cube")]
     if on_cube(&x)
         && shares_kernel_takes(shares, x.dtype())
@@ -1153,6 +1155,8 @@ pub fn silu_mul_shares(gate_up: Tensor<3>, dtype: DType) -> Tensor<2> {
         "silu_mul: shares of gate and up need an even width and f32, got {width} of {:?}",
         gate_up.dtype()
     );
+    #[cfg(not(feature = "cube"))]
+    let _ = (shares, rows);
     #[cfg(feature = "cube")]
     if on_cube(&gate_up) && shares_kernel_takes(shares, dtype) && rows > 0 && width > 0 {
         let inputs = backend::ActTensors {
