@@ -773,42 +773,25 @@ fn assert_add_rms_norm(
 }
 
 /// The residual add and its norm in one launch: the sum rounded once to the dtype, then the norm
-/// of that sum, against float64 (the residual stream returned too).
+/// of that sum, against float64 (the residual stream returned too); and the same of a staged
+/// product's f32 shares (`[shares, rows, hidden]`, summed in the norm's launch, each sum rounded
+/// once to the dtype first). The shares are multiples of 2^-10 below 8 in magnitude, so their
+/// f32 sum (below 64) is exact in any order.
 #[test]
 fn add_rms_norm_matches_float64() {
-    use burn_rope_pool::testing::add_rms_norm;
+    use burn_rope_pool::testing::{add_rms_norm, add_rms_norm_shares};
     let mut rng = burn_rope_pool::testing::Rng::new(78);
     for (name, device) in crate::common::devices() {
-        for (rows, hidden) in [(1usize, 4096usize), (3, 7), (17, 96), (64, 128)] {
-            for dtype in [DType::F32, DType::F16] {
-                if !device.supports_dtype(dtype) {
-                    continue;
-                }
-                let round = |v: f64| crate::common::round_to(v, dtype);
-                let x: Vec<f64> = rng.values(rows * hidden).into_iter().map(round).collect();
-                let y: Vec<f64> = rng.values(rows * hidden).into_iter().map(round).collect();
-                let w: Vec<f64> = rng.values(hidden).into_iter().map(round).collect();
-                let eps = 1e-5;
-                let [xt, yt] = [&x, &y].map(|v| float_tensor(v, [rows, hidden], &device, dtype));
-                let wt = float_tensor(&w, [hidden], &device, dtype);
-                let got = add_rms_norm(xt, yt, &wt, eps);
-                let what = format!("{name} {dtype:?} [{rows}, {hidden}]");
-                assert_add_rms_norm(&what, dtype, [&x, &y, &w], eps, got);
-            }
-        }
-    }
-}
-
-/// The residual add and norm of a staged product's f32 shares (`[shares, rows, hidden]`, summed
-/// in the norm's launch): the shares' sum rounded once to the dtype, added, rounded, normed,
-/// against float64. The shares are multiples of 2^-10 below 8 in magnitude, so their f32 sum
-/// (below 64) is exact in any order.
-#[test]
-fn add_rms_norm_of_shares_matches_float64() {
-    use burn_rope_pool::testing::add_rms_norm_shares;
-    let mut rng = burn_rope_pool::testing::Rng::new(81);
-    for (name, device) in crate::common::devices() {
-        for (shares, rows, hidden) in [(2usize, 1usize, 4096usize), (4, 3, 7), (8, 17, 96)] {
+        // (shares, rows, hidden); no shares: `y` is a plain output of the dtype.
+        for (shares, rows, hidden) in [
+            (0usize, 1usize, 4096usize),
+            (0, 3, 7),
+            (0, 17, 96),
+            (0, 64, 128),
+            (2, 1, 4096),
+            (4, 3, 7),
+            (8, 17, 96),
+        ] {
             for dtype in [DType::F32, DType::F16] {
                 if !device.supports_dtype(dtype) {
                     continue;
@@ -816,23 +799,32 @@ fn add_rms_norm_of_shares_matches_float64() {
                 let round = |v: f64| crate::common::round_to(v, dtype);
                 let len = rows * hidden;
                 let x: Vec<f64> = rng.values(len).into_iter().map(round).collect();
-                let y: Vec<f64> = rng
-                    .values(shares * len)
-                    .into_iter()
-                    .map(|v| (v * 4096.0).round() / 1024.0)
-                    .collect();
                 let w: Vec<f64> = rng.values(hidden).into_iter().map(round).collect();
                 let eps = 1e-5;
                 let xt = float_tensor(&x, [rows, hidden], &device, dtype);
-                let yt = float_tensor(&y, [shares, rows, hidden], &device, DType::F32);
                 let wt = float_tensor(&w, [hidden], &device, dtype);
-                let got = add_rms_norm_shares(xt, yt, &wt, eps);
-                // The shares' sums, each rounded once to the dtype.
-                let summed: Vec<f64> = (0..len)
-                    .map(|at| round((0..shares).map(|p| y[p * len + at]).sum()))
-                    .collect();
-                let what = format!("{name} {dtype:?} {shares} × [{rows}, {hidden}]");
-                assert_add_rms_norm(&what, dtype, [&x, &summed, &w], eps, got);
+                let (y, got) = match shares {
+                    0 => {
+                        let y: Vec<f64> = rng.values(len).into_iter().map(round).collect();
+                        let yt = float_tensor(&y, [rows, hidden], &device, dtype);
+                        (y, add_rms_norm(xt, yt, &wt, eps))
+                    }
+                    _ => {
+                        let y: Vec<f64> = rng
+                            .values(shares * len)
+                            .into_iter()
+                            .map(|v| (v * 4096.0).round() / 1024.0)
+                            .collect();
+                        let yt = float_tensor(&y, [shares, rows, hidden], &device, DType::F32);
+                        // The shares' sums, each rounded once to the dtype.
+                        let summed = (0..len)
+                            .map(|at| round((0..shares).map(|p| y[p * len + at]).sum()))
+                            .collect();
+                        (summed, add_rms_norm_shares(xt, yt, &wt, eps))
+                    }
+                };
+                let what = format!("{name} {dtype:?} {shares} shares [{rows}, {hidden}]");
+                assert_add_rms_norm(&what, dtype, [&x, &y, &w], eps, got);
             }
         }
     }
