@@ -1496,6 +1496,62 @@ fn shares_round_to_f16_as_a_conversion_does() {
     }
 }
 
+/// A decoder whose projections the staged kernel splits in shares (f16, hidden 256, MLP 512; 8
+/// sequences: prefill of 48 rows, then decode steps of 8), generated through the production
+/// kernels, where o, gate/up and down leave their shares for the next kernel, against the
+/// oracle (Burn's tensor ops throughout): logits within the f16 runs' tolerance at every step.
+/// Where no device splits the o projection the test says so; with
+/// `ROPE_POOL_EXPECT_TILES_PRODUCT` set (the GPU runs of `benches/`) it fails.
+#[test]
+fn decoders_with_staged_shares_match_the_oracle() {
+    use burn_rope_pool::testing::{llama3_8b, project_shares, random_decoder};
+    let expect = std::env::var_os("ROPE_POOL_EXPECT_TILES_PRODUCT").is_some();
+    let mut config = llama3_8b();
+    config.vocab_size = 512;
+    config.hidden_size = 256;
+    config.intermediate_size = 512;
+    config.num_layers = 2;
+    config.rope = burn_rope_pool::RopePoolConfig::new(64, 4, 2).with_rope_base(500_000.0);
+    let requests: Vec<Request> = (0..8u32)
+        .map(|i| Request {
+            prompt: (0..6).map(|t| (i * 37 + t * 11) % 512).collect(),
+            max_new_tokens: 4,
+        })
+        .collect();
+    let mut split = 0;
+    for (name, device) in crate::common::devices() {
+        let dtype = DType::F16;
+        if !device.supports_dtype(dtype) {
+            continue;
+        }
+        let x = float_tensor(&vec![0.5; 8 * 256], [8, 256], &device, dtype);
+        let w = float_tensor(&vec![0.5; 256 * 256], [256, 256], &device, dtype);
+        split += project_shares(&x, &w).is_some() as usize;
+        let model = random_decoder(config.clone(), &device, dtype).unwrap();
+        let got = run_through(&model, &requests, None, true);
+        let want = run_through(&model, &requests, None, false);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.logits.len(), w.logits.len(), "{name}: request {i} steps");
+            for (step, (a, b)) in g.logits.iter().zip(&w.logits).enumerate() {
+                let a: Vec<f64> = a.iter().map(|&x| x as f64).collect();
+                let b: Vec<f64> = b.iter().map(|&x| x as f64).collect();
+                let err = norm_relative_error(&a, &b);
+                assert!(
+                    err <= 2e-2,
+                    "{name}: request {i} step {step}: logits norm-rel {err:e}"
+                );
+            }
+        }
+    }
+    if split == 0 {
+        assert!(
+            !expect,
+            "ROPE_POOL_EXPECT_TILES_PRODUCT: no device split the o projection in shares"
+        );
+        eprintln!("decoders_with_staged_shares_match_the_oracle: no device here splits in shares");
+    }
+}
+
 /// The MLP activation of a staged gate/up product's f32 shares (`[shares, rows, 2m]`, summed
 /// in the activation's launch): each sum rounded once to the dtype, then as
 /// `silu_mul_matches_float64`, against float64 (shares exact in any order, as above).
@@ -1554,7 +1610,7 @@ fn staged_shares_match_float64() {
     };
     let expect = std::env::var_os("ROPE_POOL_EXPECT_TILES_PRODUCT").is_some();
     let mut rng = burn_rope_pool::testing::Rng::new(83);
-    let mut ran = 0;
+    let (mut ran, mut ran_fp8) = (0, 0);
     for (name, device) in crate::common::devices() {
         let dtype = DType::F16;
         if !device.supports_dtype(dtype) {
@@ -1595,6 +1651,7 @@ fn staged_shares_match_float64() {
                     continue;
                 };
                 ran += 1;
+                ran_fp8 += (weight == "fp8") as usize;
                 let what = format!("{name} {weight} [{m}, {k}, {n}]");
                 let [s, _, _] = shares.dims();
                 let got: Vec<f64> = shares.clone().into_data().iter::<f64>().collect();
@@ -1609,8 +1666,12 @@ fn staged_shares_match_float64() {
                     .collect();
                 let err = norm_relative_error(&summed, &want);
                 assert!(err <= 1e-5, "{what}, {s} shares: {err:.3e}");
-                let bits =
-                    |t: burn::tensor::Tensor<2>| t.into_data().iter::<f32>().collect::<Vec<_>>();
+                let bits = |t: burn::tensor::Tensor<2>| {
+                    t.into_data()
+                        .iter::<f32>()
+                        .map(f32::to_bits)
+                        .collect::<Vec<_>>()
+                };
                 let (sum_a, out_a) = add_rms_norm(rt.clone(), plain.clone(), &nt, 1e-5);
                 let (sum_b, out_b) = add_rms_norm_shares(rt.clone(), shares.clone(), &nt, 1e-5);
                 assert_eq!(bits(sum_a), bits(sum_b), "{what}: the sums");
@@ -1629,6 +1690,12 @@ fn staged_shares_match_float64() {
             "ROPE_POOL_EXPECT_TILES_PRODUCT: no device split a staged product in shares"
         );
         eprintln!("staged_shares_match_float64: skipped, no device here splits a staged product");
+    } else {
+        assert!(
+            ran_fp8 > 0 || !expect,
+            "ROPE_POOL_EXPECT_TILES_PRODUCT: no device split a staged product on fp8 codes"
+        );
+        eprintln!("staged_shares_match_float64: {ran} products in shares, {ran_fp8} on fp8 codes");
     }
 }
 
