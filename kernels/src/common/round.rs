@@ -1,5 +1,6 @@
-//! Rounding in integer arithmetic, so that every device rounds the same bits: a device's
-//! compiler may fold a conversion to a narrower float and back into nothing.
+//! Rounding in integer arithmetic, so that every device rounds the same bits: a conversion to a
+//! narrower float and back did not round on the H100 through Vulkan (`benches/NOTES.md`,
+//! "Split-K shares summed by the next kernel").
 
 use cubecl::prelude::*;
 
@@ -14,8 +15,8 @@ pub(crate) fn shifted_to_even(full: u32, shift: u32) -> u32 {
 }
 
 /// `x` rounded to the nearest f16 (ties to even; past 65504 an infinity), as an f32, in integer
-/// arithmetic: a conversion to f16 and back may be folded away by a device's compiler, and the
-/// sum of a staged product's shares must be rounded as the staged launch's stored sum is.
+/// arithmetic (a conversion to f16 and back may not round), as the staged launch's stored sum of
+/// a product's shares is rounded.
 #[cube]
 pub(crate) fn round_to_f16(x: f32) -> f32 {
     let bits = u32::reinterpret(x);

@@ -1017,6 +1017,9 @@ pub struct Residual {
 /// `float`) with weight `w [hidden]` into `out` (contiguous, `x`'s shape); with a `residual`, of
 /// `sum = x + y` instead, `sum` written too. Does nothing for an empty input.
 ///
+/// # Panics
+/// With 2 or more shares of `y` and a float neither f16 nor f32.
+///
 /// # Safety
 /// The tensors must be live and contiguous with those shapes, and `out` and `sum` must alias
 /// neither each other nor an input.
@@ -1113,6 +1116,9 @@ fn shares_types(float: ElemType, shares: usize) -> (ElemType, bool) {
 /// `shares` ≥ 2, `gate_up` is instead the f32 shares of a staged product, `[shares, rows, 2m]`
 /// ([`StagedRows::launch_shares`]), summed as [`Residual::shares`] says. Does nothing for an
 /// empty input.
+///
+/// # Panics
+/// With 2 or more shares and a float neither f16 nor f32.
 ///
 /// # Safety
 /// The tensors must be live and contiguous with those shapes, and `out` must not alias

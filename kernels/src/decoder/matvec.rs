@@ -576,7 +576,8 @@ pub(crate) fn split_sum_kernel<F: Float, N: Size>(
 /// accumulator per row tile over the whole share, so the planes never meet; the result goes
 /// through shared memory to the rows below `m`: rounded once into `out [m, n]` (`O` = `F`) with
 /// one share, as f32 into `out [splits, m, n]` (`O` = f32) with several, summed by
-/// [`split_sum_kernel`](fn@split_sum_kernel).
+/// [`split_sum_kernel`](fn@split_sum_kernel) or by the kernel that reads the product next
+/// (`super::launch::Residual`, `super::launch::launch_silu_mul`).
 ///
 /// With `fp8`, `w` is an fp8 weight (`P` = u32, `M = N / 4` words a vector: the same `N`
 /// elements a load) and `scales` its scales, laid out as [`super::fp8`] says: each loaded vector
