@@ -1505,7 +1505,6 @@ fn shares_round_to_f16_as_a_conversion_does() {
 #[test]
 fn decoders_with_staged_shares_match_the_oracle() {
     use burn_rope_pool::testing::{llama3_8b, project_shares, random_decoder};
-    let expect = std::env::var_os("ROPE_POOL_EXPECT_TILES_PRODUCT").is_some();
     let mut config = llama3_8b();
     config.vocab_size = 512;
     config.hidden_size = 256;
@@ -1543,57 +1542,23 @@ fn decoders_with_staged_shares_match_the_oracle() {
             }
         }
     }
-    if split == 0 {
-        assert!(
-            !expect,
-            "ROPE_POOL_EXPECT_TILES_PRODUCT: no device split the o projection in shares"
-        );
-        eprintln!("decoders_with_staged_shares_match_the_oracle: no device here splits in shares");
-    }
+    shares_ran(
+        "decoders_with_staged_shares_match_the_oracle",
+        split,
+        "split the o projection",
+    );
 }
 
-/// The MLP activation of a staged gate/up product's f32 shares (`[shares, rows, 2m]`, summed
-/// in the activation's launch): each sum rounded once to the dtype, then as
-/// `silu_mul_matches_float64`, against float64 (shares exact in any order, as above).
-#[test]
-fn silu_mul_of_shares_matches_float64() {
-    use burn_rope_pool::testing::silu_mul_shares;
-    let mut rng = burn_rope_pool::testing::Rng::new(82);
-    for (name, device) in crate::common::devices() {
-        for (shares, rows, m) in [(2usize, 1usize, 14336usize), (4, 3, 7), (8, 17, 96)] {
-            for dtype in [DType::F32, DType::F16] {
-                if !device.supports_dtype(dtype) {
-                    continue;
-                }
-                let round = |v: f64| crate::common::round_to(v, dtype);
-                let len = rows * 2 * m;
-                let x: Vec<f64> = rng
-                    .values(shares * len)
-                    .into_iter()
-                    .map(|v| (v * 4096.0).round() / 1024.0)
-                    .collect();
-                let t = float_tensor(&x, [shares, rows, 2 * m], &device, DType::F32);
-                let out = silu_mul_shares(t, dtype);
-                assert_eq!(out.dtype(), dtype, "{name}");
-                let got: Vec<f64> = out.into_data().iter::<f64>().collect();
-                assert_eq!(got.len(), rows * m, "{name}");
-                let summed = |at: usize| round((0..shares).map(|p| x[p * len + at]).sum());
-                for r in 0..rows {
-                    for c in 0..m {
-                        let (g, u) = (summed(r * 2 * m + c), summed(r * 2 * m + m + c));
-                        let want = round(round(g / (1.0 + (-g).exp())) * u);
-                        let a = got[r * m + c];
-                        let tol =
-                            if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + want.abs());
-                        assert!(
-                            (a - want).abs() <= tol,
-                            "{name} {dtype:?} {shares} × [{rows}, {m}] at ({r}, {c}): {a} vs {want}"
-                        );
-                    }
-                }
-            }
-        }
-    }
+/// The end of a test of the staged kernel's shares, which ran `ran` times here: none fails the
+/// test with `ROPE_POOL_EXPECT_TILES_PRODUCT` set (the GPU runs of `benches/`, on devices that
+/// take them), else is said on stderr.
+fn shares_ran(test: &str, ran: usize, what: &str) {
+    let expect = std::env::var_os("ROPE_POOL_EXPECT_TILES_PRODUCT").is_some();
+    assert!(
+        ran > 0 || !expect,
+        "ROPE_POOL_EXPECT_TILES_PRODUCT: no device here {what} in shares"
+    );
+    eprintln!("{test}: {ran} cases {what} in shares");
 }
 
 /// The staged kernel's shares left for the next kernel (`project_shares`, `project_fp8_shares`:
@@ -1608,7 +1573,6 @@ fn staged_shares_match_float64() {
         add_rms_norm, add_rms_norm_shares, project, project_fp8, project_fp8_shares,
         project_shares, silu_mul, silu_mul_shares,
     };
-    let expect = std::env::var_os("ROPE_POOL_EXPECT_TILES_PRODUCT").is_some();
     let mut rng = burn_rope_pool::testing::Rng::new(83);
     let (mut ran, mut ran_fp8) = (0, 0);
     for (name, device) in crate::common::devices() {
@@ -1684,41 +1648,62 @@ fn staged_shares_match_float64() {
             }
         }
     }
-    if ran == 0 {
-        assert!(
-            !expect,
-            "ROPE_POOL_EXPECT_TILES_PRODUCT: no device split a staged product in shares"
-        );
-        eprintln!("staged_shares_match_float64: skipped, no device here splits a staged product");
-    } else {
-        assert!(
-            ran_fp8 > 0 || !expect,
-            "ROPE_POOL_EXPECT_TILES_PRODUCT: no device split a staged product on fp8 codes"
-        );
-        eprintln!("staged_shares_match_float64: {ran} products in shares, {ran_fp8} on fp8 codes");
-    }
+    let test = "staged_shares_match_float64";
+    shares_ran(test, ran, "split a product");
+    shares_ran(test, ran_fp8, "split a product on fp8 codes");
 }
 
 /// The MLP activation `cast(silu(gate)) * up` (one kernel on CubeCL devices, tensor ops on
-/// Flex) against float64 with transformers' rounding, odd widths included.
+/// Flex) against float64 with transformers' rounding, odd widths included; and the same of a
+/// staged gate/up product's f32 shares (`[shares, rows, 2m]`, summed in the activation's launch,
+/// each sum rounded once to the dtype first; multiples of 2^-10, exact in any order).
 #[test]
 fn silu_mul_matches_float64() {
-    use burn_rope_pool::testing::silu_mul;
+    use burn_rope_pool::testing::{silu_mul, silu_mul_shares};
     let mut rng = burn_rope_pool::testing::Rng::new(80);
     for (name, device) in crate::common::devices() {
-        for (rows, m) in [(1usize, 14336usize), (3, 7), (17, 96), (64, 130)] {
+        // (shares, rows, m); no shares: a plain `[rows, 2m]` of the dtype.
+        for (shares, rows, m) in [
+            (0usize, 1usize, 14336usize),
+            (0, 3, 7),
+            (0, 17, 96),
+            (0, 64, 130),
+            (2, 1, 14336),
+            (4, 3, 7),
+            (8, 17, 96),
+        ] {
             for dtype in [DType::F32, DType::F16] {
                 if !device.supports_dtype(dtype) {
                     continue;
                 }
                 let round = |v: f64| crate::common::round_to(v, dtype);
-                let x: Vec<f64> = rng
-                    .values(rows * 2 * m)
-                    .into_iter()
-                    .map(|v| round(4.0 * v))
-                    .collect();
-                let t = float_tensor(&x, [rows, 2 * m], &device, dtype);
-                let got: Vec<f64> = silu_mul(t).into_data().iter::<f64>().collect();
+                let len = rows * 2 * m;
+                // The gate and up values the kernel must see, and its output.
+                let (x, out): (Vec<f64>, _) = match shares {
+                    0 => {
+                        let x: Vec<f64> = rng
+                            .values(len)
+                            .into_iter()
+                            .map(|v| round(4.0 * v))
+                            .collect();
+                        let t = float_tensor(&x, [rows, 2 * m], &device, dtype);
+                        (x, silu_mul(t))
+                    }
+                    _ => {
+                        let y: Vec<f64> = rng
+                            .values(shares * len)
+                            .into_iter()
+                            .map(|v| (v * 4096.0).round() / 1024.0)
+                            .collect();
+                        let t = float_tensor(&y, [shares, rows, 2 * m], &device, DType::F32);
+                        let summed = (0..len)
+                            .map(|at| round((0..shares).map(|p| y[p * len + at]).sum()))
+                            .collect();
+                        (summed, silu_mul_shares(t, dtype))
+                    }
+                };
+                assert_eq!(out.dtype(), dtype, "{name}");
+                let got: Vec<f64> = out.into_data().iter::<f64>().collect();
                 assert_eq!(got.len(), rows * m, "{name}");
                 for r in 0..rows {
                     for c in 0..m {
@@ -1729,7 +1714,7 @@ fn silu_mul_matches_float64() {
                             if dtype == DType::F32 { 1e-5 } else { 2e-3 } * (1.0 + want.abs());
                         assert!(
                             (a - want).abs() <= tol,
-                            "{name} {dtype:?} [{rows}, {m}] at ({r}, {c}): {a} vs {want}"
+                            "{name} {dtype:?} {shares} shares [{rows}, {m}] at ({r}, {c}): {a} vs {want}"
                         );
                     }
                 }
