@@ -1038,11 +1038,7 @@ pub unsafe fn launch_rms_norm(
         return;
     }
     let shares = residual.as_ref().map_or(1, |r| r.shares.max(1));
-    // f32 shares are read in vectors of as many lanes as the float's.
-    let elem_size = match shares {
-        1 => elem_size,
-        _ => elem_size.max(4),
-    };
+    let (y_type, elem_size, f16) = shares_read(float, elem_size, shares);
     let vector = widest_vector(client, elem_size, |n| hidden.is_multiple_of(n));
     let row_vectors = hidden / vector;
     let units = row_vectors.next_power_of_two().clamp(32, 256);
@@ -1050,7 +1046,6 @@ pub unsafe fn launch_rms_norm(
     let count = calculate_cube_count_elemwise(client, rows * units, cube_dim);
     let address = AddressType::from_len(shares * rows * hidden);
     let inv_hidden = 1.0 / hidden as f32;
-    let (y_type, f16) = shares_types(float, shares);
     unsafe {
         match residual {
             None => rms_norm_kernel::launch_unchecked(
@@ -1091,22 +1086,24 @@ pub unsafe fn launch_rms_norm(
     }
 }
 
-/// The element type of a product's output read in `shares` by a kernel of float `float`, and
-/// whether their sum is rounded to f16 (else `float` is f32, or one share is `float` itself).
+/// How a kernel of float `float` (`elem_size` bytes) reads a product's output in `shares`: its
+/// element type, the element size its vectors are chosen for (f32 shares in vectors of as many
+/// lanes as the float's), and whether their sum is rounded to f16 (else `float` is f32, or one
+/// share is `float` itself).
 ///
 /// # Panics
 /// With shares of a float neither f16 nor f32 (the staged kernel's shares are f16 products').
-fn shares_types(float: ElemType, shares: usize) -> (ElemType, bool) {
+fn shares_read(float: ElemType, elem_size: usize, shares: usize) -> (ElemType, usize, bool) {
     let f16 = ElemType::Float(FloatKind::F16);
     let f32 = ElemType::Float(FloatKind::F32);
     match shares {
-        1 => (float, false),
+        1 => (float, elem_size, false),
         _ => {
             assert!(
                 float == f16 || float == f32,
                 "shares are summed into f16 or f32, not {float:?}"
             );
-            (f32, float == f16)
+            (f32, elem_size.max(4), float == f16)
         }
     }
 }
@@ -1138,12 +1135,7 @@ pub unsafe fn launch_silu_mul(
         return;
     }
     let shares = shares.max(1);
-    let (y_type, f16) = shares_types(float, shares);
-    // f32 shares are read in vectors of as many lanes as the float's.
-    let elem_size = match shares {
-        1 => elem_size,
-        _ => elem_size.max(4),
-    };
+    let (y_type, elem_size, f16) = shares_read(float, elem_size, shares);
     let vector = widest_vector(client, elem_size, |n| m.is_multiple_of(n));
     let units = rows * m / vector;
     let cube_dim = CubeDim::new(client, units);

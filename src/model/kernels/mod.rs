@@ -1131,13 +1131,20 @@ pub fn silu_mul(gate_up: Tensor<2>) -> Tensor<2> {
     #[cfg(feature = "cube")]
     if on_cube(&gate_up) && gate_up.dims()[0] > 0 && width > 0 {
         let dtype = gate_up.dtype();
-        let inputs = backend::ActTensors {
-            gate_up: gate_up.into_dispatch(),
-        };
-        let out = <burn::backend::Dispatch as backend::DecoderKernels>::silu_mul(inputs, dtype);
-        return Tensor::from_dispatch(out);
+        return silu_mul_launch(gate_up, dtype);
     }
     silu_mul_tensor_ops(gate_up)
+}
+
+/// [`silu_mul`]'s one launch on a CubeCL device into `dtype`, `gate_up` of that dtype or the f32
+/// shares of a staged product (the callers checked which).
+#[cfg(feature = "cube")]
+fn silu_mul_launch<const D: usize>(gate_up: Tensor<D>, dtype: DType) -> Tensor<2> {
+    let inputs = backend::ActTensors {
+        gate_up: gate_up.into_dispatch(),
+    };
+    let out = <burn::backend::Dispatch as backend::DecoderKernels>::silu_mul(inputs, dtype);
+    Tensor::from_dispatch(out)
 }
 
 /// [`silu_mul`] of the f32 shares of a staged gate/up product (`gate_up [shares, rows, 2m]`,
@@ -1159,11 +1166,7 @@ pub fn silu_mul_shares(gate_up: Tensor<3>, dtype: DType) -> Tensor<2> {
     let _ = (shares, rows);
     #[cfg(feature = "cube")]
     if on_cube(&gate_up) && shares_kernel_takes(shares, dtype) && rows > 0 && width > 0 {
-        let inputs = backend::ActTensors {
-            gate_up: gate_up.into_dispatch(),
-        };
-        let out = <burn::backend::Dispatch as backend::DecoderKernels>::silu_mul(inputs, dtype);
-        return Tensor::from_dispatch(out);
+        return silu_mul_launch(gate_up, dtype);
     }
     silu_mul(shares_summed(gate_up, dtype))
 }
