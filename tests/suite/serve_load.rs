@@ -98,8 +98,39 @@ fn rss() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// Set in the process [`concurrent_streams_equal_their_solo_runs`] runs its body in.
+const OWN_PROCESS: &str = "ROPE_POOL_SERVE_LOAD_OWN_PROCESS";
+
+/// Runs the load test's body in a process of its own (this test binary, filtered to this one
+/// test), so the RSS it bounds is the server's and its clients', not that of the suite's other
+/// tests running beside it in one process.
 #[test]
 fn concurrent_streams_equal_their_solo_runs() {
+    if std::env::var_os(OWN_PROCESS).is_some() {
+        return load_round_trips();
+    }
+    let name = "serve_load::concurrent_streams_equal_their_solo_runs";
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let run = std::process::Command::new(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(OWN_PROCESS, "1")
+        .output()
+        .expect("the test binary runs again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    eprintln!("{text}");
+    assert!(run.status.success(), "{name} failed in its own process");
+    assert!(
+        text.contains("test result: ok. 1 passed"),
+        "{name} did not run in its own process"
+    );
+}
+
+/// The body of [`concurrent_streams_equal_their_solo_runs`].
+fn load_round_trips() {
     let server = server(ServeOptions {
         pool_rows: 1024,
         max_batch: 4,
