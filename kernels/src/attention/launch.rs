@@ -52,14 +52,6 @@ pub struct AttentionTuning {
     /// Plane kernel on fp8 pools: words a load (`ROPE_POOL_ATTENTION_FP8_WORDS`, 1, 2 or 4;
     /// default `PLANE_FP8_WORDS`; fewer where a head row's words are not a multiple).
     pub fp8_words: Option<usize>,
-    /// Decode on the query-tile kernel (`ROPE_POOL_ATTENTION_DECODE_TILES=1` / `0`): each plane's
-    /// 16 rows the heads of one query row's GQA group, the keys split in chunks and merged as
-    /// the other kernels' splits are; `Some(true)` for every call the query-tile kernel takes,
-    /// `Some(false)` never.
-    pub decode_tiles: Option<bool>,
-    /// Decode on the query-tile kernel: keys a key tile (`ROPE_POOL_ATTENTION_DECODE_KEYS`, 16,
-    /// 32 or 64; default [`DECODE_TILE_KEYS`]).
-    pub decode_keys: Option<usize>,
 }
 
 #[cfg(feature = "tuning")]
@@ -80,9 +72,6 @@ impl AttentionTuning {
             query_tiles: number::<usize>("ROPE_POOL_ATTENTION_TILES").map(|v| v == 1),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_words: number("ROPE_POOL_ATTENTION_FP8_WORDS").filter(|w| [1, 2, 4].contains(w)),
-            decode_tiles: number::<usize>("ROPE_POOL_ATTENTION_DECODE_TILES").map(|v| v == 1),
-            decode_keys: number("ROPE_POOL_ATTENTION_DECODE_KEYS")
-                .filter(|k| [16, 32, 64].contains(k)),
         })
     }
 }
@@ -140,9 +129,6 @@ pub(crate) enum AttentionKernel {
         block_keys: usize,
         /// The tile products on `cmma` tensor-core tiles (else in f32 by the units).
         tensor_cores: bool,
-        /// Each plane's rows are the heads of one query row (decode; split in chunks), not
-        /// 16 query rows of one head.
-        head_rows: bool,
     },
 }
 
@@ -349,12 +335,6 @@ const TILES_MAX_HEAD_DIM: usize = 128;
 /// multiprocessor of a large GPU: it has no split of long contexts (not measured: a guard against
 /// a few long walks, such as a short chunk over a long prefix).
 const TILES_MIN_CUBES: usize = 128;
-/// Decode on the query-tile kernel: keys a key tile.
-pub const DECODE_TILE_KEYS: usize = 32;
-/// Decode on the query-tile kernel: the cubes (one plane each) a split aims for.
-const DECODE_TILE_CUBES: usize = 1024;
-/// Decode on the query-tile kernel: the fewest key tiles a chunk holds.
-const DECODE_TILE_MIN_TILES: usize = 2;
 
 impl AttentionLaunch {
     /// Whether the query-tile kernel is the normal launch of `geometry` on a device with
@@ -381,10 +361,7 @@ impl AttentionLaunch {
         fp8_decode: Fp8Decode,
     ) -> Option<Self> {
         let d = geometry.head_dim;
-        if tuning.portable
-            || (tuning.query_tiles == Some(false) && tuning.decode_tiles != Some(true))
-            || d == 0
-            || !d.is_multiple_of(TILE)
+        if tuning.portable || tuning.query_tiles == Some(false) || d == 0 || !d.is_multiple_of(TILE)
         {
             return None;
         }
@@ -408,43 +385,12 @@ impl AttentionLaunch {
                 + 4
         };
         let shared = hardware.max_shared_memory_size;
-        let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
-        if tuning.decode_tiles == Some(true) {
-            // One plane a cube, its rows a block of the group's heads; the keys split in chunks.
-            let block_keys = tuning.decode_keys.unwrap_or(DECODE_TILE_KEYS);
-            if bytes(1, block_keys) > shared {
-                return None;
-            }
-            let heads = largest_divisor(group, |h| h <= TILE);
-            let work = (geometry.num_tokens * geometry.num_kv_heads * (group / heads)).max(1);
-            let target = tuning.cubes.unwrap_or(DECODE_TILE_CUBES).min(MAX_CHUNKS);
-            let keys = geometry.max_keys.max(1);
-            let tiles = keys.div_ceil(block_keys);
-            let chunks = target
-                .div_ceil(work)
-                .min(tiles.div_ceil(DECODE_TILE_MIN_TILES))
-                .max(1);
-            let chunk_keys = tiles.div_ceil(chunks) * block_keys;
-            return Some(Self {
-                kernel: AttentionKernel::Tiles {
-                    planes: 1,
-                    block_keys,
-                    tensor_cores,
-                    head_rows: true,
-                },
-                vector,
-                units: LANES,
-                heads,
-                chunks: keys.div_ceil(chunk_keys),
-                chunk_keys,
-                fp8_decode,
-            });
-        }
         let (planes, block_keys) = TILE_SHAPES.into_iter().find(|&(planes, keys)| {
             bytes(planes, keys) <= shared
                 && LANES * planes <= hardware.max_units_per_cube as usize
                 && (!tensor_cores || TILE * planes <= 2 * keys)
         })?;
+        let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
         let heads = largest_divisor(group, |h| planes.is_multiple_of(h));
         let tile_rows = planes / heads * TILE;
         if tuning.query_tiles != Some(true)
@@ -457,7 +403,6 @@ impl AttentionLaunch {
                 planes,
                 block_keys,
                 tensor_cores,
-                head_rows: false,
             },
             vector,
             units: LANES * planes,
@@ -545,13 +490,11 @@ pub unsafe fn launch_attention(
     let head_blocks = num_qo_heads / num_kv_heads / heads;
     let split = chunks > 1;
     let (cubes, cube_dim) = match kernel {
-        AttentionKernel::Tiles {
-            planes, head_rows, ..
-        } => {
-            let tile_rows = if head_rows { 1 } else { planes / heads * TILE };
+        AttentionKernel::Tiles { planes, .. } => {
+            let tile_rows = planes / heads * TILE;
             let tiles = num_tokens.div_ceil(tile_rows);
             (
-                tiles * num_kv_heads * head_blocks * chunks,
+                tiles * num_kv_heads * head_blocks,
                 CubeDim::new_2d(LANES as u32, planes as u32),
             )
         }
@@ -625,7 +568,6 @@ pub unsafe fn launch_attention(
             planes,
             block_keys,
             tensor_cores,
-            head_rows,
         } => unsafe {
             attention_tiles_kernel::launch_unchecked(
                 client,
@@ -641,14 +583,10 @@ pub unsafe fn launch_attention(
                 first.ranges,
                 first.out,
                 first.lse,
-                first.part_out,
-                first.part_lse,
                 scalars.sm_scale,
                 soft_cap,
                 f32::NEG_INFINITY,
                 head_blocks as u32,
-                chunk_keys as u32,
-                chunks as u32,
                 k_scale,
                 v_scale,
                 heads,
@@ -660,8 +598,6 @@ pub unsafe fn launch_attention(
                 scalars.soft_cap.is_some(),
                 fp8,
                 fp8_decode,
-                head_rows,
-                split,
                 [float, pool_elem],
             );
         },

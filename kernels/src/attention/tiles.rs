@@ -94,14 +94,10 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     ranges: &Tensor<i32>,
     out: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
-    part_out: &mut Tensor<f32>,
-    part_lse: &mut Tensor<f32>,
     sm_scale: f32,
     soft_cap: f32,
     neg_inf: f32,
     head_blocks: u32,
-    chunk_keys: u32,
-    num_chunks: u32,
     k_scale: f32,
     v_scale: f32,
     #[comptime] heads: usize,
@@ -113,26 +109,21 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     #[comptime] capped: bool,
     #[comptime] fp8: bool,
     #[comptime] fp8_decode: Fp8Decode,
-    #[comptime] head_rows: bool,
-    #[comptime] split: bool,
     #[define(F, P)] _dtypes: [ElemType; 2],
 ) {
     let num_tokens = q.shape(0);
     let num_qo_heads = q.shape(1);
     let pool_size = k_pool.shape(0);
     let num_kv_heads = k_pool.shape(1);
-    let tile_rows = comptime!(if head_rows { 1 } else { planes / heads * TILE });
+    let tile_rows = comptime!(planes / heads * TILE);
     let tiles = num_tokens.div_ceil(tile_rows);
-    let per_chunk = tiles * num_kv_heads * head_blocks as usize;
     // The whole cube leaves together: the syncs below stay uniform.
-    if CUBE_POS >= per_chunk * num_chunks as usize {
+    if CUBE_POS >= tiles * num_kv_heads * head_blocks as usize {
         terminate!();
     }
-    let chunk = CUBE_POS / per_chunk;
-    let pos = CUBE_POS % per_chunk;
     // The last row tiles (the most keys, causal) first.
-    let tile = tiles - 1 - pos % tiles;
-    let block = pos / tiles;
+    let tile = tiles - 1 - CUBE_POS % tiles;
+    let block = CUBE_POS / tiles;
     let g = block / head_blocks as usize;
     let lane = UNIT_POS_X as usize;
     let plane = UNIT_POS_Y as usize;
@@ -144,19 +135,12 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     // one, from `half`).
     let i = lane / 2;
     let half = lane % 2;
-    let (t, row_head, valid) = row_query(t0, head, i, num_tokens, heads, head_rows);
+    let t = t0 + i;
     let mut lo = 0usize;
     let mut hi = 0usize;
-    if valid {
+    if t < num_tokens {
         lo = usize::cast_from(ranges[2 * t]);
         hi = lo + usize::cast_from(ranges[2 * t + 1]);
-        if comptime!(split) {
-            // This cube's chunk of the row's keys (empty past them).
-            let start = lo + chunk * chunk_keys as usize;
-            let stop = hi.min(start + chunk_keys as usize);
-            lo = start;
-            hi = select(stop > start, stop, start);
-        }
     }
 
     // Padded rows (see `KV_PAD`): the staged key, value and query rows, the score rows, the
@@ -213,10 +197,10 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     if comptime!(tensor_cores) {
         let q_base = plane * TILE * kv_rowv;
         for e in range_stepped(lane, comptime!(TILE * row_vectors), LANES) {
-            let (tt, hh, ok) = row_query(t0, head, e / row_vectors, num_tokens, heads, head_rows);
+            let tt = t0 + e / row_vectors;
             let mut x = Vector::<F, N>::new(F::new(0.0));
-            if ok {
-                let q0 = (tt * num_qo_heads + hh) * head_dim + e % row_vectors * nv;
+            if tt < num_tokens {
+                let q0 = (tt * num_qo_heads + head) * head_dim + e % row_vectors * nv;
                 #[unroll]
                 for c in 0..nv {
                     x.insert(c, q[q0 + c]);
@@ -318,12 +302,11 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
             }
         } else {
             for x in range_stepped(lane, comptime!(TILE * block_keys), LANES) {
-                let (tt, hh, ok) =
-                    row_query(t0, head, x / block_keys, num_tokens, heads, head_rows);
+                let tt = t0 + x / block_keys;
                 let k0 = (x % block_keys) * kv_rowv;
                 let mut dot = f32::new(0.0);
-                if ok {
-                    let q0 = (tt * num_qo_heads + hh) * head_dim;
+                if tt < num_tokens {
+                    let q0 = (tt * num_qo_heads + head) * head_dim;
                     // 16 elements an iteration (a software Vulkan caps a unit's loop
                     // iterations).
                     for d0 in range_stepped(0, head_dim, TILE) {
@@ -457,18 +440,12 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
     let seen = total > 0.0;
     if half == 0 {
         alpha_s[plane * TILE + i] = total;
-        if valid {
-            let log_sum = select(
+        if t < num_tokens {
+            lse[t * num_qo_heads + head] = select(
                 seen,
                 m + f32::ln(select(seen, total, f32::new(1.0))),
                 neg_inf,
             );
-            let at = t * num_qo_heads + row_head;
-            if comptime!(split) {
-                part_lse[chunk * num_tokens * num_qo_heads + at] = log_sum;
-            } else {
-                lse[at] = log_sum;
-            }
         }
     }
     sync_cube();
@@ -481,60 +458,27 @@ pub(crate) fn attention_tiles_kernel<F: Float, P: Numeric, N: Size, M: Size>(
             for x in range_stepped(lane, comptime!(per_round * TILE_ELEMS), LANES) {
                 let dt = round * per_round + x / TILE_ELEMS;
                 let r = (x % TILE_ELEMS) / TILE;
-                let (tt, hh, ok) = row_query(t0, head, r, num_tokens, heads, head_rows);
-                if dt < d_tiles && ok {
+                let tt = t0 + r;
+                if dt < d_tiles && tt < num_tokens {
                     let sum = alpha_s[plane * TILE + r];
                     let value = select(sum > 0.0, s_s[s_base + x] / sum, f32::new(0.0));
-                    let at = (tt * num_qo_heads + hh) * head_dim + dt * TILE + x % TILE;
-                    if comptime!(split) {
-                        part_out[chunk * num_tokens * num_qo_heads * head_dim + at] = value;
-                    } else {
-                        out[at] = F::cast_from(value);
-                    }
+                    out[(tt * num_qo_heads + head) * head_dim + dt * TILE + x % TILE] =
+                        F::cast_from(value);
                 }
             }
             sync_cube();
         }
-    } else if valid {
-        let at = (t * num_qo_heads + row_head) * head_dim + half * (TILE / 2);
-        let part_at = chunk * num_tokens * num_qo_heads * head_dim + at;
+    } else if t < num_tokens {
+        let at = (t * num_qo_heads + head) * head_dim + half * (TILE / 2);
         #[unroll]
         for dt in 0..d_tiles {
             #[unroll]
             for c in 0..comptime!(TILE / 2) {
                 let value = select(seen, o[dt * (TILE / 2) + c] / total, f32::new(0.0));
-                if comptime!(split) {
-                    part_out[part_at + dt * TILE + c] = value;
-                } else {
-                    out[at + dt * TILE + c] = F::cast_from(value);
-                }
+                out[at + dt * TILE + c] = F::cast_from(value);
             }
         }
     }
-}
-
-/// Row `r` of a plane's 16 query rows as `(token, q head, whether it is a row)`: token `t0 + r`
-/// of head `head` (prefill: the plane's rows are tokens), or with `head_rows` head `head + r` of
-/// token `t0`, a row for `r < heads` (decode: the rows are a GQA group's heads, which share
-/// every key).
-#[cube]
-fn row_query(
-    t0: usize,
-    head: usize,
-    r: usize,
-    num_tokens: usize,
-    #[comptime] heads: usize,
-    #[comptime] head_rows: bool,
-) -> (usize, usize, bool) {
-    let mut t = t0 + r;
-    let mut h = head;
-    let mut valid = t < num_tokens;
-    if comptime!(head_rows) {
-        t = t0;
-        h = head + r;
-        valid = r < heads && t0 < num_tokens;
-    }
-    (t, h, valid)
 }
 
 /// Stores round `round` of the plane's running output — accumulator fragments
@@ -633,18 +577,15 @@ mod tests {
         let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
         // (head_dim, planes, heads, block_keys, fp8, capped): Llama's 128 with its GQA group of
         // 4, a head of 80 (an odd number of 16-column tiles), Gemma's 256 with a soft cap, and
-        // fp8 pools (decoded through CubeCL's fp8 type); decode (one plane a cube, its rows the
-        // group's heads, split in chunks) on f16 and fp8 pools.
+        // fp8 pools (decoded through CubeCL's fp8 type).
         let shapes = [
-            (128usize, 4usize, 4usize, 32usize, false, false, false),
-            (80, 4, 2, 32, false, false, false),
-            (256, 2, 2, 16, false, true, false),
-            (128, 4, 1, 32, true, false, false),
-            (128, 1, 4, 32, false, false, true),
-            (128, 1, 4, 64, true, false, true),
+            (128usize, 4usize, 4usize, 32usize, false, false),
+            (80, 4, 2, 32, false, false),
+            (256, 2, 2, 16, false, true),
+            (128, 4, 1, 32, true, false),
         ];
         let properties = common::properties_with_f16_tiles(&client);
-        for (d, planes, heads, block_keys, fp8, capped, head_rows) in shapes {
+        for (d, planes, heads, block_keys, fp8, capped) in shapes {
             let (pool_vector, words, pool_elem) = match fp8 {
                 true => (1usize, d / 4, ElemType::UInt(UIntKind::U32)),
                 false => (4, d, ElemType::Float(FloatKind::F16)),
@@ -664,14 +605,10 @@ mod tests {
                 tensor(&[40, 2]),
                 tensor(&[40, 8, d]),
                 tensor(&[40, 8]),
-                tensor(&[2, 40, 8, d]),
-                tensor(&[2, 40, 8]),
                 0.1,
                 30.0,
                 f32::NEG_INFINITY,
                 (4 / heads) as u32,
-                64,
-                if head_rows { 2 } else { 1 },
                 1.0,
                 1.0,
                 heads,
@@ -686,8 +623,6 @@ mod tests {
                     true => Fp8Decode::Native,
                     false => Fp8Decode::Integer,
                 },
-                head_rows,
-                head_rows,
                 [ElemType::Float(FloatKind::F16), pool_elem],
             );
             common::assert_tensor_core_kernel_compiles(
