@@ -1018,6 +1018,9 @@ fn fused_projections_match_float64() {
         // Float weights, then fp8 weights (inner sizes a multiple of 4, blocks of `block_k`).
         for (fp8, m, k, n, block_k) in [
             (false, 1usize, 4096usize, 300usize, 0usize),
+            // Past 16 KiB of f32 (4104 > 4096 elements) the norm-fused kernel normalises each
+            // element where it reads it, below it stages the normalised row once a cube.
+            (false, 1, 4104, 40, 0),
             (false, 1, 7, 11, 0),
             (false, 1, 130, 34, 0),
             (false, 3, 7, 10, 0),
@@ -1031,6 +1034,7 @@ fn fused_projections_match_float64() {
             (false, 16, 128, 64, 0),
             (false, 17, 32, 8, 0),
             (true, 1, 2048, 300, 128),
+            (true, 1, 4104, 34, 8),
             (true, 1, 8, 10, 4),
             (true, 1, 132, 34, 32),
             (true, 3, 8, 10, 4),

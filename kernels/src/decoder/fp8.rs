@@ -17,7 +17,8 @@
 //! (5 to 64 rows where it fits): the values `dequantize_fp8_kernel` writes.
 
 use super::matvec::{
-    PlaneSums, plane_columns, row_scales, store_added, store_plane_sums, store_silu,
+    PlaneSums, RowRead, plane_columns, row_scales, row_vector, stage_normalised, store_added,
+    store_plane_sums, store_silu,
 };
 use crate::common::fp8::{Fp8Decode, decode_codes, decode_raw, unpack_e4m3};
 use cubecl::ir::ElemType;
@@ -41,7 +42,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     // One weight row a column, no norm, whatever the host said.
     let shape = comptime!(Fp8Shape {
         pairs: 1,
-        norm: false,
+        read: RowRead::Plain,
         ..shape
     });
     let (rows, cols) = comptime!((shape.rows, shape.cols));
@@ -49,7 +50,10 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     let col0 = plane_columns(n, cols, sums);
     // `x` stands in for the norm weight the plain product does not read.
     let no_scales = Array::<f32>::new(1usize);
-    let acc = fp8_plane_products::<F, N, W>(x, x, &no_scales, codes, scales, col0, n, 0, shape);
+    let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
+    let acc = fp8_plane_products::<F, N, W>(
+        x, x, &no_scales, &unstaged, codes, scales, col0, n, 0, shape,
+    );
     store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
 }
 
@@ -70,9 +74,12 @@ pub(crate) fn matvec_fp8_norm_kernel<F: Float, N: Size, W: Size>(
     #[comptime] sums: PlaneSums,
     #[define(F)] _dtype: ElemType,
 ) {
-    // The rows are normalised here whatever the host said.
+    // The rows are normalised here whatever the host said: where they are read, or staged.
     let shape = comptime!(Fp8Shape {
-        norm: true,
+        read: match shape.read {
+            RowRead::Staged => RowRead::Staged,
+            _ => RowRead::Normalised,
+        },
         ..shape
     });
     let (rows, cols, pairs) = comptime!((shape.rows, shape.cols, shape.pairs));
@@ -81,8 +88,15 @@ pub(crate) fn matvec_fp8_norm_kernel<F: Float, N: Size, W: Size>(
     let words = comptime!(shape.w_vectors * wv);
     // Before any plane leaves: the cube syncs.
     let norms = row_scales::<F, N>(x, eps, inv_hidden, rows, words, sums);
+    let staged = comptime!(shape.read == RowRead::Staged);
+    let mut rows_s =
+        Shared::<[Vector<F, N>]>::new_slice(comptime!(if staged { rows * words } else { 1 }));
+    if comptime!(staged) {
+        stage_normalised::<F, N>(x, norm_w, &norms, &mut rows_s, rows, words, sums);
+    }
     let col0 = plane_columns(n, cols, sums);
-    let acc = fp8_plane_products::<F, N, W>(x, norm_w, &norms, codes, scales, col0, n, n, shape);
+    let acc =
+        fp8_plane_products::<F, N, W>(x, norm_w, &norms, &rows_s, codes, scales, col0, n, n, shape);
     if comptime!(pairs == 1) {
         store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
     } else {
@@ -107,21 +121,25 @@ pub(crate) fn matvec_fp8_add_kernel<F: Float, N: Size, W: Size>(
     // One weight row a column, no norm, whatever the host said.
     let shape = comptime!(Fp8Shape {
         pairs: 1,
-        norm: false,
+        read: RowRead::Plain,
         ..shape
     });
     let n = codes.shape(0);
     let (rows, cols) = comptime!((shape.rows, shape.cols));
     let col0 = plane_columns(n, cols, sums);
     let no_scales = Array::<f32>::new(1usize);
-    let acc = fp8_plane_products::<F, N, W>(x, x, &no_scales, codes, scales, col0, n, 0, shape);
+    let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
+    let acc = fp8_plane_products::<F, N, W>(
+        x, x, &no_scales, &unstaged, codes, scales, col0, n, 0, shape,
+    );
     store_added::<F, N>(&acc, res, out, n, col0, rows, cols, sums);
 }
 
 /// The launch shape of the fp8 matrix-vector kernels (comptime): `rows` rows, `cols` output
 /// columns a plane each from `pairs` weight rows (2: gate and up), `unroll` loads in flight a
 /// weight row, rows of `w_vectors` vectors of words, how the codes are read (`words`), and
-/// whether the rows are normalised first.
+/// how the rows of `x` are read (normalised where read, or staged normalised, by the norm
+/// kernel).
 #[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
 pub(crate) struct Fp8Shape {
     pub(crate) rows: usize,
@@ -129,7 +147,7 @@ pub(crate) struct Fp8Shape {
     pub(crate) pairs: usize,
     pub(crate) unroll: usize,
     pub(crate) w_vectors: usize,
-    pub(crate) norm: bool,
+    pub(crate) read: RowRead,
     pub(crate) words: Fp8Words,
 }
 
@@ -145,8 +163,8 @@ pub(crate) struct Fp8Words {
 
 /// This unit's share of a plane's products on an fp8 weight: accumulator `r * cols * pairs + p *
 /// cols + c` holds row `r` of `x` times weight row `col0 + c + p * offset` decoded (columns
-/// `col0 + c ≥ n` read zeros), lane by lane; with `norm`, the rows normalised as the float
-/// kernels' `plane_products` normalises them (scales `row_scales`, weight `norm_w`). Where a
+/// `col0 + c ≥ n` read zeros), lane by lane; the rows read as `shape.read` says
+/// ([`row_vector`]: `row_scales` and `norm_w` normalise them, `rows_s` holds them staged). Where a
 /// vector of words lies in one scale block, its products are added unscaled ([`decode_raw`])
 /// and multiplied by the block's scale once.
 #[cube]
@@ -155,6 +173,7 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
     x: &Tensor<Vector<F, N>>,
     norm_w: &Tensor<Vector<F, N>>,
     row_scales: &Array<f32>,
+    rows_s: &Shared<[Vector<F, N>]>,
     codes: &Tensor<Vector<u32, W>>,
     scales: &Tensor<f32>,
     col0: usize,
@@ -165,8 +184,8 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
     let (rows, cols, pairs, unroll) =
         comptime!((shape.rows, shape.cols, shape.pairs, shape.unroll));
     let (w_vectors, block_words) = comptime!((shape.w_vectors, shape.words.block_words));
-    let (decode, nan_codes, norm) =
-        comptime!((shape.words.decode, shape.words.nan_codes, shape.norm));
+    let (decode, nan_codes, read) =
+        comptime!((shape.words.decode, shape.words.nan_codes, shape.read));
     let factor = comptime!(decode.raw_factor());
     let wv = W::value();
     let words = comptime!(w_vectors * wv);
@@ -241,12 +260,8 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
                     }
                     #[unroll]
                     for r in 0..rows {
-                        let mut xv = Vector::<f32, N>::cast_from(x[r * words + word]);
-                        if comptime!(norm) {
-                            let h = Vector::<F, N>::cast_from(xv * Vector::new(row_scales[r]))
-                                * norm_w[word];
-                            xv = Vector::<f32, N>::cast_from(h);
-                        }
+                        let xv =
+                            row_vector::<F, N>(x, norm_w, row_scales, rows_s, r, word, words, read);
                         #[unroll]
                         for j in 0..width {
                             if comptime!(uniform) {
@@ -304,7 +319,9 @@ mod tests {
     //! `fp8_projections_match_float64` and `fused_projections_match_float64` where they run
     //! (lavapipe included, with shared-memory sums).
 
-    use super::super::matvec::{PlaneSums, matvec_add_kernel, matvec_kernel, matvec_norm_kernel};
+    use super::super::matvec::{
+        PlaneSums, RowRead, matvec_add_kernel, matvec_kernel, matvec_norm_kernel,
+    };
     use super::{
         Fp8Shape, Fp8Words, dequantize_fp8_kernel, matvec_fp8_add_kernel, matvec_fp8_kernel,
         matvec_fp8_norm_kernel,
@@ -351,13 +368,13 @@ mod tests {
                 for (w_vector, block_words) in [(4usize, 32usize), (2, 8), (1, 1), (4, 65), (4, 2)]
                 {
                     let (n, k) = (40usize, 4 * 4 * 64);
-                    let shape = |pairs: usize, norm: bool| Fp8Shape {
+                    let shape = |pairs: usize, read: RowRead| Fp8Shape {
                         rows,
                         cols,
                         pairs,
                         unroll,
                         w_vectors: k / 4 / w_vector,
-                        norm,
+                        read,
                         words: Fp8Words {
                             block_words,
                             decode: Fp8Decode::Integer,
@@ -379,7 +396,7 @@ mod tests {
                         tensor([n, k / 4]),
                         tensor([n, (k / 4).div_ceil(block_words)]),
                         tensor([rows, n]),
-                        shape(1, false),
+                        shape(1, RowRead::Plain),
                         sums,
                         ElemType::Float(float),
                     );
@@ -397,7 +414,10 @@ mod tests {
                     if (w_vector, block_words) != (4, 32) {
                         continue;
                     }
-                    for pairs in [1usize, 2] {
+                    for (pairs, read) in [1usize, 2]
+                        .into_iter()
+                        .flat_map(|p| [RowRead::Normalised, RowRead::Staged].map(|r| (p, r)))
+                    {
                         let kernel = matvec_fp8_norm_kernel::create_dummy_kernel(
                             Arc::new(client.properties().clone()),
                             Arc::new(client.target_properties().clone()),
@@ -413,7 +433,7 @@ mod tests {
                             tensor([rows, n / pairs]),
                             1e-5,
                             1.0 / k as f32,
-                            shape(pairs, true),
+                            shape(pairs, read),
                             sums,
                             ElemType::Float(float),
                         );
@@ -432,7 +452,7 @@ mod tests {
                         tensor([n, (k / 4).div_ceil(block_words)]),
                         tensor([rows, n]),
                         tensor([rows, n]),
-                        shape(1, false),
+                        shape(1, RowRead::Plain),
                         sums,
                         ElemType::Float(float),
                     );
@@ -463,7 +483,7 @@ mod tests {
                     .expect("matvec_kernel compiles to MSL")
                     .to_string();
                 assert!(source.contains("[[kernel]] void matvec_kernel"));
-                for pairs in [1usize, 2] {
+                for (pairs, staged) in [(1usize, false), (1, true), (2, false), (2, true)] {
                     let kernel = matvec_norm_kernel::create_dummy_kernel(
                         Arc::new(client.properties().clone()),
                         Arc::new(client.target_properties().clone()),
@@ -483,6 +503,7 @@ mod tests {
                         unroll,
                         k / vector,
                         sums,
+                        staged,
                         ElemType::Float(float),
                     );
                     assert_msl(kernel, "matvec_norm_kernel");

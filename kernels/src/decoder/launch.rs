@@ -8,8 +8,8 @@ use super::fp8::{
     matvec_fp8_norm_kernel,
 };
 use super::matvec::{
-    PlaneSums, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel, matvec_norm_kernel,
-    split_sum_kernel, staged_rows_kernel,
+    PlaneSums, RowRead, STAGED_ROWS_BYTES, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel,
+    matvec_norm_kernel, split_sum_kernel, staged_rows_kernel,
 };
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
 use super::product::{BLOCK, CUBE_COLS, CUBE_ROWS, PLANES, SHARED_BYTES, tiles_product_kernel};
@@ -51,6 +51,10 @@ pub struct DecoderTuning {
     /// Matrix-vector kernels on devices with plane operations: planes a cube
     /// (`ROPE_POOL_MATVEC_PLANES`, 1 to 32; default 8).
     pub matvec_planes: Option<usize>,
+    /// Norm-fused matrix-vector kernels: the normalised rows staged in shared memory once a cube
+    /// (`ROPE_POOL_NORM_STAGED=1`) or normalised by every plane where it reads them (`=0`);
+    /// default: staged where they take at most 16 KiB.
+    pub norm_staged: Option<bool>,
     /// Every product from `staged_from` rows (`ROPE_POOL_STAGED_FROM`, 1 to 64; 65 and more: none)
     /// goes through the staged tensor-core kernel ([`StagedRows`]) where it fits, instead of the
     /// normal routing (the root crate's `STAGED_MIN_ROWS`). Applied by the root crate.
@@ -101,6 +105,7 @@ impl DecoderTuning {
             fused_norm_rows: number("ROPE_POOL_FUSED_NORM_ROWS"),
             matvec_loads: number("ROPE_POOL_MATVEC_LOADS").filter(|n| (1..=16).contains(n)),
             matvec_planes: number("ROPE_POOL_MATVEC_PLANES").filter(|n| (1..=32).contains(n)),
+            norm_staged: number::<usize>("ROPE_POOL_NORM_STAGED").map(|v| v == 1),
             staged_from: number("ROPE_POOL_STAGED_FROM").filter(|n| *n >= 1),
             staged_block: number("ROPE_POOL_STAGED_BLOCK").filter(|n| (1..=16).contains(n)),
             staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=16).contains(n)),
@@ -297,6 +302,7 @@ pub unsafe fn launch_matvec_norm(
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
     let (cube_dim, cube_count, cols, unroll, sums) =
         matvec_shape(client, rows, n / pairs, pairs, LOADS);
+    let staged = rows_staged(rows * k * elem_size);
     unsafe {
         matvec_norm_kernel::launch_unchecked(
             client,
@@ -316,9 +322,19 @@ pub unsafe fn launch_matvec_norm(
             unroll,
             k / vector,
             sums,
+            staged,
             float,
         );
     }
+}
+
+/// Whether a norm-fused matrix-vector launch stages its normalised rows (`bytes` of them) in
+/// shared memory: [`DecoderTuning::norm_staged`], else where they fit [`STAGED_ROWS_BYTES`].
+fn rows_staged(bytes: usize) -> bool {
+    LaunchTuning::current()
+        .decoder
+        .norm_staged
+        .unwrap_or(bytes <= STAGED_ROWS_BYTES)
 }
 
 /// Enqueues `out = res + x · wᵀ` for `x [rows, k]`, `w [n, k]` and `res`, `out [rows, n]`, all
@@ -387,8 +403,16 @@ pub unsafe fn launch_matvec_fp8(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
-    let (cube_dim, cube_count, w_vector, shape, sums) =
-        fp8_shape(client, rows, k, n, block_words, nan_codes, 1, false);
+    let (cube_dim, cube_count, w_vector, shape, sums) = fp8_shape(
+        client,
+        rows,
+        k,
+        n,
+        block_words,
+        nan_codes,
+        1,
+        RowRead::Plain,
+    );
     unsafe {
         matvec_fp8_kernel::launch_unchecked(
             client,
@@ -434,8 +458,12 @@ pub unsafe fn launch_matvec_fp8_norm(
         return;
     }
     let pairs = 1 + silu as usize;
+    let read = match rows_staged(rows * k * float.size()) {
+        true => RowRead::Staged,
+        false => RowRead::Normalised,
+    };
     let (cube_dim, cube_count, w_vector, shape, sums) =
-        fp8_shape(client, rows, k, n, block_words, nan_codes, pairs, true);
+        fp8_shape(client, rows, k, n, block_words, nan_codes, pairs, read);
     unsafe {
         matvec_fp8_norm_kernel::launch_unchecked(
             client,
@@ -479,8 +507,16 @@ pub unsafe fn launch_matvec_fp8_add(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
-    let (cube_dim, cube_count, w_vector, shape, sums) =
-        fp8_shape(client, rows, k, n, block_words, nan_codes, 1, false);
+    let (cube_dim, cube_count, w_vector, shape, sums) = fp8_shape(
+        client,
+        rows,
+        k,
+        n,
+        block_words,
+        nan_codes,
+        1,
+        RowRead::Plain,
+    );
     unsafe {
         matvec_fp8_add_kernel::launch_unchecked(
             client,
@@ -503,7 +539,7 @@ pub unsafe fn launch_matvec_fp8_add(
 
 /// The fp8 matrix-vector kernels' launch for `rows` rows of `k` and a weight of `n` rows in
 /// `pairs` (`n / pairs` output columns): the cube, the cube count, words a load, the kernel's
-/// comptime shape (`norm`: the rows normalised first) and how a plane adds its lanes.
+/// comptime shape (`read`: how the rows of `x` are read) and how a plane adds its lanes.
 #[allow(clippy::too_many_arguments)]
 fn fp8_shape(
     client: &Client,
@@ -513,7 +549,7 @@ fn fp8_shape(
     block_words: usize,
     nan_codes: bool,
     pairs: usize,
-    norm: bool,
+    read: RowRead,
 ) -> (CubeDim, CubeCount, usize, Fp8Shape, PlaneSums) {
     let words = k / FP8_VECTOR;
     // Words a load: up to four (16 bytes), as the float kernel's widest vectors.
@@ -526,7 +562,7 @@ fn fp8_shape(
         pairs,
         unroll,
         w_vectors: words / w_vector,
-        norm,
+        read,
         words: weight_decode(client, block_words, nan_codes),
     };
     (cube_dim, cube_count, w_vector, shape, sums)

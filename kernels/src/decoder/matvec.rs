@@ -50,8 +50,22 @@ pub(crate) fn matvec_kernel<F: Float, N: Size>(
     let col0 = plane_columns(n, cols, sums);
     // `x` stands in for the norm weight the plain product does not read.
     let no_scales = Array::<f32>::new(1usize);
+    let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
     let acc = plane_products::<F, N>(
-        x, x, &no_scales, w, col0, n, 0, rows, cols, 1usize, unroll, k_vectors, false,
+        x,
+        x,
+        &no_scales,
+        &unstaged,
+        w,
+        col0,
+        n,
+        0,
+        rows,
+        cols,
+        1usize,
+        unroll,
+        k_vectors,
+        RowRead::Plain,
     );
     store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
 }
@@ -59,7 +73,9 @@ pub(crate) fn matvec_kernel<F: Float, N: Size>(
 /// [`matvec_kernel`](fn@matvec_kernel) of the RMSNorm of `x`'s rows (weight `norm_w [k]`,
 /// `eps`, `inv_hidden = 1 / k`), each normalised element rounded as the norm kernel rounds it
 /// (`norm_w * cast(x * rsqrt(mean(x²) + eps))`): the decoder's norm and the projection after it
-/// in one launch. The cube's units sum the rows' squares first (each row read once more a cube).
+/// in one launch. The cube's units sum the rows' squares first (each row read once more a cube);
+/// with `staged` they then write the normalised rows into shared memory once for the cube
+/// ([`stage_normalised`]), else every plane normalises each element it reads.
 /// With `pairs = 2` the weight is a stacked gate/up projection `[2m, k]` and `out [rows, m] =
 /// cast(silu(gate)) * up` (as the activation kernel, `act.rs`): a plane's `cols` gate columns
 /// from `col0` and their up columns `m` further.
@@ -78,14 +94,25 @@ pub(crate) fn matvec_norm_kernel<F: Float, N: Size>(
     #[comptime] unroll: usize,
     #[comptime] k_vectors: usize,
     #[comptime] sums: PlaneSums,
+    #[comptime] staged: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = w.shape(0) / pairs;
     // Before any plane leaves: the cube syncs.
     let scales = row_scales::<F, N>(x, eps, inv_hidden, rows, k_vectors, sums);
+    let mut rows_s =
+        Shared::<[Vector<F, N>]>::new_slice(comptime!(if staged { rows * k_vectors } else { 1 }));
+    if comptime!(staged) {
+        stage_normalised::<F, N>(x, norm_w, &scales, &mut rows_s, rows, k_vectors, sums);
+    }
     let col0 = plane_columns(n, cols, sums);
+    let read = comptime!(if staged {
+        RowRead::Staged
+    } else {
+        RowRead::Normalised
+    });
     let acc = plane_products::<F, N>(
-        x, norm_w, &scales, w, col0, n, n, rows, cols, pairs, unroll, k_vectors, true,
+        x, norm_w, &scales, &rows_s, w, col0, n, n, rows, cols, pairs, unroll, k_vectors, read,
     );
     if comptime!(pairs == 1) {
         store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
@@ -114,8 +141,22 @@ pub(crate) fn matvec_add_kernel<F: Float, N: Size>(
     let n = w.shape(0);
     let col0 = plane_columns(n, cols, sums);
     let no_scales = Array::<f32>::new(1usize);
+    let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
     let acc = plane_products::<F, N>(
-        x, x, &no_scales, w, col0, n, 0, rows, cols, 1usize, unroll, k_vectors, false,
+        x,
+        x,
+        &no_scales,
+        &unstaged,
+        w,
+        col0,
+        n,
+        0,
+        rows,
+        cols,
+        1usize,
+        unroll,
+        k_vectors,
+        RowRead::Plain,
     );
     store_added::<F, N>(&acc, res, out, n, col0, rows, cols, sums);
 }
@@ -193,10 +234,78 @@ fn lane_sums<N: Size>(acc: &Array<Vector<f32, N>>, #[comptime] count: usize) -> 
     sums
 }
 
+/// How the matrix-vector kernels read the rows of `x` (comptime).
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) enum RowRead {
+    /// As stored.
+    Plain,
+    /// Each element normalised as RMSNorm rounds it where it is read, with its row's scale and
+    /// the norm weight.
+    Normalised,
+    /// Normalised once a cube into shared memory ([`stage_normalised`]), read from there.
+    Staged,
+}
+
+/// The kernel's `x` rows in shared memory are worth staging where they take at most this many
+/// bytes (a 4096-wide row of f32 and up to two of f16).
+pub(crate) const STAGED_ROWS_BYTES: usize = 16 * 1024;
+
+/// Vector `i` of row `r` of `x` in f32, read as `read` says (`scales`, `norm_w`: the row's
+/// RMSNorm scale and the norm weight; `rows_s`: the rows [`stage_normalised`] wrote, `k_vectors`
+/// vectors a row).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn row_vector<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    norm_w: &Tensor<Vector<F, N>>,
+    scales: &Array<f32>,
+    rows_s: &Shared<[Vector<F, N>]>,
+    r: usize,
+    i: usize,
+    #[comptime] k_vectors: usize,
+    #[comptime] read: RowRead,
+) -> Vector<f32, N> {
+    match comptime!(read) {
+        RowRead::Plain => Vector::<f32, N>::cast_from(x[r * k_vectors + i]),
+        RowRead::Normalised => {
+            let xv = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
+            let h = Vector::<F, N>::cast_from(xv * Vector::new(scales[r])) * norm_w[i];
+            Vector::<f32, N>::cast_from(h)
+        }
+        RowRead::Staged => Vector::<f32, N>::cast_from(rows_s[r * k_vectors + i]),
+    }
+}
+
+/// `rows` rows of `x` (`k_vectors` vectors each) normalised as [`row_vector`] normalises them,
+/// written once into `rows_s` by every unit of the cube, then a cube sync: call it before any
+/// plane leaves.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stage_normalised<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    norm_w: &Tensor<Vector<F, N>>,
+    scales: &Array<f32>,
+    rows_s: &mut Shared<[Vector<F, N>]>,
+    #[comptime] rows: usize,
+    #[comptime] k_vectors: usize,
+    #[comptime] sums: PlaneSums,
+) {
+    let units = comptime!(sums.lanes * sums.planes);
+    let unit = UNIT_POS_Y as usize * comptime!(sums.lanes) + UNIT_POS_X as usize;
+    #[unroll]
+    for r in 0..rows {
+        for i in range_stepped(unit, k_vectors, units) {
+            let xv = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
+            rows_s[r * k_vectors + i] =
+                Vector::<F, N>::cast_from(xv * Vector::new(scales[r])) * norm_w[i];
+        }
+    }
+    sync_cube();
+}
+
 /// This unit's share of a plane's products: accumulator `r * cols * pairs + p * cols + c` holds
 /// row `r` of `x` times weight row `col0 + c + p * offset` (columns `col0 + c ≥ n` read zeros),
-/// lane by lane. With `norm`, each element of row `r` is first normalised as RMSNorm rounds it,
-/// with the row's scale `scales[r]` and the norm weight `norm_w`. Each unit keeps `unroll * cols
+/// lane by lane, the rows read as `read` says ([`row_vector`]). Each unit keeps `unroll * cols
 /// * pairs` weight loads in flight.
 #[cube]
 #[allow(clippy::too_many_arguments)]
@@ -204,6 +313,7 @@ fn plane_products<F: Float, N: Size>(
     x: &Tensor<Vector<F, N>>,
     norm_w: &Tensor<Vector<F, N>>,
     scales: &Array<f32>,
+    rows_s: &Shared<[Vector<F, N>]>,
     w: &Tensor<Vector<F, N>>,
     col0: usize,
     n: usize,
@@ -213,7 +323,7 @@ fn plane_products<F: Float, N: Size>(
     #[comptime] pairs: usize,
     #[comptime] unroll: usize,
     #[comptime] k_vectors: usize,
-    #[comptime] norm: bool,
+    #[comptime] read: RowRead,
 ) -> Array<Vector<f32, N>> {
     let lane = UNIT_POS_X as usize;
     let lanes = CUBE_DIM_X as usize;
@@ -247,11 +357,7 @@ fn plane_products<F: Float, N: Size>(
             if i < k_vectors {
                 #[unroll]
                 for r in 0..rows {
-                    let mut xv = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
-                    if comptime!(norm) {
-                        let h = Vector::<F, N>::cast_from(xv * Vector::new(scales[r])) * norm_w[i];
-                        xv = Vector::<f32, N>::cast_from(h);
-                    }
+                    let xv = row_vector::<F, N>(x, norm_w, scales, rows_s, r, i, k_vectors, read);
                     #[unroll]
                     for j in 0..width {
                         acc[r * width + j] += xv * ws[u * width + j];
