@@ -403,16 +403,8 @@ pub unsafe fn launch_matvec_fp8(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
-    let (cube_dim, cube_count, w_vector, shape, sums) = fp8_shape(
-        client,
-        rows,
-        k,
-        n,
-        block_words,
-        nan_codes,
-        1,
-        RowRead::Plain,
-    );
+    let (cube_dim, cube_count, w_vector, shape, sums) =
+        fp8_plain_shape(client, [rows, k, n], block_words, nan_codes);
     unsafe {
         matvec_fp8_kernel::launch_unchecked(
             client,
@@ -463,7 +455,7 @@ pub unsafe fn launch_matvec_fp8_norm(
         false => RowRead::Normalised,
     };
     let (cube_dim, cube_count, w_vector, shape, sums) =
-        fp8_shape(client, rows, k, n, block_words, nan_codes, pairs, read);
+        fp8_shape(client, [rows, k, n], block_words, nan_codes, pairs, read);
     unsafe {
         matvec_fp8_norm_kernel::launch_unchecked(
             client,
@@ -507,16 +499,8 @@ pub unsafe fn launch_matvec_fp8_add(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
-    let (cube_dim, cube_count, w_vector, shape, sums) = fp8_shape(
-        client,
-        rows,
-        k,
-        n,
-        block_words,
-        nan_codes,
-        1,
-        RowRead::Plain,
-    );
+    let (cube_dim, cube_count, w_vector, shape, sums) =
+        fp8_plain_shape(client, [rows, k, n], block_words, nan_codes);
     unsafe {
         matvec_fp8_add_kernel::launch_unchecked(
             client,
@@ -543,9 +527,7 @@ pub unsafe fn launch_matvec_fp8_add(
 #[allow(clippy::too_many_arguments)]
 fn fp8_shape(
     client: &Client,
-    rows: usize,
-    k: usize,
-    n: usize,
+    [rows, k, n]: [usize; 3],
     block_words: usize,
     nan_codes: bool,
     pairs: usize,
@@ -566,6 +548,17 @@ fn fp8_shape(
         words: weight_decode(client, block_words, nan_codes),
     };
     (cube_dim, cube_count, w_vector, shape, sums)
+}
+
+/// [`fp8_shape`] of the kernels without a norm or an activation: one weight row a column, `x`'s
+/// rows as stored.
+fn fp8_plain_shape(
+    client: &Client,
+    dims: [usize; 3],
+    block_words: usize,
+    nan_codes: bool,
+) -> (CubeDim, CubeCount, usize, Fp8Shape, PlaneSums) {
+    fp8_shape(client, dims, block_words, nan_codes, 1, RowRead::Plain)
 }
 
 /// How the fp8-weight kernels read codes on `client`'s device: scales in blocks of `block_words`

@@ -48,25 +48,7 @@ pub(crate) fn matvec_kernel<F: Float, N: Size>(
 ) {
     let n = w.shape(0);
     let col0 = plane_columns(n, cols, sums);
-    // `x` stands in for the norm weight the plain product does not read.
-    let no_scales = Array::<f32>::new(1usize);
-    let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
-    let acc = plane_products::<F, N>(
-        x,
-        x,
-        &no_scales,
-        &unstaged,
-        w,
-        col0,
-        n,
-        0,
-        rows,
-        cols,
-        1usize,
-        unroll,
-        k_vectors,
-        RowRead::Plain,
-    );
+    let acc = plain_products::<F, N>(x, w, col0, n, rows, cols, unroll, k_vectors);
     store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
 }
 
@@ -140,24 +122,7 @@ pub(crate) fn matvec_add_kernel<F: Float, N: Size>(
 ) {
     let n = w.shape(0);
     let col0 = plane_columns(n, cols, sums);
-    let no_scales = Array::<f32>::new(1usize);
-    let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
-    let acc = plane_products::<F, N>(
-        x,
-        x,
-        &no_scales,
-        &unstaged,
-        w,
-        col0,
-        n,
-        0,
-        rows,
-        cols,
-        1usize,
-        unroll,
-        k_vectors,
-        RowRead::Plain,
-    );
+    let acc = plain_products::<F, N>(x, w, col0, n, rows, cols, unroll, k_vectors);
     store_added::<F, N>(&acc, res, out, n, col0, rows, cols, sums);
 }
 
@@ -301,6 +266,40 @@ pub(crate) fn stage_normalised<F: Float, N: Size>(
         }
     }
     sync_cube();
+}
+
+/// [`plane_products`] of `x`'s rows as stored, one weight row a column.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn plain_products<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    w: &Tensor<Vector<F, N>>,
+    col0: usize,
+    n: usize,
+    #[comptime] rows: usize,
+    #[comptime] cols: usize,
+    #[comptime] unroll: usize,
+    #[comptime] k_vectors: usize,
+) -> Array<Vector<f32, N>> {
+    // `x` stands in for the norm weight the plain product does not read.
+    let no_scales = Array::<f32>::new(1usize);
+    let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
+    plane_products::<F, N>(
+        x,
+        x,
+        &no_scales,
+        &unstaged,
+        w,
+        col0,
+        n,
+        0,
+        rows,
+        cols,
+        1usize,
+        unroll,
+        k_vectors,
+        RowRead::Plain,
+    )
 }
 
 /// This unit's share of a plane's products: accumulator `r * cols * pairs + p * cols + c` holds
