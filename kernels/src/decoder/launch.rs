@@ -302,7 +302,7 @@ pub unsafe fn launch_matvec_norm(
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
     let (cube_dim, cube_count, cols, unroll, sums) =
         matvec_shape(client, rows, n / pairs, pairs, LOADS);
-    let staged = rows_staged(rows * k * elem_size);
+    let staged = rows_staged(client, sums, rows * k * elem_size);
     unsafe {
         matvec_norm_kernel::launch_unchecked(
             client,
@@ -329,12 +329,20 @@ pub unsafe fn launch_matvec_norm(
 }
 
 /// Whether a norm-fused matrix-vector launch stages its normalised rows (`bytes` of them) in
-/// shared memory: [`DecoderTuning::norm_staged`], else where they fit [`STAGED_ROWS_BYTES`].
-fn rows_staged(bytes: usize) -> bool {
-    LaunchTuning::current()
-        .decoder
-        .norm_staged
-        .unwrap_or(bytes <= STAGED_ROWS_BYTES)
+/// shared memory: where they fit beside the kernel's sums (`sums`) in the device's shared
+/// memory, as [`DecoderTuning::norm_staged`] says, else where they take at most
+/// [`STAGED_ROWS_BYTES`].
+fn rows_staged(client: &Client, sums: PlaneSums, bytes: usize) -> bool {
+    // The sums' shared memory: with plane sums one value a plane and row (at most 32 × 16).
+    let reserved = match sums.shared {
+        true => SHARED_SUMS_BYTES,
+        false => 32 * ACCUMULATORS * 4,
+    };
+    bytes + reserved <= client.properties().hardware.max_shared_memory_size
+        && LaunchTuning::current()
+            .decoder
+            .norm_staged
+            .unwrap_or(bytes <= STAGED_ROWS_BYTES)
 }
 
 /// Enqueues `out = res + x · wᵀ` for `x [rows, k]`, `w [n, k]` and `res`, `out [rows, n]`, all
@@ -450,7 +458,7 @@ pub unsafe fn launch_matvec_fp8_norm(
         return;
     }
     let pairs = 1 + silu as usize;
-    let read = match rows_staged(rows * k * float.size()) {
+    let read = match rows_staged(client, plane_sums(client), rows * k * float.size()) {
         true => RowRead::Staged,
         false => RowRead::Normalised,
     };

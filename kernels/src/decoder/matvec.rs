@@ -212,7 +212,8 @@ pub(crate) enum RowRead {
 }
 
 /// The kernel's `x` rows in shared memory are worth staging where they take at most this many
-/// bytes (a 4096-wide row of f32 and up to two of f16).
+/// bytes (a 4096-wide row of f32 and up to two of f16), and where the device's shared memory holds
+/// them beside the kernel's sums.
 pub(crate) const STAGED_ROWS_BYTES: usize = 16 * 1024;
 
 /// Vector `i` of row `r` of `x` in f32, read as `read` says (`scales`, `norm_w`: the row's
