@@ -48,12 +48,7 @@ pub(crate) fn matvec_fp8_kernel<F: Float, N: Size, W: Size>(
     let (rows, cols) = comptime!((shape.rows, shape.cols));
     let n = codes.shape(0);
     let col0 = plane_columns(n, cols, sums);
-    // `x` stands in for the norm weight the plain product does not read.
-    let no_scales = Array::<f32>::new(1usize);
-    let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
-    let acc = fp8_plane_products::<F, N, W>(
-        x, x, &no_scales, &unstaged, codes, scales, col0, n, 0, shape,
-    );
+    let acc = fp8_plain_products::<F, N, W>(x, codes, scales, col0, n, shape);
     store_plane_sums::<F, N>(&acc, out, n, col0, rows, cols, sums);
 }
 
@@ -127,11 +122,7 @@ pub(crate) fn matvec_fp8_add_kernel<F: Float, N: Size, W: Size>(
     let n = codes.shape(0);
     let (rows, cols) = comptime!((shape.rows, shape.cols));
     let col0 = plane_columns(n, cols, sums);
-    let no_scales = Array::<f32>::new(1usize);
-    let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
-    let acc = fp8_plane_products::<F, N, W>(
-        x, x, &no_scales, &unstaged, codes, scales, col0, n, 0, shape,
-    );
+    let acc = fp8_plain_products::<F, N, W>(x, codes, scales, col0, n, shape);
     store_added::<F, N>(&acc, res, out, n, col0, rows, cols, sums);
 }
 
@@ -159,6 +150,24 @@ pub(crate) struct Fp8Words {
     pub(crate) block_words: usize,
     pub(crate) decode: Fp8Decode,
     pub(crate) nan_codes: bool,
+}
+
+/// [`fp8_plane_products`] of `x`'s rows as stored (`shape.read` plain, one weight row a column).
+#[cube]
+fn fp8_plain_products<F: Float, N: Size, W: Size>(
+    x: &Tensor<Vector<F, N>>,
+    codes: &Tensor<Vector<u32, W>>,
+    scales: &Tensor<f32>,
+    col0: usize,
+    n: usize,
+    #[comptime] shape: Fp8Shape,
+) -> Array<Vector<f32, N>> {
+    // `x` stands in for the norm weight the plain product does not read.
+    let no_scales = Array::<f32>::new(1usize);
+    let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
+    fp8_plane_products::<F, N, W>(
+        x, x, &no_scales, &unstaged, codes, scales, col0, n, 0, shape,
+    )
 }
 
 /// This unit's share of a plane's products on an fp8 weight: accumulator `r * cols * pairs + p *

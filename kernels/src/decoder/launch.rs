@@ -8,7 +8,7 @@ use super::fp8::{
     matvec_fp8_norm_kernel,
 };
 use super::matvec::{
-    PlaneSums, RowRead, STAGED_ROWS_BYTES, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel,
+    PlaneSums, RowRead, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel,
     matvec_norm_kernel, split_sum_kernel, staged_rows_kernel,
 };
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
@@ -327,6 +327,11 @@ pub unsafe fn launch_matvec_norm(
         );
     }
 }
+
+/// The norm-fused matrix-vector kernels' rows are worth staging in shared memory where they take
+/// at most this many bytes (a 4096-wide row of f32 and up to two of f16), and where the device's
+/// shared memory holds them beside the kernel's sums ([`rows_staged`]).
+const STAGED_ROWS_BYTES: usize = 16 * 1024;
 
 /// Whether a norm-fused matrix-vector launch stages its normalised rows (`bytes` of them) in
 /// shared memory: where they fit beside the kernel's sums (`sums`) in the device's shared

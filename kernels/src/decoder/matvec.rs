@@ -211,11 +211,6 @@ pub(crate) enum RowRead {
     Staged,
 }
 
-/// The kernel's `x` rows in shared memory are worth staging where they take at most this many
-/// bytes (a 4096-wide row of f32 and up to two of f16), and where the device's shared memory holds
-/// them beside the kernel's sums.
-pub(crate) const STAGED_ROWS_BYTES: usize = 16 * 1024;
-
 /// Vector `i` of row `r` of `x` in f32, read as `read` says (`scales`, `norm_w`: the row's
 /// RMSNorm scale and the norm weight; `rows_s`: the rows [`stage_normalised`] wrote, `k_vectors`
 /// vectors a row).
@@ -233,13 +228,24 @@ pub(crate) fn row_vector<F: Float, N: Size>(
 ) -> Vector<f32, N> {
     match comptime!(read) {
         RowRead::Plain => Vector::<f32, N>::cast_from(x[r * k_vectors + i]),
-        RowRead::Normalised => {
-            let xv = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
-            let h = Vector::<F, N>::cast_from(xv * Vector::new(scales[r])) * norm_w[i];
-            Vector::<f32, N>::cast_from(h)
-        }
+        RowRead::Normalised => Vector::<f32, N>::cast_from(normalised::<F, N>(
+            x[r * k_vectors + i],
+            scales[r],
+            norm_w[i],
+        )),
         RowRead::Staged => Vector::<f32, N>::cast_from(rows_s[r * k_vectors + i]),
     }
+}
+
+/// A vector `x` of a row normalised as RMSNorm rounds it: `cast(x * scale) * norm_w` (the row's
+/// scale, the norm weight's vector), the one place both row reads that normalise take it from.
+#[cube]
+fn normalised<F: Float, N: Size>(
+    x: Vector<F, N>,
+    scale: f32,
+    norm_w: Vector<F, N>,
+) -> Vector<F, N> {
+    Vector::<F, N>::cast_from(Vector::<f32, N>::cast_from(x) * Vector::new(scale)) * norm_w
 }
 
 /// `rows` rows of `x` (`k_vectors` vectors each) normalised as [`row_vector`] normalises them,
@@ -261,9 +267,8 @@ pub(crate) fn stage_normalised<F: Float, N: Size>(
     #[unroll]
     for r in 0..rows {
         for i in range_stepped(unit, k_vectors, units) {
-            let xv = Vector::<f32, N>::cast_from(x[r * k_vectors + i]);
             rows_s[r * k_vectors + i] =
-                Vector::<F, N>::cast_from(xv * Vector::new(scales[r])) * norm_w[i];
+                normalised::<F, N>(x[r * k_vectors + i], scales[r], norm_w[i]);
         }
     }
     sync_cube();
