@@ -38,18 +38,15 @@ features=(--no-default-features --features $cuda,fusion,flex)
 targets=(--bench rope_pool)
 if [ "${1:-}" = all ]; then
   targets+=(--bench decode --bench pool_attention --example replay)
-elif [ "${1:-}" = decode ] || [ "${1:-}" = tensor_cores ]; then
-  # The suite's features, so that the three share one build of burn. ROPE_POOL_CUDA_FUSION=0:
-  # without Burn's fusion stream (the build whose decode steps are captured as CUDA graphs),
-  # with launch timing (`--profile`).
+elif [ "${1:-}" = decode ] || [ "${1:-}" = tensor_cores ] || [ "${1:-}" = suite ]; then
+  # One feature set, so that the three share one build of burn; `suite`: the test suite with
+  # CUDA as its GPU device (tests/suite/common.rs). ROPE_POOL_CUDA_FUSION=0: without Burn's
+  # fusion stream (the build whose decode steps are captured as CUDA graphs).
   fusion=fusion
   if [ "${ROPE_POOL_CUDA_FUSION:-}" = 0 ]; then fusion=profile; fi
   features=(--no-default-features --features $cuda,$fusion,flex,autodiff,tuning)
   targets=(--bench "$1")
-elif [ "${1:-}" = suite ]; then
-  # The test suite with CUDA as its GPU device (tests/suite/common.rs), autodiff included.
-  features=(--no-default-features --features $cuda,fusion,flex,autodiff)
-  targets=(--test suite)
+  if [ "$1" = suite ]; then targets=(--test suite); fi
 fi
 CARGO_TARGET_DIR=target/cuda cargo build --release "${features[@]}" "${targets[@]}"
 newest() { ls -t target/cuda/release/$1 | grep -v '\.d$' | head -1; }

@@ -966,7 +966,7 @@ fn projections_match_float64() {
 
 /// Products of many rows (prefill) where the tensor-core product of
 /// `rope_pool_kernels::decoder::launch_tiles_product` takes them (f16, 128-multiple widths,
-/// 64-multiple inner sizes, through CubeCL's SPIR-V compiler): row counts that leave a partial
+/// 64-multiple inner sizes, through CubeCL's SPIR-V or CUDA compilers): row counts that leave a partial
 /// tile of 128 and of 16, and more row tiles than a group of cubes walks together, against
 /// float64. Elsewhere the product runs through cubek, checked the same way; with
 /// `ROPE_POOL_EXPECT_TILES_PRODUCT` set (the GPU runs of `benches/`) every GPU device must take

@@ -175,15 +175,25 @@ const UNITS: usize = 128;
 const PLANE_TARGET_CUBES: usize = 512;
 /// Plane kernel: units per cube.
 const PLANE_UNITS: usize = 128;
-/// Plane kernel: the fewest iterations (`key groups × steps` keys) a chunk holds.
-const PLANE_MIN_CHUNK_TILES: usize = 8;
+/// Plane kernel: the fewest iterations (`key groups × steps` keys) a chunk holds. It binds only
+/// where a query's keys are few for the cubes the split aims for (one or a few sequences of a
+/// few hundred keys: decode at short contexts), and there more, shorter chunks won: batch-1
+/// decode at ~550 keys took 158–161 tok/s with 2 against 155–157 with 8 through SPIR-V, and
+/// 195–199 against 178–179 through CUDA (H200; benches/NOTES.md, '`pool_attention`'s plane
+/// kernel').
+const PLANE_MIN_CHUNK_TILES: usize = 2;
 /// Plane kernel: the most vectors a unit holds per head row and kind (q, running values) for
 /// all its heads; more heads than this allows are split over cubes.
 const PLANE_REGISTER_VECTORS: usize = 16;
-/// Plane kernel: the vectors of keys (and as many of values) a unit loads per iteration, over
-/// its steps (4 beat 8 and 16 in the H200 sweep: see benches/NOTES.md, '`pool_attention`'s
+/// Plane kernel: the most loads of keys (and as many of values) a unit issues per iteration,
+/// over its steps (4 beat 8 and 16 in the H200 sweep: see benches/NOTES.md, '`pool_attention`'s
 /// plane kernel').
 const PLANE_LOADS: usize = 4;
+/// Plane kernel on float pools: the most key elements a unit holds per iteration, widened to
+/// f32 (and as many of values), over its steps: 16, what `PLANE_LOADS` loads held in the H200
+/// sweep through SPIR-V, whose vectors hold at most 4 elements. Through CUDA (vectors of 8
+/// halves) 2 keys a step beat 4: batch-64 decode 6301 against 5480 tok/s on the H200.
+const PLANE_KEY_ELEMENTS: usize = 16;
 /// Plane kernel: the most units per key.
 const PLANE_LANES: usize = 16;
 /// Plane kernel on fp8 pools: words (of four codes) a unit loads at once. Two beat one by 4–8% on
@@ -259,7 +269,11 @@ impl AttentionLaunch {
                 .min(max_lanes.max(1).next_power_of_two());
             let loads = row_loads.div_ceil(lanes);
             let vecs = loads * words;
-            let steps = tuning.steps.unwrap_or(PLANE_LOADS / loads).max(1);
+            let steps = match geometry.fp8_pools {
+                true => PLANE_LOADS / loads,
+                false => (PLANE_LOADS / loads).min(PLANE_KEY_ELEMENTS / (vecs * vector)),
+            };
+            let steps = tuning.steps.unwrap_or(steps).max(1);
             let heads = largest_divisor(group, |h| h <= PLANE_REGISTER_VECTORS / vecs);
             // Whole planes (a key group never straddles two, and no plane is partial): a power
             // of two, at least one plane. The final merge holds every unit's vectors of one head

@@ -1210,10 +1210,26 @@ pub fn spirv_tiles(client: &Client) -> bool {
         && has_tiles(client, f16, [16, 16, 16])
 }
 
+/// How [`launch_tiles_product`] reads its operands on `client`'s device, where it runs there:
+/// 16-byte words through CubeCL's SPIR-V compiler ([`spirv_tiles`]; the words' fragment stride
+/// is SPIR-V's: `kernels/src/decoder/product.rs`), vectors of 8 halves through CubeCL's CUDA
+/// compilers (one 16-byte access there) on planes of 32 with 16 × 16 × 16 f16 tiles; `None`
+/// elsewhere (not measured).
+pub fn tiles_access(client: &Client) -> Option<TilesAccess> {
+    if spirv_tiles(client) {
+        return Some(TilesAccess::Words);
+    }
+    let hardware = &client.properties().hardware;
+    let cuda = client.name() == "cuda"
+        && hardware.plane_size_min == 32
+        && hardware.plane_size_max == 32
+        && has_tiles(client, ElemType::Float(FloatKind::F16), [16, 16, 16]);
+    cuda.then_some(TilesAccess::Halves)
+}
+
 /// Whether [`launch_tiles_product`] takes `x [m, k] · wᵀ` (`w [n, k]`) of `float` on `client`'s
 /// device: f16; `n` a positive multiple of 128 and `k` of 64 (no bounds checks on either; any
-/// `m`); [`spirv_tiles`] (where it was measured; the 16-byte words' fragment stride is SPIR-V's:
-/// `kernels/src/decoder/product.rs`); and the 45 KB of shared memory it stages through.
+/// `m`); a device [`tiles_access`] names; and the 45 KB of shared memory it stages through.
 pub fn tiles_product_fits(client: &Client, float: ElemType, [m, k, n]: [usize; 3]) -> bool {
     float == ElemType::Float(FloatKind::F16)
         && m > 0
@@ -1222,15 +1238,17 @@ pub fn tiles_product_fits(client: &Client, float: ElemType, [m, k, n]: [usize; 3
         && n.is_multiple_of(CUBE_COLS)
         && k.is_multiple_of(BLOCK)
         && client.properties().hardware.max_shared_memory_size >= SHARED_BYTES
-        && spirv_tiles(client)
+        && tiles_access(client).is_some()
 }
 
-/// How [`launch_tiles_product`] reads and stages its operands.
+/// How [`launch_tiles_product`] reads and stages its operands ([`tiles_access`] says which a
+/// device takes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TilesAccess {
-    /// 16-byte words, `Vector<u32, 4>` (the normal launch).
+    /// 16-byte words, `Vector<u32, 4>` (the launch through SPIR-V).
     Words,
-    /// Vectors of 8 halves, which SPIR-V splits into two 8-byte accesses: measurement only.
+    /// Vectors of 8 halves: one 16-byte access through CUDA (the launch there); through SPIR-V
+    /// two 8-byte ones (measurement only).
     Halves,
 }
 

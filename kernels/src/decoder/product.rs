@@ -12,7 +12,8 @@
 //!
 //! The words need CubeCL's SPIR-V compiler: it counts a fragment load's stride in the pointer's
 //! vectors (`cubecl-spirv-0.11.3` `src/ops/matrix.rs:31-49`), the CUDA compilers in the
-//! fragment's elements, so [`super::launch::tiles_product_fits`] takes SPIR-V devices only.
+//! fragment's elements. Through CUDA, where a vector of 8 halves is one 16-byte access, the
+//! kernel reads vectors of 8 halves instead ([`super::launch::tiles_access`]).
 
 use crate::common::fragment::{TILE, load_fragment, zero_accumulator};
 use cubecl::prelude::*;

@@ -18,10 +18,10 @@ use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 use rope_pool_kernels::decoder::{
-    MATVEC_MAX_ROWS, Residual, StagedRows, TilesAccess, launch_dequantize_fp8, launch_few_rows,
+    MATVEC_MAX_ROWS, Residual, StagedRows, launch_dequantize_fp8, launch_few_rows,
     launch_matvec, launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add,
     launch_matvec_fp8_norm, launch_matvec_norm, launch_rms_norm, launch_silu_mul,
-    launch_tiles_product, matvec_fits, spirv_tiles,
+    launch_tiles_product, matvec_fits, spirv_tiles, tiles_access,
 };
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
@@ -222,7 +222,8 @@ fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
     let mut routine = MatmulRoutine::from_index(routine);
     if routine == MatmulRoutine::Tiles {
         let aligned = |t: &CubeTensor| t.handle.offset_start.unwrap_or(0).is_multiple_of(16);
-        if w_t.dtype == x.dtype
+        if let Some(access) = tiles_access(&x.client)
+            && w_t.dtype == x.dtype
             && aligned(&x)
             && aligned(&w_t)
             && tiles_product_on(&x.client, float, [m, k, n])
@@ -235,7 +236,7 @@ fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
                     &out.client,
                     float,
                     [m, k, n],
-                    TilesAccess::Words,
+                    access,
                     [&x.handle, &w_t.handle, &out.handle],
                 );
             }

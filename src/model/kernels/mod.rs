@@ -192,7 +192,7 @@ pub(crate) fn rms_norm_tensor_ops(x: Tensor<2>, w: &Tensor<1>, eps: f64) -> Tens
 /// reads the weight once
 /// (`rope_pool_kernels::decoder::launch_few_rows`); otherwise, on
 /// CubeCL devices, the routine [`MatmulRoutine::for_project`] picks, reading the weight as
-/// stored: for f16 through CubeCL's SPIR-V compiler with widths a multiple of 128 and inner
+/// stored: for f16 through CubeCL's SPIR-V or CUDA compilers with widths a multiple of 128 and inner
 /// sizes of 64, the crate's tensor-core product of many rows ([`MatmulRoutine::Tiles`]), else
 /// one of cubek's routines or Burn's matmul; Burn's matmul on the transposed view elsewhere.
 ///
@@ -330,7 +330,7 @@ pub fn staged_takes(x: &Tensor<2>, dims: [usize; 3]) -> bool {
 /// Whether [`project`] sends `x [m, k] · w_tᵀ` (`w_t [n, k]`, x's dtype) to the tensor-core
 /// product of many rows (`rope_pool_kernels::decoder::launch_tiles_product`) on x's device: past
 /// the rows the decode kernels take, [`MatmulRoutine::Tiles`] its routine, f16, `n` a multiple of
-/// 128, `k` of 64, through CubeCL's SPIR-V compiler.
+/// 128, `k` of 64, through CubeCL's SPIR-V or CUDA compilers.
 #[cfg(feature = "testing")]
 pub fn tiles_product_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
     #[cfg(feature = "cube")]
@@ -884,7 +884,7 @@ pub enum MatmulRoutine {
     SpecializedTmaMma,
     /// The crate's own product of many rows on tensor-core tiles
     /// (`rope_pool_kernels::decoder::launch_tiles_product`: f16, widths a multiple of 128, inner
-    /// sizes of 64, through SPIR-V); elsewhere the routine [`MatmulRoutine::cubek_for_problem`]
+    /// sizes of 64, through SPIR-V or CUDA); elsewhere the routine [`MatmulRoutine::cubek_for_problem`]
     /// names (several tile rows per plane or the heuristic one).
     Tiles,
 }
