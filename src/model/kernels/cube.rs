@@ -18,10 +18,10 @@ use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 use rope_pool_kernels::decoder::{
-    MATVEC_MAX_ROWS, Residual, StagedRows, launch_dequantize_fp8, launch_few_rows,
-    launch_matvec, launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add,
-    launch_matvec_fp8_norm, launch_matvec_norm, launch_rms_norm, launch_silu_mul,
-    launch_tiles_product, matvec_fits, spirv_tiles, tiles_access,
+    MATVEC_MAX_ROWS, Residual, StagedRows, launch_dequantize_fp8, launch_few_rows, launch_matvec,
+    launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add, launch_matvec_fp8_norm,
+    launch_matvec_norm, launch_rms_norm, launch_silu_mul, launch_tiles_product, matvec_fits,
+    spirv_tiles, tiles_access,
 };
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
