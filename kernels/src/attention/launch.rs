@@ -200,6 +200,17 @@ const PLANE_LANES: usize = 16;
 /// four decode rows of the H200 and lost 14% at 1 × 4096 (benches/NOTES.md, 'fp8 codec').
 const PLANE_FP8_WORDS: usize = 2;
 
+/// Plane kernel: keys a key group reads an iteration, for a unit's `loads` loads of `vecs`
+/// vectors of `vector` elements a key row: [`PLANE_LOADS`] loads, and on float pools at most
+/// [`PLANE_KEY_ELEMENTS`] elements (at least one key).
+fn plane_steps(fp8_pools: bool, loads: usize, vecs: usize, vector: usize) -> usize {
+    let steps = match fp8_pools {
+        true => PLANE_LOADS / loads,
+        false => (PLANE_LOADS / loads).min(PLANE_KEY_ELEMENTS / (vecs * vector)),
+    };
+    steps.max(1)
+}
+
 /// The largest divisor of `group` that `fits` accepts (1 when none does).
 fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {
     (1..=group)
@@ -269,11 +280,10 @@ impl AttentionLaunch {
                 .min(max_lanes.max(1).next_power_of_two());
             let loads = row_loads.div_ceil(lanes);
             let vecs = loads * words;
-            let steps = match geometry.fp8_pools {
-                true => PLANE_LOADS / loads,
-                false => (PLANE_LOADS / loads).min(PLANE_KEY_ELEMENTS / (vecs * vector)),
-            };
-            let steps = tuning.steps.unwrap_or(steps).max(1);
+            let steps = tuning
+                .steps
+                .unwrap_or_else(|| plane_steps(geometry.fp8_pools, loads, vecs, vector))
+                .max(1);
             let heads = largest_divisor(group, |h| h <= PLANE_REGISTER_VECTORS / vecs);
             // Whole planes (a key group never straddles two, and no plane is partial): a power
             // of two, at least one plane. The final merge holds every unit's vectors of one head
@@ -680,7 +690,24 @@ pub unsafe fn launch_attention(
 
 #[cfg(test)]
 mod tests {
-    use super::{AttentionGeometry, AttentionLaunch};
+    use super::{AttentionGeometry, AttentionLaunch, plane_steps};
+
+    #[test]
+    fn plane_steps_hold_the_swept_bytes_in_flight() {
+        // Through SPIR-V (vectors of 4): f16 or f32 heads of 128 at 16 lanes read 2 loads a
+        // key, 2 keys a step; at 32 lanes 1 load, 4 keys; a head of 256 at 16 lanes, 1 key.
+        assert_eq!(plane_steps(false, 2, 2, 4), 2);
+        assert_eq!(plane_steps(false, 1, 1, 4), 4);
+        assert_eq!(plane_steps(false, 4, 4, 4), 1);
+        // Through CUDA (vectors of 8 halves): 1 load a key, 2 keys a step, not 4.
+        assert_eq!(plane_steps(false, 1, 1, 8), 2);
+        // Narrow vectors keep the loads' rule; fp8 pools keep it at any width.
+        assert_eq!(plane_steps(false, 1, 1, 2), 4);
+        assert_eq!(plane_steps(true, 1, 2, 4), 4);
+        // More loads a key than the rule allows still read one key a step.
+        assert_eq!(plane_steps(false, 8, 8, 4), 1);
+        assert_eq!(plane_steps(true, 8, 8, 4), 1);
+    }
 
     /// Llama-3-8B's attention geometry for `num_tokens` query rows, the fewest a sequence has
     /// being `min_query_rows`.
