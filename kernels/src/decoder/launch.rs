@@ -1198,16 +1198,20 @@ pub unsafe fn launch_silu_mul(
     }
 }
 
+/// Whether `client`'s device has planes of exactly 32 units and 16 × 16 × 16 f16 tensor-core
+/// tiles with f32 accumulation: the tiles the products here were written for.
+fn tiles_of_32(client: &Client) -> bool {
+    let hardware = &client.properties().hardware;
+    hardware.plane_size_min == 32
+        && hardware.plane_size_max == 32
+        && has_tiles(client, ElemType::Float(FloatKind::F16), [16, 16, 16])
+}
+
 /// Whether `client`'s device multiplies f16 tensor-core tiles the way the Vulkan products here
 /// were measured: CubeCL's SPIR-V compiler, planes of 32, 16 × 16 × 16 tiles with f32
 /// accumulation.
 pub fn spirv_tiles(client: &Client) -> bool {
-    let f16 = ElemType::Float(FloatKind::F16);
-    let hardware = &client.properties().hardware;
-    client.name() == "wgpu<spirv>"
-        && hardware.plane_size_min == 32
-        && hardware.plane_size_max == 32
-        && has_tiles(client, f16, [16, 16, 16])
+    client.name() == "wgpu<spirv>" && tiles_of_32(client)
 }
 
 /// How [`launch_tiles_product`] reads its operands on `client`'s device, where it runs there:
@@ -1216,15 +1220,11 @@ pub fn spirv_tiles(client: &Client) -> bool {
 /// compilers (one 16-byte access there) on planes of 32 with 16 × 16 × 16 f16 tiles; `None`
 /// elsewhere (not measured).
 pub fn tiles_access(client: &Client) -> Option<TilesAccess> {
-    if spirv_tiles(client) {
-        return Some(TilesAccess::Words);
+    match client.name() {
+        "wgpu<spirv>" => tiles_of_32(client).then_some(TilesAccess::Words),
+        "cuda" => tiles_of_32(client).then_some(TilesAccess::Halves),
+        _ => None,
     }
-    let hardware = &client.properties().hardware;
-    let cuda = client.name() == "cuda"
-        && hardware.plane_size_min == 32
-        && hardware.plane_size_max == 32
-        && has_tiles(client, ElemType::Float(FloatKind::F16), [16, 16, 16]);
-    cuda.then_some(TilesAccess::Halves)
 }
 
 /// Whether [`launch_tiles_product`] takes `x [m, k] · wᵀ` (`w [n, k]`) of `float` on `client`'s
