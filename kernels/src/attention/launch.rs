@@ -178,9 +178,9 @@ const PLANE_UNITS: usize = 128;
 /// Plane kernel: the fewest iterations (`key groups × steps` keys) a chunk holds. It binds only
 /// where a query's keys are few for the cubes the split aims for (one or a few sequences of a
 /// few hundred keys: decode at short contexts), and there more, shorter chunks won: batch-1
-/// decode at ~550 keys took 158–161 tok/s with 2 against 155–157 with 8 through SPIR-V, and
-/// 195–199 against 178–179 through CUDA (H200; benches/NOTES.md, '`pool_attention`'s plane
-/// kernel').
+/// decode at ~550 keys took 158.3–161.6 tok/s with 2 against 154.4–156.5 with 8 through
+/// SPIR-V, and 194.8–198.7 against 176.6–178.6 through CUDA (H200; benches/NOTES.md,
+/// '`pool_attention`'s plane kernel').
 const PLANE_MIN_CHUNK_TILES: usize = 2;
 /// Plane kernel: the most vectors a unit holds per head row and kind (q, running values) for
 /// all its heads; more heads than this allows are split over cubes.
