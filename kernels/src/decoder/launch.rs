@@ -73,6 +73,9 @@ pub struct DecoderTuning {
     /// Staged kernel: planes (column tiles) a cube (`ROPE_POOL_STAGED_PLANES`, 1 to 8; default
     /// 4).
     pub staged_planes: Option<usize>,
+    /// Blocks of loads the staged kernel holds in registers ahead of its products
+    /// (`ROPE_POOL_STAGED_DEPTH`, 1 to 4; default 1).
+    pub staged_depth: Option<usize>,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
@@ -111,6 +114,7 @@ impl DecoderTuning {
             staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=16).contains(n)),
             staged_cubes: number("ROPE_POOL_STAGED_CUBES").filter(|n| *n >= 1),
             staged_planes: number("ROPE_POOL_STAGED_PLANES").filter(|n| (1..=8).contains(n)),
+            staged_depth: number("ROPE_POOL_STAGED_DEPTH").filter(|n| (1..=4).contains(n)),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
@@ -716,10 +720,11 @@ pub struct StagedRows {
     planes: usize,
     block: usize,
     splits: usize,
+    depth: usize,
 }
 
-/// Shared memory a staged cube may take (the 48 KB Vulkan devices report).
-const STAGED_SHARED_BYTES: usize = 48 * 1024;
+/// Blocks of loads the staged kernel holds ahead of its products.
+const STAGED_DEPTH: usize = 1;
 /// Planes (column tiles) of a staged cube.
 const STAGED_PLANES: usize = 4;
 /// Cubes the staged launch's shares aim for past [`STAGED_FEW_ROWS`] rows.
@@ -789,7 +794,7 @@ impl StagedRows {
         let most = tuning.staged_block.unwrap_or(STAGED_BLOCK);
         let block = (1..=most)
             .rev()
-            .find(|b| k_tiles.is_multiple_of(*b) && bytes(*b) <= STAGED_SHARED_BYTES)?;
+            .find(|b| k_tiles.is_multiple_of(*b) && bytes(*b) <= hardware.max_shared_memory_size)?;
         let groups = n / (TILE * planes);
         let blocks = (k_tiles / block).max(1);
         let splits = match tuning.staged_splits {
@@ -815,6 +820,7 @@ impl StagedRows {
             planes,
             block,
             splits,
+            depth: tuning.staged_depth.unwrap_or(STAGED_DEPTH),
         })
     }
 
@@ -1018,6 +1024,7 @@ impl StagedRows {
                 self.splits,
                 k / vector,
                 vector,
+                self.depth,
                 words,
                 [float, target_type, w_type],
             );
