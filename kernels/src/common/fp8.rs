@@ -159,11 +159,12 @@ impl Fp8Decode {
     }
 
     /// `self` where `client`'s device runs it, else [`Self::Integer`]: the fp8 type needs f16;
-    /// f16 halves need f16, CubeCL's SPIR-V compiler and an NVIDIA GPU. Through WGSL, naga on
-    /// Mesa's lavapipe reads the pair's bitcast as one f32; the subnormal codes are f16
-    /// subnormals, which a Vulkan driver may flush when widening them (CubeCL declares no
-    /// denormal mode), and NVIDIA's driver is where every code was checked (H100, H200); the MSL
-    /// and CUDA compilers' bitcast of a pair is not checked.
+    /// f16 halves need f16 and either CubeCL's SPIR-V compiler on an NVIDIA GPU or its CUDA
+    /// runtime. Through WGSL, naga on Mesa's lavapipe reads the pair's bitcast as one f32; the
+    /// subnormal codes are f16 subnormals, which a Vulkan driver may flush when widening them
+    /// (CubeCL declares no denormal mode), and NVIDIA's driver is where every code was checked
+    /// (H100, H200); CUDA widens f16 subnormals exactly (`cvt.f32.f16`), checked through burn's
+    /// `cuda` feature on the H200; the MSL compiler's bitcast of a pair is not checked.
     pub fn on_device(self, client: &cubecl::client::Client) -> Self {
         let properties = client.properties();
         let f16 = properties.supports_type(cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16));
@@ -175,7 +176,11 @@ impl Fp8Decode {
             == Some(cubecl::ir::PciVendor::Nvidia);
         match self {
             Self::Native if f16 => self,
-            Self::Halves if f16 && nvidia && client.name() == "wgpu<spirv>" => self,
+            Self::Halves
+                if f16 && (client.name() == "cuda" || nvidia && client.name() == "wgpu<spirv>") =>
+            {
+                self
+            }
             _ => Self::Integer,
         }
     }
