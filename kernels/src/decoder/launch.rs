@@ -143,6 +143,9 @@ const SHARED_PLANES: usize = 4;
 /// norm's over the cube and the product's over each plane, at most [`ACCUMULATORS`] values a
 /// unit each), 16 KiB (WebGPU's default limit).
 const SHARED_SUMS_BYTES: usize = 2 * SHARED_PLANES * ACCUMULATORS * SHARED_LANES * 4;
+/// The most shared memory a matrix-vector kernel takes with plane sums: one f32 a plane (at most
+/// 32 a cube) and accumulator.
+const PLANE_SUMS_BYTES: usize = 32 * ACCUMULATORS * 4;
 /// Weight vectors each unit loads per iteration (in flight together), over its columns.
 const LOADS: usize = 4;
 /// The same for the fp8-weight kernels, each load 16 bytes of codes: fewer, for the registers
@@ -342,10 +345,9 @@ const STAGED_ROWS_BYTES: usize = 16 * 1024;
 /// memory, as [`DecoderTuning::norm_staged`] says, else where they take at most
 /// [`STAGED_ROWS_BYTES`].
 fn rows_staged(client: &Client, sums: PlaneSums, bytes: usize) -> bool {
-    // The sums' shared memory: with plane sums one value a plane and row (at most 32 × 16).
     let reserved = match sums.shared {
         true => SHARED_SUMS_BYTES,
-        false => 32 * ACCUMULATORS * 4,
+        false => PLANE_SUMS_BYTES,
     };
     bytes + reserved <= client.properties().hardware.max_shared_memory_size
         && LaunchTuning::current()
