@@ -562,7 +562,7 @@ mod tests {
     /// compiled to CUDA C++ and SPIR-V against the properties of a device with f16 16 × 16 × 16
     /// tiles (one share writing `out` in f16, several writing f32 partials), on an f16 weight
     /// and on an fp8 weight (words of codes decoded each way, one or two words a load, a scale a
-    /// vector or a word), with 1 to 3 blocks of loads ahead; its arithmetic is checked by the root crate's projection tests where
+    /// vector or a word); its arithmetic is checked by the root crate's projection tests where
     /// it runs.
     #[test]
     fn staged_rows_kernel_expands_and_compiles_to_cuda_and_spirv() {
@@ -578,18 +578,17 @@ mod tests {
             decode,
             nan_codes,
         };
-        for (splits, out_type, vector, depth, words) in [
-            (1usize, f16, 4usize, 1usize, None),
-            (2, ElemType::Float(FloatKind::F32), 8, 2, None),
-            (1, f16, 8, 1, Some(fp8(Fp8Decode::Halves, 32, true))),
+        for (splits, out_type, vector, words) in [
+            (1usize, f16, 4usize, None),
+            (2, ElemType::Float(FloatKind::F32), 8, None),
+            (1, f16, 8, Some(fp8(Fp8Decode::Halves, 32, true))),
             (
                 2,
                 ElemType::Float(FloatKind::F32),
                 4,
-                3,
                 Some(fp8(Fp8Decode::Integer, 1, false)),
             ),
-            (1, f16, 8, 2, Some(fp8(Fp8Decode::Native, 1, true))),
+            (1, f16, 8, Some(fp8(Fp8Decode::Native, 1, true))),
         ] {
             let (w_type, w_vector, scales) = match words {
                 Some(_) => (
@@ -617,16 +616,12 @@ mod tests {
                 splits,
                 k / vector,
                 vector,
-                depth,
                 words,
                 [f16, out_type, w_type],
             );
             common::assert_tensor_core_kernel_compiles(
                 kernel,
-                &format!(
-                    "staged_rows_kernel, {splits} shares, vectors of {vector}, {depth} blocks \
-                     ahead, {words:?}"
-                ),
+                &format!("staged_rows_kernel, {splits} shares, vectors of {vector}, {words:?}"),
             );
         }
     }

@@ -59,7 +59,8 @@ pub struct DecoderTuning {
     /// goes through the staged tensor-core kernel ([`StagedRows`]) where it fits, instead of the
     /// normal routing (the root crate's `STAGED_MIN_ROWS`). Applied by the root crate.
     pub staged_from: Option<usize>,
-    /// Staged kernel: inner tiles a block (`ROPE_POOL_STAGED_BLOCK`, 1 to 16; default 4).
+    /// Staged kernel: inner tiles a block, at most (`ROPE_POOL_STAGED_BLOCK`, 1 to 16; default 4,
+    /// 8 through CUDA).
     pub staged_block: Option<usize>,
     /// Staged kernel: shares of the inner size (`ROPE_POOL_STAGED_SPLITS`, 1 to 16; default: the
     /// fewest shares, a power of two, that give the grid at least [`Self::staged_cubes`] cubes,
@@ -73,9 +74,6 @@ pub struct DecoderTuning {
     /// Staged kernel: planes (column tiles) a cube (`ROPE_POOL_STAGED_PLANES`, 1 to 8; default
     /// 4).
     pub staged_planes: Option<usize>,
-    /// Blocks of loads the staged kernel holds in registers ahead of its products
-    /// (`ROPE_POOL_STAGED_DEPTH`, 1 to 4; default 1).
-    pub staged_depth: Option<usize>,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
@@ -114,7 +112,6 @@ impl DecoderTuning {
             staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=16).contains(n)),
             staged_cubes: number("ROPE_POOL_STAGED_CUBES").filter(|n| *n >= 1),
             staged_planes: number("ROPE_POOL_STAGED_PLANES").filter(|n| (1..=8).contains(n)),
-            staged_depth: number("ROPE_POOL_STAGED_DEPTH").filter(|n| (1..=4).contains(n)),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
@@ -722,11 +719,8 @@ pub struct StagedRows {
     planes: usize,
     block: usize,
     splits: usize,
-    depth: usize,
 }
 
-/// Blocks of loads the staged kernel holds ahead of its products.
-const STAGED_DEPTH: usize = 1;
 /// Planes (column tiles) of a staged cube.
 const STAGED_PLANES: usize = 4;
 /// Cubes the staged launch's shares aim for past [`STAGED_FEW_ROWS`] rows.
@@ -744,9 +738,15 @@ const STAGED_FEW_ROWS: usize = 16;
 const STAGED_FEW_CUBES: usize = 1024;
 /// The most shares the staged launch takes up to [`STAGED_FEW_ROWS`] rows unless told.
 const STAGED_FEW_MAX_SPLITS: usize = 4;
-/// Inner tiles a staged block, at most (the H100 probe of `benches/RESULTS.md`, "Staged products
-/// from shared vectors": 4 beat 8 at every row count but 32).
+/// Inner tiles a staged block, at most, but through CUDA (measured through SPIR-V: the H100 probe
+/// of `benches/RESULTS.md`, "Staged products from shared vectors", 4 beat 8 at every row count
+/// but 32).
 const STAGED_BLOCK: usize = 4;
+/// The same through CubeCL's CUDA runtime: 8 (`benches/RESULTS.md`, "Staged blocks and fp8
+/// halves through CUDA": on an H100, decode 1074.9–1086.7 tok/s at batch 8 against
+/// 983.0–989.3 with 4, and 5861.1–5914.7 at batch 64 against 5771.8–5822.7; blocks of 16 and
+/// loads held further ahead were slower at 64).
+const STAGED_CUDA_BLOCK: usize = 8;
 
 /// Where the staged kernel writes: `out` (one share), the shares left for the next kernel, or
 /// the shares then their sum into `out`.
@@ -793,7 +793,10 @@ impl StagedRows {
         let m_tiles = rows.div_ceil(TILE);
         let bytes =
             |b: usize| (TILE * (planes + m_tiles)) * (TILE * b + 8) * 2 + planes * TILE * TILE * 4;
-        let most = tuning.staged_block.unwrap_or(STAGED_BLOCK);
+        let most = tuning.staged_block.unwrap_or(match client.name() {
+            "cuda" => STAGED_CUDA_BLOCK,
+            _ => STAGED_BLOCK,
+        });
         let block = (1..=most)
             .rev()
             .find(|b| k_tiles.is_multiple_of(*b) && bytes(*b) <= hardware.max_shared_memory_size)?;
@@ -822,7 +825,6 @@ impl StagedRows {
             planes,
             block,
             splits,
-            depth: tuning.staged_depth.unwrap_or(STAGED_DEPTH),
         })
     }
 
@@ -1026,7 +1028,6 @@ impl StagedRows {
                 self.splits,
                 k / vector,
                 vector,
-                self.depth,
                 words,
                 [float, target_type, w_type],
             );

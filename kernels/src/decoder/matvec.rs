@@ -680,8 +680,8 @@ pub(crate) fn split_sum_kernel<F: Float, N: Size>(
 /// both operands staged through shared memory: the cube owns `planes` tiles of 16 output columns
 /// (one a plane) and one of `splits` shares of the inner size, walked in blocks of `k_tiles`
 /// inner tiles. Each block of the weight (`16 · planes` rows) and of `x` (every row; rows past
-/// `m` as zeros) is read by all units in coalesced vectors of `N` into registers, `depth` blocks
-/// ahead (each block's loads issued before the products of the `depth` blocks before it), and stored in shared memory as those vectors (rows
+/// `m` as zeros) is read by all units in coalesced vectors of `N`, the next block's loads issued
+/// before the current block's products, and stored in shared memory as those vectors (rows
 /// padded by 8 elements against bank conflicts; the fragments are loaded from the vectors, with
 /// their alignment). Each plane multiplies its column tile by every row tile, one f32
 /// accumulator per row tile over the whole share, so the planes never meet; the result goes
@@ -708,7 +708,6 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
     #[comptime] splits: usize,
     #[comptime] k_vectors: usize,
     #[comptime] vector: usize,
-    #[comptime] depth: usize,
     #[comptime] fp8: Option<Fp8Words>,
     #[define(F, O, P)] _dtypes: [ElemType; 3],
 ) {
@@ -732,9 +731,8 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
     let x_loads = comptime!((x_rows * block_vectors).div_ceil(units));
     let mut w_s = Shared::<[Vector<F, N>]>::new_aligned_slice(w_rows * ldv, 16usize);
     let mut x_s = Shared::<[Vector<F, N>]>::new_aligned_slice(x_rows * ldv, 16usize);
-    // `depth` blocks of loads in registers: the share's block `first + j` in set `j % depth`.
-    let mut w_r = Array::<Vector<P, M>>::new(depth * w_loads);
-    let mut x_r = Array::<Vector<F, N>>::new(depth * x_loads);
+    let mut w_r = Array::<Vector<P, M>>::new(w_loads);
+    let mut x_r = Array::<Vector<F, N>>::new(x_loads);
     let unit = UNIT_POS as usize;
     let blocks = k_vectors / block_vectors;
     let first = share * blocks / splits;
@@ -745,108 +743,97 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
     for _ in 0..m_tiles {
         accs.push(zero_accumulator());
     }
-    // The first `depth` blocks' loads.
+    // The first block's loads.
+    let mut kv0 = first * block_vectors;
     #[unroll]
-    for set in 0..depth {
-        let kv0 = (first + set) * block_vectors;
-        let live = first + set < end;
-        #[unroll]
-        for l in 0..w_loads {
-            let i = unit + l * units;
-            let mut v = Vector::<P, M>::new(P::from_int(0));
-            if live && i < w_rows * block_vectors {
-                v = w[(n0 + i / block_vectors) * k_vectors + kv0 + i % block_vectors];
-            }
-            w_r[set * w_loads + l] = v;
+    for l in 0..w_loads {
+        let i = unit + l * units;
+        let mut v = Vector::<P, M>::new(P::from_int(0));
+        if i < w_rows * block_vectors {
+            v = w[(n0 + i / block_vectors) * k_vectors + kv0 + i % block_vectors];
         }
-        #[unroll]
-        for l in 0..x_loads {
-            let i = unit + l * units;
-            let row = i / block_vectors;
-            let mut v = Vector::<F, N>::new(F::new(0.0));
-            if live && i < x_rows * block_vectors && row < m {
-                v = x[row * k_vectors + kv0 + i % block_vectors];
-            }
-            x_r[set * x_loads + l] = v;
+        w_r[l] = v;
+    }
+    #[unroll]
+    for l in 0..x_loads {
+        let i = unit + l * units;
+        let row = i / block_vectors;
+        let mut v = Vector::<F, N>::new(F::new(0.0));
+        if i < x_rows * block_vectors && row < m {
+            v = x[row * k_vectors + kv0 + i % block_vectors];
         }
+        x_r[l] = v;
     }
     let plane = UNIT_POS_Y as usize;
     let mut b = first;
     while b < end {
-        // The sets in turn (`b` is the same across the cube: the syncs stay uniform).
+        // The block before is multiplied: its shared memory is free.
+        sync_cube();
         #[unroll]
-        for set in 0..depth {
-            if b < end {
-                // The block before is multiplied: its shared memory is free.
-                sync_cube();
-                #[unroll]
-                for l in 0..w_loads {
-                    let i = unit + l * units;
-                    if i < w_rows * block_vectors {
-                        let (row, kv) = (i / block_vectors, i % block_vectors);
-                        w_s[row * ldv + kv] = staged_weight::<F, N, P, M>(
-                            w_r[set * w_loads + l],
-                            scales,
-                            n0 + row,
-                            (b * block_vectors + kv) * vector,
-                            fp8,
-                        );
-                    }
-                }
-                #[unroll]
-                for l in 0..x_loads {
-                    let i = unit + l * units;
-                    if i < x_rows * block_vectors {
-                        x_s[(i / block_vectors) * ldv + i % block_vectors] = x_r[set * x_loads + l];
-                    }
-                }
-                sync_cube();
-                // The set's next block, in flight while this one and the others are multiplied.
-                if b + depth < end {
-                    let kv0 = (b + depth) * block_vectors;
-                    #[unroll]
-                    for l in 0..w_loads {
-                        let i = unit + l * units;
-                        if i < w_rows * block_vectors {
-                            w_r[set * w_loads + l] =
-                                w[(n0 + i / block_vectors) * k_vectors + kv0 + i % block_vectors];
-                        }
-                    }
-                    #[unroll]
-                    for l in 0..x_loads {
-                        let i = unit + l * units;
-                        let row = i / block_vectors;
-                        if i < x_rows * block_vectors && row < m {
-                            x_r[set * x_loads + l] = x[row * k_vectors + kv0 + i % block_vectors];
-                        }
-                    }
-                }
-                #[unroll]
-                for t in 0..k_tiles {
-                    let tile_vectors = comptime!(TILE / vector);
-                    let w0 = plane * TILE * ldv + t * tile_vectors;
-                    let bt = load_fragment::<F, Vector<F, N>>(
-                        cmma::MatrixIdent::B,
-                        cmma::MatrixLayout::ColMajor,
-                        w_s.slice(w0, w0 + (TILE - 1) * ldv + tile_vectors),
-                        ld as u32,
-                    );
-                    #[unroll]
-                    for r in 0..m_tiles {
-                        let x0 = r * TILE * ldv + t * tile_vectors;
-                        let at = load_fragment::<F, Vector<F, N>>(
-                            cmma::MatrixIdent::A,
-                            cmma::MatrixLayout::RowMajor,
-                            x_s.slice(x0, x0 + (TILE - 1) * ldv + tile_vectors),
-                            ld as u32,
-                        );
-                        let acc = accs.index(r);
-                        cmma::execute(&at, &bt, acc, acc);
-                    }
-                }
-                b += 1;
+        for l in 0..w_loads {
+            let i = unit + l * units;
+            if i < w_rows * block_vectors {
+                let (row, kv) = (i / block_vectors, i % block_vectors);
+                w_s[row * ldv + kv] = staged_weight::<F, N, P, M>(
+                    w_r[l],
+                    scales,
+                    n0 + row,
+                    (b * block_vectors + kv) * vector,
+                    fp8,
+                );
             }
         }
+        #[unroll]
+        for l in 0..x_loads {
+            let i = unit + l * units;
+            if i < x_rows * block_vectors {
+                x_s[(i / block_vectors) * ldv + i % block_vectors] = x_r[l];
+            }
+        }
+        sync_cube();
+        // The next block's loads, in flight while this one is multiplied.
+        if b + 1 < end {
+            kv0 = (b + 1) * block_vectors;
+            #[unroll]
+            for l in 0..w_loads {
+                let i = unit + l * units;
+                if i < w_rows * block_vectors {
+                    w_r[l] = w[(n0 + i / block_vectors) * k_vectors + kv0 + i % block_vectors];
+                }
+            }
+            #[unroll]
+            for l in 0..x_loads {
+                let i = unit + l * units;
+                let row = i / block_vectors;
+                if i < x_rows * block_vectors && row < m {
+                    x_r[l] = x[row * k_vectors + kv0 + i % block_vectors];
+                }
+            }
+        }
+        #[unroll]
+        for t in 0..k_tiles {
+            let tile_vectors = comptime!(TILE / vector);
+            let w0 = plane * TILE * ldv + t * tile_vectors;
+            let bt = load_fragment::<F, Vector<F, N>>(
+                cmma::MatrixIdent::B,
+                cmma::MatrixLayout::ColMajor,
+                w_s.slice(w0, w0 + (TILE - 1) * ldv + tile_vectors),
+                ld as u32,
+            );
+            #[unroll]
+            for r in 0..m_tiles {
+                let x0 = r * TILE * ldv + t * tile_vectors;
+                let at = load_fragment::<F, Vector<F, N>>(
+                    cmma::MatrixIdent::A,
+                    cmma::MatrixLayout::RowMajor,
+                    x_s.slice(x0, x0 + (TILE - 1) * ldv + tile_vectors),
+                    ld as u32,
+                );
+                let acc = accs.index(r);
+                cmma::execute(&at, &bt, acc, acc);
+            }
+        }
+        b += 1;
     }
     // Each plane's row tiles through its own 16 × 16 of shared memory, the rows below `m` out.
     let tile_elems = TILE * TILE;
