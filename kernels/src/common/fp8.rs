@@ -164,7 +164,7 @@ impl Fp8Decode {
     /// subnormal codes are f16 subnormals, which a Vulkan driver may flush when widening them
     /// (CubeCL declares no denormal mode), and NVIDIA's driver is where every code was checked
     /// (H100, H200); CUDA widens f16 subnormals exactly (`cvt.f32.f16`), checked through burn's
-    /// `cuda` feature on the H200; the MSL compiler's bitcast of a pair is not checked.
+    /// `cuda` feature on an H100; the MSL compiler's bitcast of a pair is not checked.
     pub fn on_device(self, client: &cubecl::client::Client) -> Self {
         let properties = client.properties();
         let f16 = properties.supports_type(cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16));
