@@ -13,6 +13,7 @@
 //!
 //! [`encode_host`] and [`decode_host`] are the same arithmetic on the host.
 
+use super::launch::Compiler;
 use super::round::shifted_to_even;
 use cubecl::e4m3;
 use cubecl::prelude::*;
@@ -176,11 +177,11 @@ impl Fp8Decode {
             == Some(cubecl::ir::PciVendor::Nvidia);
         match self {
             Self::Native if f16 => self,
-            Self::Halves
-                if f16 && (client.name() == "cuda" || nvidia && client.name() == "wgpu<spirv>") =>
-            {
-                self
-            }
+            Self::Halves if f16 => match Compiler::of(client) {
+                Compiler::Cuda => self,
+                Compiler::Spirv if nvidia => self,
+                _ => Self::Integer,
+            },
             _ => Self::Integer,
         }
     }

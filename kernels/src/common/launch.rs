@@ -4,6 +4,29 @@ use cubecl::client::Client;
 use cubecl::features::MmaConfig;
 use cubecl::ir::{ElemType, FloatKind};
 
+/// The CubeCL compiler `client`'s kernels go through, where a launch rule depends on it (CubeCL's
+/// runtime names: `wgpu<spirv>`, `cuda`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Compiler {
+    /// CubeCL's SPIR-V compiler (wgpu on Vulkan).
+    Spirv,
+    /// CubeCL's CUDA runtime (Burn's `cuda` feature).
+    Cuda,
+    /// Any other (WGSL, MSL, HIP, the CPU).
+    Other,
+}
+
+impl Compiler {
+    /// The compiler of `client`'s runtime.
+    pub(crate) fn of(client: &Client) -> Self {
+        match client.name() {
+            "wgpu<spirv>" => Self::Spirv,
+            "cuda" => Self::Cuda,
+            _ => Self::Other,
+        }
+    }
+}
+
 /// The widest vector, in elements, that `client`'s device loads well for `elem_size`-byte
 /// elements and that `fits` accepts (1 when none does).
 pub(crate) fn widest_vector(

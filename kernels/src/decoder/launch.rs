@@ -15,7 +15,7 @@ use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
 use super::product::{BLOCK, CUBE_COLS, CUBE_ROWS, PLANES, SHARED_BYTES, tiles_product_kernel};
 use crate::LaunchTuning;
 use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
-use crate::common::launch::{has_tiles, widest_vector};
+use crate::common::launch::{Compiler, has_tiles, widest_vector};
 use cubecl::client::Client;
 use cubecl::features::Plane;
 use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
@@ -793,8 +793,8 @@ impl StagedRows {
         let m_tiles = rows.div_ceil(TILE);
         let bytes =
             |b: usize| (TILE * (planes + m_tiles)) * (TILE * b + 8) * 2 + planes * TILE * TILE * 4;
-        let most = tuning.staged_block.unwrap_or(match client.name() {
-            "cuda" => STAGED_CUDA_BLOCK,
+        let most = tuning.staged_block.unwrap_or(match Compiler::of(client) {
+            Compiler::Cuda => STAGED_CUDA_BLOCK,
             _ => STAGED_BLOCK,
         });
         let block = (1..=most)
@@ -1221,7 +1221,7 @@ fn tiles_of_32(client: &Client) -> bool {
 /// were measured: CubeCL's SPIR-V compiler, planes of 32, 16 × 16 × 16 tiles with f32
 /// accumulation.
 pub fn spirv_tiles(client: &Client) -> bool {
-    client.name() == "wgpu<spirv>" && tiles_of_32(client)
+    Compiler::of(client) == Compiler::Spirv && tiles_of_32(client)
 }
 
 /// How [`launch_tiles_product`] reads its operands on `client`'s device, where it runs there:
@@ -1230,10 +1230,10 @@ pub fn spirv_tiles(client: &Client) -> bool {
 /// compilers (one 16-byte access there) on planes of 32 with 16 × 16 × 16 f16 tiles; `None`
 /// elsewhere (not measured).
 pub fn tiles_access(client: &Client) -> Option<TilesAccess> {
-    match client.name() {
-        "wgpu<spirv>" => tiles_of_32(client).then_some(TilesAccess::Words),
-        "cuda" => tiles_of_32(client).then_some(TilesAccess::Halves),
-        _ => None,
+    match Compiler::of(client) {
+        Compiler::Spirv => tiles_of_32(client).then_some(TilesAccess::Words),
+        Compiler::Cuda => tiles_of_32(client).then_some(TilesAccess::Halves),
+        Compiler::Other => None,
     }
 }
 
