@@ -30,7 +30,7 @@ use cubecl::features::MmaConfig;
 use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::*;
 use rope_pool_kernels::common::fragment::{TILE, load_fragment, zero_accumulator};
-use rope_pool_kernels::decoder::{TilesAccess, launch_tiles_product, tiles_product_fits};
+use rope_pool_kernels::decoder::{TilesAccess, launch_tiles_product, tiles_product_access};
 use std::time::Instant;
 
 #[derive(Parser)]
@@ -320,7 +320,7 @@ fn timed(client: &Client, launch: impl Fn(), launches: usize) -> f64 {
 fn run_product(client: &Client, g: TilesAccess, p: &Problem, launches: usize) -> (f64, f64) {
     let ([m, n, k], xs, ws, x, w) = (p.shape, &p.xs, &p.ws, &p.x, &p.w);
     let out = client.empty(m * n * 2);
-    // Safety: `main` checked `tiles_product_fits`; x, w and out are fresh buffers of f16
+    // Safety: `main` checked `tiles_product_access`; x, w and out are fresh buffers of f16
     // [m, k], [n, k] and [m, n].
     let launch = || unsafe {
         launch_tiles_product(client, float_type(true), [m, k, n], g, [x, w, &out]);
@@ -565,7 +565,7 @@ fn main() {
         let problem = Problem::new(&client, shape);
         for g in configs {
             let [m, n, k] = shape;
-            if !tiles_product_fits(&client, float_type(true), [m, k, n]) {
+            if tiles_product_access(&client, float_type(true), [m, k, n]).is_none() {
                 println!("| {m}, {n}, {k} | {g:?} | not taken on this device | | |");
                 continue;
             }

@@ -1229,7 +1229,7 @@ pub fn spirv_tiles(client: &Client) -> bool {
 /// is SPIR-V's: `kernels/src/decoder/product.rs`), vectors of 8 halves through CubeCL's CUDA
 /// compilers (one 16-byte access there) on planes of 32 with 16 × 16 × 16 f16 tiles; `None`
 /// elsewhere (not measured).
-pub fn tiles_access(client: &Client) -> Option<TilesAccess> {
+fn tiles_access(client: &Client) -> Option<TilesAccess> {
     match Compiler::of(client) {
         Compiler::Spirv => tiles_of_32(client).then_some(TilesAccess::Words),
         Compiler::Cuda => tiles_of_32(client).then_some(TilesAccess::Halves),
@@ -1237,22 +1237,28 @@ pub fn tiles_access(client: &Client) -> Option<TilesAccess> {
     }
 }
 
-/// Whether [`launch_tiles_product`] takes `x [m, k] · wᵀ` (`w [n, k]`) of `float` on `client`'s
-/// device: f16; `n` a positive multiple of 128 and `k` of 64 (no bounds checks on either; any
-/// `m`); a device [`tiles_access`] names; and the 45 KB of shared memory it stages through.
-pub fn tiles_product_fits(client: &Client, float: ElemType, [m, k, n]: [usize; 3]) -> bool {
-    float == ElemType::Float(FloatKind::F16)
+/// How [`launch_tiles_product`] reads `x [m, k] · wᵀ` (`w [n, k]`) of `float` on `client`'s
+/// device, where it takes the product: f16; `n` a positive multiple of 128 and `k` of 64 (no
+/// bounds checks on either; any `m`); CubeCL's SPIR-V compiler (16-byte words) or CUDA runtime
+/// (vectors of 8 halves) on planes of 32 with 16 × 16 × 16 f16 tiles; and the 45 KB of shared
+/// memory it stages through. `None` where it does not.
+pub fn tiles_product_access(
+    client: &Client,
+    float: ElemType,
+    [m, k, n]: [usize; 3],
+) -> Option<TilesAccess> {
+    let fits = float == ElemType::Float(FloatKind::F16)
         && m > 0
         && n > 0
         && k > 0
         && n.is_multiple_of(CUBE_COLS)
         && k.is_multiple_of(BLOCK)
-        && client.properties().hardware.max_shared_memory_size >= SHARED_BYTES
-        && tiles_access(client).is_some()
+        && client.properties().hardware.max_shared_memory_size >= SHARED_BYTES;
+    if fits { tiles_access(client) } else { None }
 }
 
-/// How [`launch_tiles_product`] reads and stages its operands ([`tiles_access`] says which a
-/// device takes).
+/// How [`launch_tiles_product`] reads and stages its operands ([`tiles_product_access`] says
+/// which a device takes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TilesAccess {
     /// 16-byte words, `Vector<u32, 4>` (the launch through SPIR-V).
@@ -1268,7 +1274,7 @@ pub enum TilesAccess {
 ///
 /// # Safety
 ///
-/// [`tiles_product_fits`] holds for `[m, k, n]`; `x`, `w` hold contiguous f16 `[m, k]`,
+/// [`tiles_product_access`] is `Some` for `[m, k, n]`; `x`, `w` hold contiguous f16 `[m, k]`,
 /// `[n, k]` from 16-byte-aligned offsets; `out` a contiguous `[m, n]` buffer of `float` (f16).
 pub unsafe fn launch_tiles_product(
     client: &Client,

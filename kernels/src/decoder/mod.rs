@@ -27,5 +27,5 @@ pub use launch::{
     few_rows_fits, launch_dequantize_fp8, launch_few_rows, launch_matvec, launch_matvec_add,
     launch_matvec_fp8, launch_matvec_fp8_add, launch_matvec_fp8_norm, launch_matvec_norm,
     launch_rms_norm, launch_silu_mul, launch_tiles_product, matvec_fits, matvec_norm_fits,
-    spirv_tiles, tiles_access, tiles_product_fits,
+    spirv_tiles, tiles_product_access,
 };

@@ -21,7 +21,7 @@ use rope_pool_kernels::decoder::{
     MATVEC_MAX_ROWS, Residual, StagedRows, launch_dequantize_fp8, launch_few_rows, launch_matvec,
     launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add, launch_matvec_fp8_norm,
     launch_matvec_norm, launch_rms_norm, launch_silu_mul, launch_tiles_product, matvec_fits,
-    spirv_tiles, tiles_access,
+    spirv_tiles,
 };
 
 /// A fresh contiguous tensor of `shape` in `like`'s dtype, on its device.
@@ -222,13 +222,12 @@ fn routine_product(x: CubeTensor, w_t: CubeTensor, routine: u32) -> CubeTensor {
     let mut routine = MatmulRoutine::from_index(routine);
     if routine == MatmulRoutine::Tiles {
         let aligned = |t: &CubeTensor| t.handle.offset_start.unwrap_or(0).is_multiple_of(16);
-        if let Some(access) = tiles_access(&x.client)
-            && w_t.dtype == x.dtype
+        if w_t.dtype == x.dtype
             && aligned(&x)
             && aligned(&w_t)
-            && tiles_product_on(&x.client, float, [m, k, n])
+            && let Some(access) = tiles_product_on(&x.client, float, [m, k, n])
         {
-            // Safety: `tiles_product_on` checked `tiles_product_fits` for [m, k, n] (f16); x [m, k] and w_t [n, k]
+            // Safety: `tiles_product_on` checked `tiles_product_access` for [m, k, n] (f16); x [m, k] and w_t [n, k]
             // are contiguous (the callers made them so) f16 from 16-byte-aligned offsets; out
             // is a fresh contiguous [m, n] f16 buffer.
             unsafe {

@@ -339,7 +339,7 @@ pub fn tiles_product_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
         let client = cube.client();
         return MatmulRoutine::for_project() == MatmulRoutine::Tiles
             && !decoder_kernel_fits(&client, float, [m, k, n])
-            && tiles_product_on(&client, float, [m, k, n]);
+            && tiles_product_on(&client, float, [m, k, n]).is_some();
     }
     let _ = (x, m, k, n);
     false
@@ -1048,18 +1048,20 @@ fn kernel_applies(x: &Tensor<2>, w_t: &Tensor<2>) -> Option<bool> {
     }
 }
 
-/// Whether [`MatmulRoutine::Tiles`] runs the tensor-core product of many rows for
-/// `x [m, k] · wᵀ` of float `float` on `client`'s device (operands of one dtype, 16-byte
-/// aligned): it fits the device and sizes, and benchmark builds have not turned it off
+/// How [`MatmulRoutine::Tiles`] runs the tensor-core product of many rows for `x [m, k] · wᵀ`
+/// of float `float` on `client`'s device (operands of one dtype, 16-byte aligned), where it does:
+/// it fits the device and sizes, and benchmark builds have not turned it off
 /// (`ROPE_POOL_TILES_PRODUCT=0`).
 #[cfg(feature = "cube")]
 pub(crate) fn tiles_product_on(
     client: &cubecl::client::Client,
     float: cubecl::ir::ElemType,
     dims: [usize; 3],
-) -> bool {
-    !crate::common::cube::tuning().decoder.tiles_product_off
-        && rope_pool_kernels::decoder::tiles_product_fits(client, float, dims)
+) -> Option<rope_pool_kernels::decoder::TilesAccess> {
+    if crate::common::cube::tuning().decoder.tiles_product_off {
+        return None;
+    }
+    rope_pool_kernels::decoder::tiles_product_access(client, float, dims)
 }
 
 /// Whether the decoder's own kernels take `x [m, k] · wᵀ` (`w [n, k]`) of float `float`: the
