@@ -12,7 +12,7 @@ use super::matvec::{
     matvec_norm_kernel, split_sum_kernel, staged_rows_kernel,
 };
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
-use super::product::{BLOCK, CUBE_COLS, CUBE_ROWS, PLANES, SHARED_BYTES, tiles_product_kernel};
+use super::product::{BLOCK, CUBE_COLS, CUBE_ROWS, PLANES, shared_bytes, tiles_product_kernel};
 use crate::LaunchTuning;
 use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
 use crate::common::launch::{Compiler, has_tiles, widest_vector};
@@ -74,6 +74,10 @@ pub struct DecoderTuning {
     /// Staged kernel: planes (column tiles) a cube (`ROPE_POOL_STAGED_PLANES`, 1 to 8; default
     /// 4).
     pub staged_planes: Option<usize>,
+    /// Staged kernel: column tiles a plane multiplies (`ROPE_POOL_STAGED_COLS`, 1, 2 or 4;
+    /// default 1), so that a cube owns `16 · planes · cols` columns and the cubes read `x` once
+    /// per that many weight rows; where `n` is not a multiple of them, 1.
+    pub staged_cols: Option<usize>,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
@@ -88,6 +92,9 @@ pub struct DecoderTuning {
     /// [`launch_tiles_product`] (`ROPE_POOL_TILES_PRODUCT=0`: the earlier launch, for A/B runs).
     /// Applied by the root crate.
     pub tiles_product_off: bool,
+    /// Shared stages of [`launch_tiles_product`] (`ROPE_POOL_TILES_STAGES`, 1 or 2; default 1),
+    /// where the device's shared memory holds them (else 1).
+    pub tiles_stages: Option<usize>,
 }
 
 #[cfg(feature = "tuning")]
@@ -112,10 +119,12 @@ impl DecoderTuning {
             staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=16).contains(n)),
             staged_cubes: number("ROPE_POOL_STAGED_CUBES").filter(|n| *n >= 1),
             staged_planes: number("ROPE_POOL_STAGED_PLANES").filter(|n| (1..=8).contains(n)),
+            staged_cols: number("ROPE_POOL_STAGED_COLS").filter(|n| [1, 2, 4].contains(n)),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
             tiles_product_off: number("ROPE_POOL_TILES_PRODUCT") == Some(0),
+            tiles_stages: number("ROPE_POOL_TILES_STAGES").filter(|n| [1, 2].contains(n)),
         })
     }
 }
@@ -717,11 +726,12 @@ pub struct StagedRows {
     k: usize,
     n: usize,
     planes: usize,
+    cols: usize,
     block: usize,
     splits: usize,
 }
 
-/// Planes (column tiles) of a staged cube.
+/// Planes of a staged cube.
 const STAGED_PLANES: usize = 4;
 /// Cubes the staged launch's shares aim for past [`STAGED_FEW_ROWS`] rows.
 const STAGED_CUBES: usize = 256;
@@ -791,8 +801,13 @@ impl StagedRows {
         }
         let k_tiles = k / TILE;
         let m_tiles = rows.div_ceil(TILE);
-        let bytes =
-            |b: usize| (TILE * (planes + m_tiles)) * (TILE * b + 8) * 2 + planes * TILE * TILE * 4;
+        let cols = tuning
+            .staged_cols
+            .filter(|c| n.is_multiple_of(TILE * planes * c))
+            .unwrap_or(1);
+        let bytes = |b: usize| {
+            (TILE * (planes * cols + m_tiles)) * (TILE * b + 8) * 2 + planes * TILE * TILE * 4
+        };
         let most = tuning.staged_block.unwrap_or(match Compiler::of(client) {
             Compiler::Cuda => STAGED_CUDA_BLOCK,
             _ => STAGED_BLOCK,
@@ -800,7 +815,7 @@ impl StagedRows {
         let block = (1..=most)
             .rev()
             .find(|b| k_tiles.is_multiple_of(*b) && bytes(*b) <= hardware.max_shared_memory_size)?;
-        let groups = n / (TILE * planes);
+        let groups = n / (TILE * planes * cols);
         let blocks = (k_tiles / block).max(1);
         let splits = match tuning.staged_splits {
             Some(s) => s.min(blocks),
@@ -823,6 +838,7 @@ impl StagedRows {
             k,
             n,
             planes,
+            cols,
             block,
             splits,
         })
@@ -1005,7 +1021,7 @@ impl StagedRows {
             None => (float, vector, None, None),
         };
         let cube_dim = CubeDim::new_2d(32, self.planes as u32);
-        let cubes = n / (TILE * self.planes) * self.splits;
+        let cubes = n / (TILE * self.planes * self.cols) * self.splits;
         unsafe {
             staged_rows_kernel::launch_unchecked(
                 client,
@@ -1024,6 +1040,7 @@ impl StagedRows {
                 target,
                 rows.div_ceil(TILE),
                 self.planes,
+                self.cols,
                 self.block,
                 self.splits,
                 k / vector,
@@ -1253,8 +1270,18 @@ pub fn tiles_product_access(
         && k > 0
         && n.is_multiple_of(CUBE_COLS)
         && k.is_multiple_of(BLOCK)
-        && client.properties().hardware.max_shared_memory_size >= SHARED_BYTES;
+        && client.properties().hardware.max_shared_memory_size >= shared_bytes(1);
     if fits { tiles_access(client) } else { None }
+}
+
+/// The shared stages [`launch_tiles_product`] takes on `client`'s device: as tuned
+/// ([`DecoderTuning::tiles_stages`]) where its shared memory holds them, else 1.
+fn tiles_stages(client: &Client) -> usize {
+    crate::LaunchTuning::current()
+        .decoder
+        .tiles_stages
+        .filter(|s| client.properties().hardware.max_shared_memory_size >= shared_bytes(*s))
+        .unwrap_or(1)
 }
 
 /// How [`launch_tiles_product`] reads and stages its operands ([`tiles_product_access`] says
@@ -1305,6 +1332,7 @@ pub unsafe fn launch_tiles_product(
             rows(w, n),
             out,
             word_halves,
+            tiles_stages(client),
             [float, word],
         );
     }

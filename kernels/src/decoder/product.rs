@@ -40,9 +40,11 @@ const GROUP: usize = 8;
 const LD: usize = BLOCK + 8;
 /// Planes a cube.
 pub(crate) const PLANES: usize = CUBE_ROW_PLANES * CUBE_COL_PLANES;
-/// Shared memory a cube stages through, bytes: x's and w's rows of the block (2-byte halves),
-/// then a 16 × 16 f32 tile a plane for the epilogue.
-pub(crate) const SHARED_BYTES: usize = (CUBE_ROWS + CUBE_COLS) * LD * 2 + PLANES * TILE * TILE * 4;
+/// Shared memory a cube stages through with `stages` stages, bytes: x's and w's rows of a block
+/// (2-byte halves) a stage, then a 16 × 16 f32 tile a plane for the epilogue.
+pub(crate) const fn shared_bytes(stages: usize) -> usize {
+    stages * (CUBE_ROWS + CUBE_COLS) * LD * 2 + PLANES * TILE * TILE * 4
+}
 
 /// `out [m, n] = x [m, k] · wᵀ` with f32 accumulators, rounded once to `F` (a 2-byte float): x
 /// and w read as 16-byte words (`W` = u32, `N` = 4, `word_halves` = 2; `k_words = k / 8` words a
@@ -53,6 +55,10 @@ pub(crate) const SHARED_BYTES: usize = (CUBE_ROWS + CUBE_COLS) * LD * 2 + PLANES
 /// fragments are loaded from the words. Rows of x past `m` read as zeros and are not written.
 /// `n` must be a multiple of `CUBE_COLS`, `k` of `BLOCK`.
 ///
+/// With `stages` = 2 the blocks alternate between two stages, one barrier a block (the stage a
+/// block is stored into was last read two blocks before, behind the barrier of the block
+/// between); with 1, a barrier before and after each block's products.
+///
 /// With `word_halves` = 1 the words are `N` = 8 halves (`W` = `F`) instead: what SPIR-V splits
 /// into two 8-byte accesses (the measurement path of [`super::launch::TilesAccess::Halves`]).
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
@@ -61,6 +67,7 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
     w: &Tensor<Vector<W, N>>,
     out: &mut Tensor<F>,
     #[comptime] word_halves: usize,
+    #[comptime] stages: usize,
     #[define(F, W)] _dtypes: [ElemType; 2],
 ) {
     let m = out.shape(0);
@@ -72,8 +79,10 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
     let units = 32 * PLANES;
     let x_loads = comptime!((CUBE_ROWS * BLOCK / WORD_HALVES).div_ceil(units));
     let w_loads = comptime!((CUBE_COLS * BLOCK / WORD_HALVES).div_ceil(units));
-    let mut x_s = Shared::<[Vector<W, N>]>::new_aligned_slice(CUBE_ROWS * ld_words, 16usize);
-    let mut w_s = Shared::<[Vector<W, N>]>::new_aligned_slice(CUBE_COLS * ld_words, 16usize);
+    let x_stage = CUBE_ROWS * ld_words;
+    let w_stage = CUBE_COLS * ld_words;
+    let mut x_s = Shared::<[Vector<W, N>]>::new_aligned_slice(stages * x_stage, 16usize);
+    let mut w_s = Shared::<[Vector<W, N>]>::new_aligned_slice(stages * w_stage, 16usize);
     let mut x_r = Array::<Vector<W, N>>::new(x_loads);
     let mut w_r = Array::<Vector<W, N>>::new(w_loads);
 
@@ -127,19 +136,21 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
     let stride = (ld / word_halves) as u32;
     let mut b = 0usize;
     while b < blocks {
-        // The block before is multiplied: the stage is free.
+        // The stage's last block is multiplied: it is free.
+        let stage = b % stages;
+        let (xo, wo) = (stage * x_stage, stage * w_stage);
         #[unroll]
         for l in 0..x_loads {
             let i = unit + l * units;
             if i < CUBE_ROWS * row_words {
-                x_s[(i / row_words) * ld_words + i % row_words] = x_r[l];
+                x_s[xo + (i / row_words) * ld_words + i % row_words] = x_r[l];
             }
         }
         #[unroll]
         for l in 0..w_loads {
             let i = unit + l * units;
             if i < CUBE_COLS * row_words {
-                w_s[(i / row_words) * ld_words + i % row_words] = w_r[l];
+                w_s[wo + (i / row_words) * ld_words + i % row_words] = w_r[l];
             }
         }
         sync_cube();
@@ -167,7 +178,7 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
             let mut ws = Sequence::<cmma::Matrix<F>>::new();
             #[unroll]
             for j in 0..PLANE_COLS {
-                let start = ((pj * PLANE_COLS + j) * TILE) * ld_words + t * tile_words;
+                let start = wo + ((pj * PLANE_COLS + j) * TILE) * ld_words + t * tile_words;
                 ws.push(load_fragment::<F, Vector<W, N>>(
                     cmma::MatrixIdent::B,
                     cmma::MatrixLayout::ColMajor,
@@ -177,7 +188,7 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
             }
             #[unroll]
             for i in 0..PLANE_ROWS {
-                let start = ((pi * PLANE_ROWS + i) * TILE) * ld_words + t * tile_words;
+                let start = xo + ((pi * PLANE_ROWS + i) * TILE) * ld_words + t * tile_words;
                 let f = load_fragment::<F, Vector<W, N>>(
                     cmma::MatrixIdent::A,
                     cmma::MatrixLayout::RowMajor,
@@ -191,7 +202,9 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
                 }
             }
         }
-        sync_cube();
+        if comptime![stages == 1] {
+            sync_cube();
+        }
         b += 1;
     }
     // Each plane's tiles through its own 16 × 16 of f32 shared memory, the rows below `m` out.
@@ -233,7 +246,7 @@ mod tests {
     use std::sync::Arc;
 
     /// The product's fragments, loaded from shared memory as 16-byte words and as vectors of 8
-    /// halves, expanded and translated to CUDA C++ and SPIR-V text against the properties of a
+    /// halves (one stage or two), expanded and translated to CUDA C++ and SPIR-V text against the properties of a
     /// device with f16 16 × 16 × 16 tiles (no CUDA compiler runs here, and the word loads'
     /// stride is SPIR-V's); its arithmetic is checked by the root crate's
     /// `tiles_product_matches_float64` where it runs.
@@ -245,7 +258,11 @@ mod tests {
         let (m, n, k) = (300usize, 256usize, 128usize);
         let f16 = ElemType::Float(FloatKind::F16);
         let u32_type = ElemType::UInt(cubecl::ir::UIntKind::U32);
-        for (word, vector, word_halves) in [(u32_type, 4usize, 2usize), (f16, 8, 1)] {
+        for (word, vector, word_halves, stages) in [
+            (u32_type, 4usize, 2usize, 1usize),
+            (f16, 8, 1, 1),
+            (f16, 8, 1, 2),
+        ] {
             let kernel = tiles_product_kernel::create_dummy_kernel(
                 common::properties_with_f16_tiles(&client),
                 Arc::new(client.target_properties().clone()),
@@ -257,11 +274,12 @@ mod tests {
                 common::dummy_tensor(&client, &[n, k / 8]),
                 common::dummy_tensor(&client, &[m, n]),
                 word_halves,
+                stages,
                 [f16, word],
             );
             common::assert_tensor_core_kernel_compiles(
                 kernel,
-                &format!("tiles_product_kernel, words of {word:?}"),
+                &format!("tiles_product_kernel, words of {word:?}, {stages} stages"),
             );
         }
     }
