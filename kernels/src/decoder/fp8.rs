@@ -578,18 +578,17 @@ mod tests {
             decode,
             nan_codes,
         };
-        for (splits, cols, out_type, vector, words) in [
-            (1usize, 1usize, f16, 4usize, None),
-            (2, 2, ElemType::Float(FloatKind::F32), 8, None),
-            (1, 1, f16, 8, Some(fp8(Fp8Decode::Halves, 32, true))),
+        for (splits, out_type, vector, words) in [
+            (1usize, f16, 4usize, None),
+            (2, ElemType::Float(FloatKind::F32), 8, None),
+            (1, f16, 8, Some(fp8(Fp8Decode::Halves, 32, true))),
             (
                 2,
-                1,
                 ElemType::Float(FloatKind::F32),
                 4,
                 Some(fp8(Fp8Decode::Integer, 1, false)),
             ),
-            (1, 2, f16, 8, Some(fp8(Fp8Decode::Native, 1, true))),
+            (1, f16, 8, Some(fp8(Fp8Decode::Native, 1, true))),
         ] {
             let (w_type, w_vector, scales) = match words {
                 Some(_) => (
@@ -613,7 +612,6 @@ mod tests {
                 common::dummy_tensor(&client, &[splits * m, n]),
                 m.div_ceil(16),
                 4,
-                cols,
                 8,
                 splits,
                 k / vector,
@@ -623,10 +621,7 @@ mod tests {
             );
             common::assert_tensor_core_kernel_compiles(
                 kernel,
-                &format!(
-                    "staged_rows_kernel, {splits} shares, {cols} column tiles a plane, \
-                     vectors of {vector}, {words:?}"
-                ),
+                &format!("staged_rows_kernel, {splits} shares, vectors of {vector}, {words:?}"),
             );
         }
     }

@@ -12,7 +12,9 @@ use super::matvec::{
     matvec_norm_kernel, split_sum_kernel, staged_rows_kernel,
 };
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
-use super::product::{BLOCK, CUBE_COLS, CUBE_ROWS, PLANES, shared_bytes, tiles_product_kernel};
+use super::product::{
+    BLOCK, CUBE_COLS, CUBE_ROWS, PLANES, WIDE_BLOCK, shared_bytes, tiles_product_kernel,
+};
 use crate::LaunchTuning;
 use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
 use crate::common::launch::{Compiler, has_tiles, widest_vector};
@@ -74,10 +76,6 @@ pub struct DecoderTuning {
     /// Staged kernel: planes (column tiles) a cube (`ROPE_POOL_STAGED_PLANES`, 1 to 8; default
     /// 4).
     pub staged_planes: Option<usize>,
-    /// Staged kernel: column tiles a plane multiplies (`ROPE_POOL_STAGED_COLS`, 1, 2 or 4;
-    /// default 1), so that a cube owns `16 · planes · cols` columns and the cubes read `x` once
-    /// per that many weight rows; where `n` is not a multiple of them, 1.
-    pub staged_cols: Option<usize>,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
@@ -92,9 +90,12 @@ pub struct DecoderTuning {
     /// [`launch_tiles_product`] (`ROPE_POOL_TILES_PRODUCT=0`: the earlier launch, for A/B runs).
     /// Applied by the root crate.
     pub tiles_product_off: bool,
-    /// Shared stages of [`launch_tiles_product`] (`ROPE_POOL_TILES_STAGES`, 1 or 2; default 1),
-    /// where the device's shared memory holds them (else 1).
+    /// Shared stages of [`launch_tiles_product`] (`ROPE_POOL_TILES_STAGES`, 1 or 2; default 2
+    /// through CUDA, 1 elsewhere), where the device's shared memory holds them (else 1).
     pub tiles_stages: Option<usize>,
+    /// Inner elements a block of [`launch_tiles_product`] (`ROPE_POOL_TILES_BLOCK`, 64 or 128;
+    /// default 64), where the inner size is a multiple of it and shared memory holds it (else 64).
+    pub tiles_block: Option<usize>,
 }
 
 #[cfg(feature = "tuning")]
@@ -119,12 +120,13 @@ impl DecoderTuning {
             staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=16).contains(n)),
             staged_cubes: number("ROPE_POOL_STAGED_CUBES").filter(|n| *n >= 1),
             staged_planes: number("ROPE_POOL_STAGED_PLANES").filter(|n| (1..=8).contains(n)),
-            staged_cols: number("ROPE_POOL_STAGED_COLS").filter(|n| [1, 2, 4].contains(n)),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
             tiles_product_off: number("ROPE_POOL_TILES_PRODUCT") == Some(0),
             tiles_stages: number("ROPE_POOL_TILES_STAGES").filter(|n| [1, 2].contains(n)),
+            tiles_block: number("ROPE_POOL_TILES_BLOCK")
+                .filter(|n| [BLOCK, WIDE_BLOCK].contains(n)),
         })
     }
 }
@@ -726,12 +728,11 @@ pub struct StagedRows {
     k: usize,
     n: usize,
     planes: usize,
-    cols: usize,
     block: usize,
     splits: usize,
 }
 
-/// Planes of a staged cube.
+/// Planes (column tiles) of a staged cube.
 const STAGED_PLANES: usize = 4;
 /// Cubes the staged launch's shares aim for past [`STAGED_FEW_ROWS`] rows.
 const STAGED_CUBES: usize = 256;
@@ -801,13 +802,8 @@ impl StagedRows {
         }
         let k_tiles = k / TILE;
         let m_tiles = rows.div_ceil(TILE);
-        let cols = tuning
-            .staged_cols
-            .filter(|c| n.is_multiple_of(TILE * planes * c))
-            .unwrap_or(1);
-        let bytes = |b: usize| {
-            (TILE * (planes * cols + m_tiles)) * (TILE * b + 8) * 2 + planes * TILE * TILE * 4
-        };
+        let bytes =
+            |b: usize| (TILE * (planes + m_tiles)) * (TILE * b + 8) * 2 + planes * TILE * TILE * 4;
         let most = tuning.staged_block.unwrap_or(match Compiler::of(client) {
             Compiler::Cuda => STAGED_CUDA_BLOCK,
             _ => STAGED_BLOCK,
@@ -815,7 +811,7 @@ impl StagedRows {
         let block = (1..=most)
             .rev()
             .find(|b| k_tiles.is_multiple_of(*b) && bytes(*b) <= hardware.max_shared_memory_size)?;
-        let groups = n / (TILE * planes * cols);
+        let groups = n / (TILE * planes);
         let blocks = (k_tiles / block).max(1);
         let splits = match tuning.staged_splits {
             Some(s) => s.min(blocks),
@@ -838,7 +834,6 @@ impl StagedRows {
             k,
             n,
             planes,
-            cols,
             block,
             splits,
         })
@@ -1021,7 +1016,7 @@ impl StagedRows {
             None => (float, vector, None, None),
         };
         let cube_dim = CubeDim::new_2d(32, self.planes as u32);
-        let cubes = n / (TILE * self.planes * self.cols) * self.splits;
+        let cubes = n / (TILE * self.planes) * self.splits;
         unsafe {
             staged_rows_kernel::launch_unchecked(
                 client,
@@ -1040,7 +1035,6 @@ impl StagedRows {
                 target,
                 rows.div_ceil(TILE),
                 self.planes,
-                self.cols,
                 self.block,
                 self.splits,
                 k / vector,
@@ -1270,18 +1264,37 @@ pub fn tiles_product_access(
         && k > 0
         && n.is_multiple_of(CUBE_COLS)
         && k.is_multiple_of(BLOCK)
-        && client.properties().hardware.max_shared_memory_size >= shared_bytes(1);
+        && client.properties().hardware.max_shared_memory_size >= shared_bytes(1, BLOCK);
     if fits { tiles_access(client) } else { None }
 }
 
-/// The shared stages [`launch_tiles_product`] takes on `client`'s device: as tuned
-/// ([`DecoderTuning::tiles_stages`]) where its shared memory holds them, else 1.
-fn tiles_stages(client: &Client) -> usize {
-    crate::LaunchTuning::current()
-        .decoder
-        .tiles_stages
-        .filter(|s| client.properties().hardware.max_shared_memory_size >= shared_bytes(*s))
-        .unwrap_or(1)
+/// Shared stages of [`launch_tiles_product`] through CubeCL's CUDA runtime: two, one barrier a
+/// block (`benches/RESULTS.md`, "Two shared stages for the tiles product through CUDA": on an
+/// H100, prefill 1.04–1.05× one stage's); elsewhere one (two need 82 KB of shared memory, past
+/// the 48 KB CubeCL's wgpu runtime offers).
+const TILES_CUDA_STAGES: usize = 2;
+
+/// The blocks (inner elements) and shared stages [`launch_tiles_product`] takes for an inner
+/// size `k` on `client`'s device: as tuned ([`DecoderTuning::tiles_block`],
+/// [`DecoderTuning::tiles_stages`]), else blocks of [`BLOCK`] and [`TILES_CUDA_STAGES`] through
+/// CUDA, one stage elsewhere; each only where `k` and the device's shared memory hold it.
+fn tiles_plan(client: &Client, k: usize) -> (usize, usize) {
+    let tuning = crate::LaunchTuning::current().decoder;
+    let shared = client.properties().hardware.max_shared_memory_size;
+    let block = tuning
+        .tiles_block
+        .filter(|b| k.is_multiple_of(*b) && shared >= shared_bytes(1, *b))
+        .unwrap_or(BLOCK);
+    let stages = tuning.tiles_stages.unwrap_or(match Compiler::of(client) {
+        Compiler::Cuda => TILES_CUDA_STAGES,
+        _ => 1,
+    });
+    let stages = if shared >= shared_bytes(stages, block) {
+        stages
+    } else {
+        1
+    };
+    (block, stages)
 }
 
 /// How [`launch_tiles_product`] reads and stages its operands ([`tiles_product_access`] says
@@ -1316,6 +1329,7 @@ pub unsafe fn launch_tiles_product(
     let out = unsafe { TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()) };
     let cubes = m.div_ceil(CUBE_ROWS) * (n / CUBE_COLS);
     let cube_dim = CubeDim::new_2d(32, PLANES as u32);
+    let (block, stages) = tiles_plan(client, k);
     let (word, vector, word_halves) = match access {
         TilesAccess::Words => (ElemType::UInt(UIntKind::U32), 4, 2),
         TilesAccess::Halves => (float, 8, 1),
@@ -1332,7 +1346,8 @@ pub unsafe fn launch_tiles_product(
             rows(w, n),
             out,
             word_halves,
-            tiles_stages(client),
+            block,
+            stages,
             [float, word],
         );
     }

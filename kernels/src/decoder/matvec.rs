@@ -677,15 +677,14 @@ pub(crate) fn split_sum_kernel<F: Float, N: Size>(
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` (`w [n, k]`) for `m ≤ 16 · m_tiles` rows with tensor-core tiles,
-/// both operands staged through shared memory: the cube owns `planes · cols` tiles of 16 output
-/// columns (`cols` a plane) and one of `splits` shares of the inner size, walked in blocks of
-/// `k_tiles` inner tiles. Each block of the weight (`16 · planes · cols` rows) and of `x` (every row; rows past
+/// both operands staged through shared memory: the cube owns `planes` tiles of 16 output columns
+/// (one a plane) and one of `splits` shares of the inner size, walked in blocks of `k_tiles`
+/// inner tiles. Each block of the weight (`16 · planes` rows) and of `x` (every row; rows past
 /// `m` as zeros) is read by all units in coalesced vectors of `N`, the next block's loads issued
 /// before the current block's products, and stored in shared memory as those vectors (rows
 /// padded by 8 elements against bank conflicts; the fragments are loaded from the vectors, with
-/// their alignment). Each plane multiplies its column tiles by every row tile, one f32
-/// accumulator per (row tile, column tile) over the whole share, so the planes never meet; the
-/// cubes together read `x` once per `16 · planes · cols` weight rows; the result goes
+/// their alignment). Each plane multiplies its column tile by every row tile, one f32
+/// accumulator per row tile over the whole share, so the planes never meet; the result goes
 /// through shared memory to the rows below `m`: rounded once into `out [m, n]` (`O` = `F`) with
 /// one share, as f32 into `out [splits, m, n]` (`O` = f32) with several, summed by
 /// [`split_sum_kernel`](fn@split_sum_kernel) or by the kernel that reads the product next
@@ -705,7 +704,6 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
     out: &mut Tensor<O>,
     #[comptime] m_tiles: usize,
     #[comptime] planes: usize,
-    #[comptime] cols: usize,
     #[comptime] k_tiles: usize,
     #[comptime] splits: usize,
     #[comptime] k_vectors: usize,
@@ -715,18 +713,18 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
 ) {
     let m = x.shape(0);
     let n = w.shape(0);
-    let groups = n / (TILE * planes * cols);
+    let groups = n / (TILE * planes);
     let share = CUBE_POS / groups;
     // The whole cube leaves together: the syncs below stay uniform.
     if share >= splits {
         terminate!();
     }
-    let n0 = (CUBE_POS % groups) * TILE * planes * cols;
+    let n0 = (CUBE_POS % groups) * TILE * planes;
     let block = TILE * k_tiles;
     let block_vectors = block / vector;
     let ld = block + 8;
     let ldv = ld / vector;
-    let w_rows = TILE * planes * cols;
+    let w_rows = TILE * planes;
     let x_rows = TILE * m_tiles;
     let units = 32 * planes;
     let w_loads = comptime!((w_rows * block_vectors).div_ceil(units));
@@ -742,7 +740,7 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
 
     let mut accs = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
-    for _ in 0..m_tiles * cols {
+    for _ in 0..m_tiles {
         accs.push(zero_accumulator());
     }
     // The first block's loads.
@@ -815,17 +813,13 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
         #[unroll]
         for t in 0..k_tiles {
             let tile_vectors = comptime!(TILE / vector);
-            let mut bts = Sequence::<cmma::Matrix<F>>::new();
-            #[unroll]
-            for c in 0..cols {
-                let w0 = (plane * cols + c) * TILE * ldv + t * tile_vectors;
-                bts.push(load_fragment::<F, Vector<F, N>>(
-                    cmma::MatrixIdent::B,
-                    cmma::MatrixLayout::ColMajor,
-                    w_s.slice(w0, w0 + (TILE - 1) * ldv + tile_vectors),
-                    ld as u32,
-                ));
-            }
+            let w0 = plane * TILE * ldv + t * tile_vectors;
+            let bt = load_fragment::<F, Vector<F, N>>(
+                cmma::MatrixIdent::B,
+                cmma::MatrixLayout::ColMajor,
+                w_s.slice(w0, w0 + (TILE - 1) * ldv + tile_vectors),
+                ld as u32,
+            );
             #[unroll]
             for r in 0..m_tiles {
                 let x0 = r * TILE * ldv + t * tile_vectors;
@@ -835,11 +829,8 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
                     x_s.slice(x0, x0 + (TILE - 1) * ldv + tile_vectors),
                     ld as u32,
                 );
-                #[unroll]
-                for c in 0..cols {
-                    let acc = accs.index(r * cols + c);
-                    cmma::execute(&at, bts.index(c), acc, acc);
-                }
+                let acc = accs.index(r);
+                cmma::execute(&at, &bt, acc, acc);
             }
         }
         b += 1;
@@ -848,28 +839,25 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
     let tile_elems = TILE * TILE;
     let mut o_s = Shared::<[f32]>::new_slice(planes * tile_elems);
     let lane = UNIT_POS_X as usize;
+    let col = n0 + plane * TILE;
     #[unroll]
     for r in 0..m_tiles {
-        #[unroll]
-        for c in 0..cols {
-            let col = n0 + (plane * cols + c) * TILE;
-            sync_cube();
-            cmma::store(
-                o_s.slice_mut(plane * tile_elems, (plane + 1) * tile_elems),
-                accs.index(r * cols + c),
-                TILE as u32,
-                cmma::MatrixLayout::RowMajor,
-            );
-            sync_cube();
-            let mut e = lane;
-            while e < tile_elems {
-                let row = r * TILE + e / TILE;
-                if row < m {
-                    out[(share * m + row) * n + col + e % TILE] =
-                        O::cast_from(o_s[plane * tile_elems + e]);
-                }
-                e += 32;
+        sync_cube();
+        cmma::store(
+            o_s.slice_mut(plane * tile_elems, (plane + 1) * tile_elems),
+            accs.index(r),
+            TILE as u32,
+            cmma::MatrixLayout::RowMajor,
+        );
+        sync_cube();
+        let mut e = lane;
+        while e < tile_elems {
+            let row = r * TILE + e / TILE;
+            if row < m {
+                out[(share * m + row) * n + col + e % TILE] =
+                    O::cast_from(o_s[plane * tile_elems + e]);
             }
+            e += 32;
         }
     }
 }

@@ -30,30 +30,31 @@ pub(crate) const CUBE_COL_PLANES: usize = 4;
 pub(crate) const CUBE_ROWS: usize = TILE * PLANE_ROWS * CUBE_ROW_PLANES;
 /// Output columns a cube owns.
 pub(crate) const CUBE_COLS: usize = TILE * PLANE_COLS * CUBE_COL_PLANES;
-/// Inner elements a block.
+/// Inner elements a block, unless the launch takes [`WIDE_BLOCK`].
 pub(crate) const BLOCK: usize = 64;
+/// The wider block a launch may take (inner sizes a multiple of it).
+pub(crate) const WIDE_BLOCK: usize = 128;
 /// Halves a 16-byte word.
 pub(crate) const WORD_HALVES: usize = 8;
 /// Row tiles of a group of cubes that walk the columns together (neighbours share x's rows).
 const GROUP: usize = 8;
-/// Halves a staged row holds: the block, padded by 8 against bank conflicts.
-const LD: usize = BLOCK + 8;
 /// Planes a cube.
 pub(crate) const PLANES: usize = CUBE_ROW_PLANES * CUBE_COL_PLANES;
-/// Shared memory a cube stages through with `stages` stages, bytes: x's and w's rows of a block
-/// (2-byte halves) a stage, then a 16 × 16 f32 tile a plane for the epilogue.
-pub(crate) const fn shared_bytes(stages: usize) -> usize {
-    stages * (CUBE_ROWS + CUBE_COLS) * LD * 2 + PLANES * TILE * TILE * 4
+/// Shared memory a cube stages through with `stages` stages of blocks of `block` inner
+/// elements, bytes: x's and w's rows of a block (2-byte halves, padded by 8 against bank
+/// conflicts) a stage, then a 16 × 16 f32 tile a plane for the epilogue.
+pub(crate) const fn shared_bytes(stages: usize, block: usize) -> usize {
+    stages * (CUBE_ROWS + CUBE_COLS) * (block + 8) * 2 + PLANES * TILE * TILE * 4
 }
 
 /// `out [m, n] = x [m, k] · wᵀ` with f32 accumulators, rounded once to `F` (a 2-byte float): x
 /// and w read as 16-byte words (`W` = u32, `N` = 4, `word_halves` = 2; `k_words = k / 8` words a
 /// row). The cube of `CUBE_POS` owns a `CUBE_ROWS × CUBE_COLS` output tile (cubes past the last
-/// tile leave); its 8 planes each multiply `PLANE_ROWS × PLANE_COLS` tiles of it. Each block of `BLOCK` inner
+/// tile leave); its 8 planes each multiply `PLANE_ROWS × PLANE_COLS` tiles of it. Each block of `block` inner
 /// elements of the cube's rows of x and w is read by all units into registers one block ahead,
 /// stored in shared memory as words (rows padded by 8 halves against bank conflicts), and the
 /// fragments are loaded from the words. Rows of x past `m` read as zeros and are not written.
-/// `n` must be a multiple of `CUBE_COLS`, `k` of `BLOCK`.
+/// `n` must be a multiple of `CUBE_COLS`, `k` of `block` (a multiple of 16).
 ///
 /// With `stages` = 2 the blocks alternate between two stages, one barrier a block (the stage a
 /// block is stored into was last read two blocks before, behind the barrier of the block
@@ -67,18 +68,19 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
     w: &Tensor<Vector<W, N>>,
     out: &mut Tensor<F>,
     #[comptime] word_halves: usize,
+    #[comptime] block: usize,
     #[comptime] stages: usize,
     #[define(F, W)] _dtypes: [ElemType; 2],
 ) {
     let m = out.shape(0);
     let n = out.shape(1);
     let k_words = x.shape(1);
-    let row_words = BLOCK / WORD_HALVES;
-    let ld = LD;
+    let row_words = block / WORD_HALVES;
+    let ld = block + 8;
     let ld_words = ld / WORD_HALVES;
     let units = 32 * PLANES;
-    let x_loads = comptime!((CUBE_ROWS * BLOCK / WORD_HALVES).div_ceil(units));
-    let w_loads = comptime!((CUBE_COLS * BLOCK / WORD_HALVES).div_ceil(units));
+    let x_loads = comptime!((CUBE_ROWS * block / WORD_HALVES).div_ceil(units));
+    let w_loads = comptime!((CUBE_COLS * block / WORD_HALVES).div_ceil(units));
     let x_stage = CUBE_ROWS * ld_words;
     let w_stage = CUBE_COLS * ld_words;
     let mut x_s = Shared::<[Vector<W, N>]>::new_aligned_slice(stages * x_stage, 16usize);
@@ -174,7 +176,7 @@ pub(crate) fn tiles_product_kernel<F: Float, W: Numeric, N: Size>(
             }
         }
         #[unroll]
-        for t in 0..BLOCK / TILE {
+        for t in 0..block / TILE {
             let mut ws = Sequence::<cmma::Matrix<F>>::new();
             #[unroll]
             for j in 0..PLANE_COLS {
@@ -246,8 +248,8 @@ mod tests {
     use std::sync::Arc;
 
     /// The product's fragments, loaded from shared memory as 16-byte words and as vectors of 8
-    /// halves (one stage or two), expanded and translated to CUDA C++ and SPIR-V text against the properties of a
-    /// device with f16 16 × 16 × 16 tiles (no CUDA compiler runs here, and the word loads'
+    /// halves (one stage or two, blocks of 64 or 128), expanded and translated to CUDA C++ and
+    /// SPIR-V text against the properties of a device with f16 16 × 16 × 16 tiles (no CUDA compiler runs here, and the word loads'
     /// stride is SPIR-V's); its arithmetic is checked by the root crate's
     /// `tiles_product_matches_float64` where it runs.
     #[test]
@@ -258,10 +260,11 @@ mod tests {
         let (m, n, k) = (300usize, 256usize, 128usize);
         let f16 = ElemType::Float(FloatKind::F16);
         let u32_type = ElemType::UInt(cubecl::ir::UIntKind::U32);
-        for (word, vector, word_halves, stages) in [
-            (u32_type, 4usize, 2usize, 1usize),
-            (f16, 8, 1, 1),
-            (f16, 8, 1, 2),
+        for (word, vector, word_halves, block, stages) in [
+            (u32_type, 4usize, 2usize, 64usize, 1usize),
+            (f16, 8, 1, 64, 1),
+            (f16, 8, 1, 64, 2),
+            (f16, 8, 1, 128, 2),
         ] {
             let kernel = tiles_product_kernel::create_dummy_kernel(
                 common::properties_with_f16_tiles(&client),
@@ -274,12 +277,15 @@ mod tests {
                 common::dummy_tensor(&client, &[n, k / 8]),
                 common::dummy_tensor(&client, &[m, n]),
                 word_halves,
+                block,
                 stages,
                 [f16, word],
             );
             common::assert_tensor_core_kernel_compiles(
                 kernel,
-                &format!("tiles_product_kernel, words of {word:?}, {stages} stages"),
+                &format!(
+                    "tiles_product_kernel, words of {word:?}, blocks of {block}, {stages} stages"
+                ),
             );
         }
     }
