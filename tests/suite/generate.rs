@@ -967,8 +967,8 @@ fn projections_match_float64() {
 /// Products of many rows (prefill) where the tensor-core product of
 /// `rope_pool_kernels::decoder::launch_tiles_product` takes them (f16, 128-multiple widths,
 /// 64-multiple inner sizes, through CubeCL's SPIR-V or CUDA compilers): row counts that leave a partial
-/// tile of 128 and of 16, and more row tiles than a group of cubes walks together, against
-/// float64. Elsewhere the product runs through cubek, checked the same way; with
+/// tile of 128 and of 16, more row tiles than a group of cubes walks together, and odd and even
+/// counts of inner blocks (the stages alternate through CUDA), against float64. Elsewhere the product runs through cubek, checked the same way; with
 /// `ROPE_POOL_EXPECT_TILES_PRODUCT` set (the GPU runs of `benches/`) every GPU device must take
 /// them, so a run on the device it was written for cannot pass without it.
 #[test]
@@ -986,6 +986,9 @@ fn tiles_product_matches_float64() {
             (300, 192, 384),
             (1000, 320, 640),
             (1100, 64, 256),
+            // Inner sizes a multiple of 128: what blocks of 128 take (`ROPE_POOL_TILES_BLOCK`).
+            (257, 384, 256),
+            (70, 1024, 128),
         ] {
             let round = |v: f64| crate::common::round_to(v, dtype);
             let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();

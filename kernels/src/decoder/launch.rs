@@ -1269,9 +1269,9 @@ pub fn tiles_product_access(
 }
 
 /// Shared stages of [`launch_tiles_product`] through CubeCL's CUDA runtime: two, one barrier a
-/// block (`benches/RESULTS.md`, "Two shared stages for the tiles product through CUDA": on an
-/// H100, prefill 1.04–1.05× one stage's); elsewhere one (two need 82 KB of shared memory, past
-/// the 48 KB CubeCL's wgpu runtime offers).
+/// block (`benches/RESULTS.md`, "Two shared stages for the tiles product, and staged column
+/// tiles, through CUDA": on an H100, prefill of 64 prompts of 512 1.048–1.053× one stage's);
+/// elsewhere one (two need 82 KB of shared memory, past the 48 KB CubeCL's wgpu runtime offers).
 const TILES_CUDA_STAGES: usize = 2;
 
 /// The blocks (inner elements) and shared stages [`launch_tiles_product`] takes for an inner
