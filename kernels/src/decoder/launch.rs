@@ -125,8 +125,7 @@ impl DecoderTuning {
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
             tiles_product_off: number("ROPE_POOL_TILES_PRODUCT") == Some(0),
             tiles_stages: number("ROPE_POOL_TILES_STAGES").filter(|n| [1, 2].contains(n)),
-            tiles_block: number("ROPE_POOL_TILES_BLOCK")
-                .filter(|n| [BLOCK, WIDE_BLOCK].contains(n)),
+            tiles_block: number("ROPE_POOL_TILES_BLOCK"),
         })
     }
 }
@@ -1283,6 +1282,7 @@ fn tiles_plan(client: &Client, k: usize) -> (usize, usize) {
     let shared = client.properties().hardware.max_shared_memory_size;
     let block = tuning
         .tiles_block
+        .filter(|b| [BLOCK, WIDE_BLOCK].contains(b))
         .filter(|b| k.is_multiple_of(*b) && shared >= shared_bytes(1, *b))
         .unwrap_or(BLOCK);
     let stages = tuning.tiles_stages.unwrap_or(match Compiler::of(client) {
