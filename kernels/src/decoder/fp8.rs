@@ -560,7 +560,8 @@ mod tests {
 
     /// The staged kernel's tensor-core fragments, loaded from shared vectors, expanded and
     /// compiled to CUDA C++ and SPIR-V against the properties of a device with f16 16 × 16 × 16
-    /// tiles (one share writing `out` in f16, several writing f32 partials), on an f16 weight
+    /// tiles (one share writing `out` in f16, several writing f32 partials; the planes over one or
+    /// two groups of row tiles), on an f16 weight
     /// and on an fp8 weight (words of codes decoded each way, one or two words a load, a scale a
     /// vector or a word); its arithmetic is checked by the root crate's projection tests where
     /// it runs.
@@ -578,17 +579,18 @@ mod tests {
             decode,
             nan_codes,
         };
-        for (splits, out_type, vector, words) in [
-            (1usize, f16, 4usize, None),
-            (2, ElemType::Float(FloatKind::F32), 8, None),
-            (1, f16, 8, Some(fp8(Fp8Decode::Halves, 32, true))),
+        for (splits, row_planes, out_type, vector, words) in [
+            (1usize, 1usize, f16, 4usize, None),
+            (2, 2, ElemType::Float(FloatKind::F32), 8, None),
+            (1, 1, f16, 8, Some(fp8(Fp8Decode::Halves, 32, true))),
             (
                 2,
+                1,
                 ElemType::Float(FloatKind::F32),
                 4,
                 Some(fp8(Fp8Decode::Integer, 1, false)),
             ),
-            (1, f16, 8, Some(fp8(Fp8Decode::Native, 1, true))),
+            (1, 2, f16, 8, Some(fp8(Fp8Decode::Native, 1, true))),
         ] {
             let (w_type, w_vector, scales) = match words {
                 Some(_) => (
@@ -602,7 +604,7 @@ mod tests {
                 common::properties_with_f16_tiles(&client),
                 Arc::new(client.target_properties().clone()),
                 CubeCount::Static(1, 1, 1),
-                CubeDim::new_2d(32, 4),
+                CubeDim::new_2d(32, 4 * row_planes as u32),
                 AddressType::U32,
                 vector,
                 w_vector,
@@ -612,6 +614,7 @@ mod tests {
                 common::dummy_tensor(&client, &[splits * m, n]),
                 m.div_ceil(16),
                 4,
+                row_planes,
                 8,
                 splits,
                 k / vector,
@@ -621,7 +624,10 @@ mod tests {
             );
             common::assert_tensor_core_kernel_compiles(
                 kernel,
-                &format!("staged_rows_kernel, {splits} shares, vectors of {vector}, {words:?}"),
+                &format!(
+                    "staged_rows_kernel, {splits} shares, {row_planes} row groups, \
+                     vectors of {vector}, {words:?}"
+                ),
             );
         }
     }

@@ -76,6 +76,10 @@ pub struct DecoderTuning {
     /// Staged kernel: planes (column tiles) a cube (`ROPE_POOL_STAGED_PLANES`, 1 to 8; default
     /// 4).
     pub staged_planes: Option<usize>,
+    /// Staged kernel: groups of row tiles a cube's planes split (`ROPE_POOL_STAGED_ROW_PLANES`, 1
+    /// or 2; default 1): with 2, twice the planes a cube, each with half the row tiles'
+    /// accumulators and half the loads, where the device allows the units.
+    pub staged_row_planes: Option<usize>,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
@@ -120,6 +124,7 @@ impl DecoderTuning {
             staged_splits: number("ROPE_POOL_STAGED_SPLITS").filter(|n| (1..=16).contains(n)),
             staged_cubes: number("ROPE_POOL_STAGED_CUBES").filter(|n| *n >= 1),
             staged_planes: number("ROPE_POOL_STAGED_PLANES").filter(|n| (1..=8).contains(n)),
+            staged_row_planes: number("ROPE_POOL_STAGED_ROW_PLANES").filter(|n| [1, 2].contains(n)),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
@@ -727,6 +732,7 @@ pub struct StagedRows {
     k: usize,
     n: usize,
     planes: usize,
+    row_planes: usize,
     block: usize,
     splits: usize,
 }
@@ -801,8 +807,14 @@ impl StagedRows {
         }
         let k_tiles = k / TILE;
         let m_tiles = rows.div_ceil(TILE);
-        let bytes =
-            |b: usize| (TILE * (planes + m_tiles)) * (TILE * b + 8) * 2 + planes * TILE * TILE * 4;
+        let row_planes = tuning
+            .staged_row_planes
+            .filter(|r| hardware.max_units_per_cube as usize >= 32 * planes * r)
+            .unwrap_or(1);
+        let x_rows = TILE * m_tiles.div_ceil(row_planes) * row_planes;
+        let bytes = |b: usize| {
+            (TILE * planes + x_rows) * (TILE * b + 8) * 2 + planes * row_planes * TILE * TILE * 4
+        };
         let most = tuning.staged_block.unwrap_or(match Compiler::of(client) {
             Compiler::Cuda => STAGED_CUDA_BLOCK,
             _ => STAGED_BLOCK,
@@ -833,6 +845,7 @@ impl StagedRows {
             k,
             n,
             planes,
+            row_planes,
             block,
             splits,
         })
@@ -1014,7 +1027,7 @@ impl StagedRows {
             ),
             None => (float, vector, None, None),
         };
-        let cube_dim = CubeDim::new_2d(32, self.planes as u32);
+        let cube_dim = CubeDim::new_2d(32, (self.planes * self.row_planes) as u32);
         let cubes = n / (TILE * self.planes) * self.splits;
         unsafe {
             staged_rows_kernel::launch_unchecked(
@@ -1034,6 +1047,7 @@ impl StagedRows {
                 target,
                 rows.div_ceil(TILE),
                 self.planes,
+                self.row_planes,
                 self.block,
                 self.splits,
                 k / vector,

@@ -678,15 +678,17 @@ pub(crate) fn split_sum_kernel<F: Float, N: Size>(
 
 /// `out [m, n] = x [m, k] · wᵀ` (`w [n, k]`) for `m ≤ 16 · m_tiles` rows with tensor-core tiles,
 /// both operands staged through shared memory: the cube owns `planes` tiles of 16 output columns
-/// (one a plane) and one of `splits` shares of the inner size, walked in blocks of `k_tiles`
-/// inner tiles. Each block of the weight (`16 · planes` rows) and of `x` (every row; rows past
+/// and one of `splits` shares of the inner size, walked in blocks of `k_tiles` inner tiles; its
+/// `planes · row_planes` planes each own one column tile and one of `row_planes` groups of the
+/// row tiles. Each block of the weight (`16 · planes` rows) and of `x` (every row; rows past
 /// `m` as zeros) is read by all units in coalesced vectors of `N`, the next block's loads issued
 /// before the current block's products, and stored in shared memory as those vectors (rows
 /// padded by 8 elements against bank conflicts; the fragments are loaded from the vectors, with
-/// their alignment). Each plane multiplies its column tile by every row tile, one f32
-/// accumulator per row tile over the whole share, so the planes never meet; the result goes
-/// through shared memory to the rows below `m`: rounded once into `out [m, n]` (`O` = `F`) with
-/// one share, as f32 into `out [splits, m, n]` (`O` = f32) with several, summed by
+/// their alignment). Each plane multiplies its column tile by its row tiles, one f32
+/// accumulator per row tile over the whole share, so the planes never meet (with `row_planes`
+/// 2, half the accumulators and half the loads a unit: fewer registers, more warps an SM); the
+/// result goes through shared memory to the rows below `m`: rounded once into `out [m, n]` (`O`
+/// = `F`) with one share, as f32 into `out [splits, m, n]` (`O` = f32) with several, summed by
 /// [`split_sum_kernel`](fn@split_sum_kernel) or by the kernel that reads the product next
 /// (`super::launch::Residual`, `super::launch::launch_silu_mul`).
 ///
@@ -704,6 +706,7 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
     out: &mut Tensor<O>,
     #[comptime] m_tiles: usize,
     #[comptime] planes: usize,
+    #[comptime] row_planes: usize,
     #[comptime] k_tiles: usize,
     #[comptime] splits: usize,
     #[comptime] k_vectors: usize,
@@ -725,8 +728,11 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
     let ld = block + 8;
     let ldv = ld / vector;
     let w_rows = TILE * planes;
-    let x_rows = TILE * m_tiles;
-    let units = 32 * planes;
+    // Row tiles a plane multiplies; x's stage padded to `row_planes` times that (rows past `m`
+    // are zeros, never written out).
+    let plane_tiles = comptime!(m_tiles.div_ceil(row_planes));
+    let x_rows = TILE * plane_tiles * row_planes;
+    let units = 32 * planes * row_planes;
     let w_loads = comptime!((w_rows * block_vectors).div_ceil(units));
     let x_loads = comptime!((x_rows * block_vectors).div_ceil(units));
     let mut w_s = Shared::<[Vector<F, N>]>::new_aligned_slice(w_rows * ldv, 16usize);
@@ -740,7 +746,7 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
 
     let mut accs = Sequence::<cmma::Matrix<f32>>::new();
     #[unroll]
-    for _ in 0..m_tiles {
+    for _ in 0..plane_tiles {
         accs.push(zero_accumulator());
     }
     // The first block's loads.
@@ -764,7 +770,9 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
         }
         x_r[l] = v;
     }
-    let plane = UNIT_POS_Y as usize;
+    // This plane's column tile, and its group of row tiles.
+    let plane = UNIT_POS_Y as usize % planes;
+    let row0 = (UNIT_POS_Y as usize / planes) * plane_tiles;
     let mut b = first;
     while b < end {
         // The block before is multiplied: its shared memory is free.
@@ -821,8 +829,8 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
                 ld as u32,
             );
             #[unroll]
-            for r in 0..m_tiles {
-                let x0 = r * TILE * ldv + t * tile_vectors;
+            for r in 0..plane_tiles {
+                let x0 = (row0 + r) * TILE * ldv + t * tile_vectors;
                 let at = load_fragment::<F, Vector<F, N>>(
                     cmma::MatrixIdent::A,
                     cmma::MatrixLayout::RowMajor,
@@ -837,14 +845,15 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
     }
     // Each plane's row tiles through its own 16 × 16 of shared memory, the rows below `m` out.
     let tile_elems = TILE * TILE;
-    let mut o_s = Shared::<[f32]>::new_slice(planes * tile_elems);
+    let mut o_s = Shared::<[f32]>::new_slice(planes * row_planes * tile_elems);
     let lane = UNIT_POS_X as usize;
     let col = n0 + plane * TILE;
+    let own = UNIT_POS_Y as usize * tile_elems;
     #[unroll]
-    for r in 0..m_tiles {
+    for r in 0..plane_tiles {
         sync_cube();
         cmma::store(
-            o_s.slice_mut(plane * tile_elems, (plane + 1) * tile_elems),
+            o_s.slice_mut(own, own + tile_elems),
             accs.index(r),
             TILE as u32,
             cmma::MatrixLayout::RowMajor,
@@ -852,10 +861,9 @@ pub(crate) fn staged_rows_kernel<F: Float, O: Float, N: Size, P: Numeric, M: Siz
         sync_cube();
         let mut e = lane;
         while e < tile_elems {
-            let row = r * TILE + e / TILE;
+            let row = (row0 + r) * TILE + e / TILE;
             if row < m {
-                out[(share * m + row) * n + col + e % TILE] =
-                    O::cast_from(o_s[plane * tile_elems + e]);
+                out[(share * m + row) * n + col + e % TILE] = O::cast_from(o_s[own + e]);
             }
             e += 32;
         }
