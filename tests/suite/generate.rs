@@ -968,7 +968,8 @@ fn projections_match_float64() {
 /// `rope_pool_kernels::decoder::launch_tiles_product` takes them (f16, 128-multiple widths,
 /// 64-multiple inner sizes, through CubeCL's SPIR-V or CUDA compilers): row counts that leave a partial
 /// tile of 128 and of 16, more row tiles than a group of cubes walks together, and odd and even
-/// counts of inner blocks (the stages alternate through CUDA), against float64. Elsewhere the product runs through cubek, checked the same way; with
+/// counts of inner blocks (the stages alternate through CUDA), against float64. Elsewhere the
+/// product runs through cubek, checked the same way; with
 /// `ROPE_POOL_EXPECT_TILES_PRODUCT` set (the GPU runs of `benches/`) every GPU device must take
 /// them, so a run on the device it was written for cannot pass without it.
 #[test]

@@ -1265,7 +1265,8 @@ fn tiles_access(client: &Client) -> Option<TilesAccess> {
 /// device, where it takes the product: f16; `n` a positive multiple of 128 and `k` of 64 (no
 /// bounds checks on either; any `m`); CubeCL's SPIR-V compiler (16-byte words) or CUDA runtime
 /// (vectors of 8 halves) on planes of 32 with 16 × 16 × 16 f16 tiles; and the 45 KB of shared
-/// memory it stages through. `None` where it does not.
+/// memory one stage of blocks of 64 takes (more stages or wider blocks only where
+/// [`launch_tiles_product`] finds room for them). `None` where it does not.
 pub fn tiles_product_access(
     client: &Client,
     float: ElemType,

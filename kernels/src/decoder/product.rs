@@ -50,10 +50,10 @@ pub(crate) const fn shared_bytes(stages: usize, block: usize) -> usize {
 /// `out [m, n] = x [m, k] · wᵀ` with f32 accumulators, rounded once to `F` (a 2-byte float): x
 /// and w read as 16-byte words (`W` = u32, `N` = 4, `word_halves` = 2; `k_words = k / 8` words a
 /// row). The cube of `CUBE_POS` owns a `CUBE_ROWS × CUBE_COLS` output tile (cubes past the last
-/// tile leave); its 8 planes each multiply `PLANE_ROWS × PLANE_COLS` tiles of it. Each block of `block` inner
-/// elements of the cube's rows of x and w is read by all units into registers one block ahead,
-/// stored in shared memory as words (rows padded by 8 halves against bank conflicts), and the
-/// fragments are loaded from the words. Rows of x past `m` read as zeros and are not written.
+/// tile leave); its 8 planes each multiply `PLANE_ROWS × PLANE_COLS` tiles of it. Each block of
+/// `block` inner elements of the cube's rows of x and w is read by all units into registers one
+/// block ahead, stored in shared memory as words (rows padded by 8 halves against bank
+/// conflicts), and the fragments are loaded from the words. Rows of x past `m` read as zeros and are not written.
 /// `n` must be a multiple of `CUBE_COLS`, `k` of `block` (a multiple of 16).
 ///
 /// With `stages` = 2 the blocks alternate between two stages, one barrier a block (the stage a
@@ -249,9 +249,9 @@ mod tests {
 
     /// The product's fragments, loaded from shared memory as 16-byte words and as vectors of 8
     /// halves (one stage or two, blocks of 64 or 128), expanded and translated to CUDA C++ and
-    /// SPIR-V text against the properties of a device with f16 16 × 16 × 16 tiles (no CUDA compiler runs here, and the word loads'
-    /// stride is SPIR-V's); its arithmetic is checked by the root crate's
-    /// `tiles_product_matches_float64` where it runs.
+    /// SPIR-V text against the properties of a device with f16 16 × 16 × 16 tiles (no CUDA
+    /// compiler runs here, and the word loads' stride is SPIR-V's); its arithmetic is checked by
+    /// the root crate's `tiles_product_matches_float64` where it runs.
     #[test]
     fn tiles_product_kernel_expands_and_compiles_to_cuda_and_spirv() {
         let Some(client) = common::any_client("tiles product's CUDA check") else {
