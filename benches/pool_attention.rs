@@ -18,7 +18,8 @@
 //! launch.
 //!
 //! `cargo bench --bench pool_attention -- [--device wgpu] [--dtypes f16,f32] [--quick]
-//!  [--decode-only | --prefill-only] [--query-tiles auto|on|off] [--json OUT.json]`
+//!  [--decode-only | --prefill-only] [--seqs N] [--keys N] [--query-tiles auto|on|off]
+//!  [--json OUT.json]`
 
 #![allow(clippy::single_range_in_vec_init)] // `slice([a..b])` slices the first axis
 
@@ -60,6 +61,13 @@ struct Args {
     /// pool element; checked against the gather path over the decoded pools.
     #[arg(long)]
     fp8: bool,
+    /// Only the rows of this many sequences (with `--keys`, of this many keys each): one shape
+    /// under a profiler.
+    #[arg(long)]
+    seqs: Option<usize>,
+    /// Only the rows of this many keys a sequence.
+    #[arg(long)]
+    keys: Option<usize>,
     /// `auto` (the normal launch), `on` (the query-tile kernel for every row) or `off`.
     #[arg(long, default_value = "auto")]
     query_tiles: String,
@@ -303,7 +311,10 @@ fn main() {
             continue;
         }
         for shape in SHAPES {
-            if (args.decode_only && shape.queries > 1) || (args.prefill_only && shape.queries == 1)
+            if (args.decode_only && shape.queries > 1)
+                || (args.prefill_only && shape.queries == 1)
+                || args.seqs.is_some_and(|s| s != shape.seqs)
+                || args.keys.is_some_and(|k| k != shape.keys)
             {
                 continue;
             }

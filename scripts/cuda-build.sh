@@ -5,7 +5,8 @@
 # script downloads LLVM 23 (impossible offline); this points it at Debian's LLVM 22 instead, an
 # unsupported version mismatch. Output, in $ROPE_POOL_PACK_DIR (default `target/h200`, the folder
 # `scripts/h200.sh` packs into): `bench-cuda.xz` (stripped, xz); with `decode`, only the decode
-# bench (`decode-cuda.xz`), with `tensor_cores` the tensor-core probe (`tensor_cores-cuda.xz`);
+# bench (`decode-cuda.xz`), with `tensor_cores` the tensor-core probe (`tensor_cores-cuda.xz`),
+# with `pool_attention` the attention bench (`pool_attention-cuda.xz`);
 # with `suite`, only the test suite, CUDA its GPU device
 # (`suite-cuda.xz`); with `all`, also the decode and pool_attention benches and the replay example
 # (`{decode,attention,replay}-cuda.xz`).
@@ -42,7 +43,8 @@ features=(--no-default-features --features $cuda,fusion,flex)
 targets=(--bench rope_pool)
 if [ "${1:-}" = all ]; then
   targets+=(--bench decode --bench pool_attention --example replay)
-elif [ "${1:-}" = decode ] || [ "${1:-}" = tensor_cores ] || [ "${1:-}" = suite ]; then
+elif [ "${1:-}" = decode ] || [ "${1:-}" = tensor_cores ] || [ "${1:-}" = pool_attention ] \
+  || [ "${1:-}" = suite ]; then
   # One feature set, so that the three share one build of burn; `suite`: the test suite with
   # CUDA as its GPU device (tests/suite/common.rs). ROPE_POOL_CUDA_FUSION=0: without Burn's
   # fusion stream (the build whose decode steps are captured as CUDA graphs).
@@ -54,7 +56,8 @@ elif [ "${1:-}" = decode ] || [ "${1:-}" = tensor_cores ] || [ "${1:-}" = suite 
 fi
 CARGO_TARGET_DIR=target/cuda cargo build --release "${features[@]}" "${targets[@]}"
 newest() { ls -t target/cuda/release/$1 | grep -v '\.d$' | head -1; }
-if [ "${1:-}" = decode ] || [ "${1:-}" = tensor_cores ] || [ "${1:-}" = suite ]; then
+if [ "${1:-}" = decode ] || [ "${1:-}" = tensor_cores ] || [ "${1:-}" = pool_attention ] \
+  || [ "${1:-}" = suite ]; then
   strip -o "$pack/$1-$suffix" "$(newest "deps/$1-*")"
   xz -T2 -6 -f "$pack/$1-$suffix"
   exit 0
