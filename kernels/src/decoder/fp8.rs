@@ -128,9 +128,9 @@ pub(crate) fn matvec_fp8_add_kernel<F: Float, N: Size, W: Size>(
 
 /// The launch shape of the fp8 matrix-vector kernels (comptime): `rows` rows, `cols` output
 /// columns a plane each from `pairs` weight rows (2: gate and up), `unroll` loads in flight a
-/// weight row, rows of `w_vectors` vectors of words, how the codes are read (`words`), and
-/// how the rows of `x` are read (normalised where read, or staged normalised, by the norm
-/// kernel).
+/// weight row (twice that with `prefetch`), rows of `w_vectors` vectors of words, how the codes
+/// are read (`words`), and how the rows of `x` are read (normalised where read, or staged
+/// normalised, by the norm kernel).
 #[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
 pub(crate) struct Fp8Shape {
     pub(crate) rows: usize,
@@ -140,6 +140,8 @@ pub(crate) struct Fp8Shape {
     pub(crate) w_vectors: usize,
     pub(crate) read: RowRead,
     pub(crate) words: Fp8Words,
+    /// The next iteration's codes loaded before this one's are decoded.
+    pub(crate) prefetch: bool,
 }
 
 /// How a kernel reads an fp8 weight's codes (comptime): scales in blocks of `block_words`
@@ -168,6 +170,40 @@ fn fp8_plain_products<F: Float, N: Size, W: Size>(
     fp8_plane_products::<F, N, W>(
         x, x, &no_scales, &unstaged, codes, scales, col0, n, 0, shape,
     )
+}
+
+/// The codes of a plane's weight rows this unit loads in one iteration from vector `base`
+/// (`unroll` loads of each of `width` rows, `lanes` vectors apart; zeros past the row or past
+/// column `n`), into `ws`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_codes<W: Size>(
+    codes: &Tensor<Vector<u32, W>>,
+    ws: &mut Array<Vector<u32, W>>,
+    base: usize,
+    col0: usize,
+    n: usize,
+    offset: usize,
+    w_vectors: usize,
+    #[comptime] unroll: usize,
+    #[comptime] cols: usize,
+    #[comptime] width: usize,
+) {
+    let lanes = CUBE_DIM_X as usize;
+    #[unroll]
+    for u in 0..unroll {
+        let i = base + u * lanes;
+        #[unroll]
+        for j in 0..width {
+            let c = comptime!(j % cols);
+            let p = comptime!(j / cols);
+            let mut v = Vector::<u32, W>::new(0u32);
+            if i < w_vectors && col0 + c < n {
+                v = codes[(col0 + c + p * offset) * w_vectors + i];
+            }
+            ws[u * width + j] = v;
+        }
+    }
 }
 
 /// This unit's share of a plane's products on an fp8 weight: accumulator `r * cols * pairs + p *
@@ -218,22 +254,40 @@ fn fp8_plane_products<F: Float, N: Size, W: Size>(
             usize::min(col0 + comptime!(j % cols), n - 1) + comptime!(j / cols) * offset;
     }
     let step = lanes * unroll;
+    let prefetch = comptime!(shape.prefetch);
     let mut base = lane;
+    // With `prefetch`, the next iteration's codes are loaded before this one's are decoded:
+    // twice the loads in flight, the decoding's registers unchanged.
+    let mut ahead =
+        Array::<Vector<u32, W>>::new(comptime!(if prefetch { unroll * width } else { 1 }));
+    if comptime!(prefetch) {
+        load_codes::<W>(
+            codes, &mut ahead, base, col0, n, offset, w_vectors, unroll, cols, width,
+        );
+    }
     while base < w_vectors {
         let mut ws = Array::<Vector<u32, W>>::new(unroll * width);
-        #[unroll]
-        for u in 0..unroll {
-            let i = base + u * lanes;
+        if comptime!(prefetch) {
             #[unroll]
-            for j in 0..width {
-                let c = comptime!(j % cols);
-                let p = comptime!(j / cols);
-                let mut v = Vector::<u32, W>::new(0u32);
-                if i < w_vectors && col0 + c < n {
-                    v = codes[(col0 + c + p * offset) * w_vectors + i];
-                }
-                ws[u * width + j] = v;
+            for a in 0..unroll * width {
+                ws[a] = ahead[a];
             }
+            load_codes::<W>(
+                codes,
+                &mut ahead,
+                base + step,
+                col0,
+                n,
+                offset,
+                w_vectors,
+                unroll,
+                cols,
+                width,
+            );
+        } else {
+            load_codes::<W>(
+                codes, &mut ws, base, col0, n, offset, w_vectors, unroll, cols, width,
+            );
         }
         #[unroll]
         for u in 0..unroll {
@@ -373,7 +427,12 @@ mod tests {
             .into_iter()
             .flat_map(|f| plane_sums.map(|s| (f, s)))
         {
-            for (rows, cols, unroll) in [(1usize, 1usize, 4usize), (3, 2, 2), (16, 1, 4)] {
+            for (rows, cols, unroll, prefetch) in [
+                (1usize, 1usize, 4usize, false),
+                (1, 1, 2, true),
+                (3, 2, 2, true),
+                (16, 1, 4, false),
+            ] {
                 for (w_vector, block_words) in [(4usize, 32usize), (2, 8), (1, 1), (4, 65), (4, 2)]
                 {
                     let (n, k) = (40usize, 4 * 4 * 64);
@@ -389,6 +448,7 @@ mod tests {
                             decode: Fp8Decode::Integer,
                             nan_codes: true,
                         },
+                        prefetch,
                     };
                     let what = format!(
                         "{float:?} rows {rows} vector {w_vector} blocks of {block_words} words"

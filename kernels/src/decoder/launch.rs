@@ -53,6 +53,9 @@ pub struct DecoderTuning {
     /// Matrix-vector kernels on devices with plane operations: planes a cube
     /// (`ROPE_POOL_MATVEC_PLANES`, 1 to 32; default 8).
     pub matvec_planes: Option<usize>,
+    /// fp8-weight matrix-vector kernels: the next iteration's codes loaded before this one's are
+    /// decoded (`ROPE_POOL_MATVEC_PREFETCH=1`; default off).
+    pub matvec_prefetch: bool,
     /// Norm-fused matrix-vector kernels: the normalised rows staged in shared memory once a cube
     /// (`ROPE_POOL_NORM_STAGED=1`) or normalised by every plane where it reads them (`=0`);
     /// default: staged where they take at most 16 KiB.
@@ -118,6 +121,7 @@ impl DecoderTuning {
             fused_norm_rows: number("ROPE_POOL_FUSED_NORM_ROWS"),
             matvec_loads: number("ROPE_POOL_MATVEC_LOADS").filter(|n| (1..=16).contains(n)),
             matvec_planes: number("ROPE_POOL_MATVEC_PLANES").filter(|n| (1..=32).contains(n)),
+            matvec_prefetch: crate::common::tuning::flag("ROPE_POOL_MATVEC_PREFETCH"),
             norm_staged: number::<usize>("ROPE_POOL_NORM_STAGED").map(|v| v == 1),
             staged_from: number("ROPE_POOL_STAGED_FROM").filter(|n| *n >= 1),
             staged_block: number("ROPE_POOL_STAGED_BLOCK").filter(|n| (1..=16).contains(n)),
@@ -577,6 +581,7 @@ fn fp8_shape(
         w_vectors: words / w_vector,
         read,
         words: weight_decode(client, block_words, nan_codes),
+        prefetch: LaunchTuning::current().decoder.matvec_prefetch,
     };
     (cube_dim, cube_count, w_vector, shape, sums)
 }
