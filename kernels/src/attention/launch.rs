@@ -1,12 +1,13 @@
 //! Host side of the attention kernels: the room's launch knobs ([`AttentionTuning`]), the launch
 //! shape (which kernel, vector width, cube size, the split of long contexts) and the launches.
 
+use super::heads::{HEAD_TILE_KEYS, attention_heads_kernel};
 use super::plane::attention_plane_kernel;
 use super::portable::attention_kernel;
 use super::split::attention_merge;
 use super::tiles::{KV_PAD, LANES, P_PAD, S_PAD, TILE, attention_tiles_kernel};
 use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
-use crate::common::launch::{has_tiles, widest_vector};
+use crate::common::launch::{Compiler, has_tiles, widest_vector};
 use cubecl::client::Client;
 use cubecl::features::Plane;
 use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
@@ -52,6 +53,13 @@ pub struct AttentionTuning {
     /// Plane kernel on fp8 pools: words a load (`ROPE_POOL_ATTENTION_FP8_WORDS`, 1, 2 or 4;
     /// default `PLANE_FP8_WORDS`; fewer where a head row's words are not a multiple).
     pub fp8_words: Option<usize>,
+    /// The head-tile kernel (a GQA group's heads as the rows of warp-level tensor-core
+    /// products): `Some(true)` for every call it can take (f16 queries through CubeCL's CUDA
+    /// runtime on a device with f16 `mma.sync` 16 × 8 × 16, a head of 64 or 128, at most 16 q
+    /// heads a kv head, planes of 32), `Some(false)` or `None` never
+    /// (`ROPE_POOL_ATTENTION_HEAD_TILES=1`). The query-tile kernel and [`Self::portable`] win
+    /// over it.
+    pub head_tiles: Option<bool>,
 }
 
 #[cfg(feature = "tuning")]
@@ -72,6 +80,7 @@ impl AttentionTuning {
             query_tiles: number::<usize>("ROPE_POOL_ATTENTION_TILES").map(|v| v == 1),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_words: number("ROPE_POOL_ATTENTION_FP8_WORDS").filter(|w| [1, 2, 4].contains(w)),
+            head_tiles: number::<usize>("ROPE_POOL_ATTENTION_HEAD_TILES").map(|v| v == 1),
         })
     }
 }
@@ -129,6 +138,14 @@ pub(crate) enum AttentionKernel {
         block_keys: usize,
         /// The tile products on `cmma` tensor-core tiles (else in f32 by the units).
         tensor_cores: bool,
+    },
+    /// [`attention_heads_kernel`](fn@super::heads::attention_heads_kernel): one plane per
+    /// (query row, kv head, chunk), the kv head's `group` q heads the rows of its products.
+    Heads {
+        /// q heads per kv head (at most 16).
+        group: usize,
+        /// Elements (f16 pools) or words (fp8 pools) a pool vector.
+        pool_vector: usize,
     },
 }
 
@@ -247,6 +264,9 @@ impl AttentionLaunch {
         let plane_size = properties.hardware.plane_size_min as usize;
         let vector_bytes = vector * 4;
         if let Some(launch) = Self::tiles(client, float, geometry, tuning, vector, fp8_decode) {
+            return launch;
+        }
+        if let Some(launch) = Self::heads(client, float, geometry, tuning, fp8_decode) {
             return launch;
         }
         let plane = properties.features.plane.contains(Plane::Ops)
@@ -438,6 +458,77 @@ impl AttentionLaunch {
     }
 }
 
+/// Head-tile kernel: the cubes (one plane each) a split aims for, about sixteen planes a
+/// multiprocessor of a large GPU (not measured: a first guess beside the plane kernel's 512 cubes
+/// of four planes).
+const HEADS_TARGET_CUBES: usize = 2048;
+/// Head-tile kernel: the fewest key tiles a chunk holds.
+const HEADS_MIN_CHUNK_TILES: usize = 4;
+
+impl AttentionLaunch {
+    /// The head-tile launch of `geometry` where [`AttentionTuning::head_tiles`] asks for it and
+    /// the device and call allow it (see there), else `None`.
+    fn heads(
+        client: &Client,
+        float: ElemType,
+        geometry: AttentionGeometry,
+        tuning: &AttentionTuning,
+        fp8_decode: Fp8Decode,
+    ) -> Option<Self> {
+        let d = geometry.head_dim;
+        let kv = geometry.num_kv_heads.max(1);
+        let group = geometry.num_qo_heads / kv;
+        let properties = client.properties();
+        let hardware = &properties.hardware;
+        let f16 = ElemType::Float(FloatKind::F16);
+        let mma = properties.features.matmul.mma.iter().any(|c| {
+            c.a_type == f16
+                && c.b_type == f16
+                && c.cd_type == ElemType::Float(FloatKind::F32)
+                && (c.m, c.n, c.k) == (16, 8, 16)
+        });
+        let takes = tuning.head_tiles == Some(true)
+            && !tuning.portable
+            && float == f16
+            && Compiler::of(client) == Compiler::Cuda
+            && mma
+            && hardware.plane_size_min == 32
+            && hardware.plane_size_max == 32
+            && (d == 64 || d == 128)
+            && (1..=16).contains(&group)
+            && geometry.num_qo_heads == group * kv;
+        if !takes {
+            return None;
+        }
+        let keys = geometry.max_keys.max(1);
+        let work = (geometry.num_tokens * kv).max(1);
+        let tiles = keys.div_ceil(HEAD_TILE_KEYS);
+        let target = tuning.cubes.unwrap_or(HEADS_TARGET_CUBES);
+        let min_tiles = tuning.chunk_tiles.unwrap_or(HEADS_MIN_CHUNK_TILES).max(1);
+        let mut chunks = 1;
+        if work < target {
+            chunks = target
+                .div_ceil(work)
+                .min(tiles.div_ceil(min_tiles))
+                .clamp(1, MAX_CHUNKS);
+        }
+        let chunk_keys = keys.div_ceil(chunks).div_ceil(HEAD_TILE_KEYS) * HEAD_TILE_KEYS;
+        let pool_vector = match geometry.fp8_pools {
+            true => (d / 32).min(4),
+            false => 8,
+        };
+        Some(Self {
+            kernel: AttentionKernel::Heads { group, pool_vector },
+            vector: FP8_VECTOR,
+            units: LANES,
+            heads: group,
+            chunks: keys.div_ceil(chunk_keys),
+            chunk_keys,
+            fp8_decode,
+        })
+    }
+}
+
 /// The device tensors of one call: `q [T, Hq, D]`, `k_pool`, `v_pool [P, Hkv, D]` (float `F`,
 /// contiguous), `kv_indices [nnz]` and `ranges [T, 2]` (i32, contiguous), `out [T, Hq, D]` (`F`)
 /// and `lse [T, Hq]` (f32), written; with a split launch, `part_out [chunks, T, Hq, D]` and
@@ -623,6 +714,37 @@ pub unsafe fn launch_attention(
                 fp8,
                 fp8_decode,
                 [float, pool_elem],
+            );
+        },
+        AttentionKernel::Heads { group, pool_vector } => unsafe {
+            attention_heads_kernel::launch_unchecked(
+                client,
+                cube_count,
+                cube_dim,
+                AddressType::from_len(len),
+                pool_vector,
+                first.q,
+                first.k_pool,
+                first.v_pool,
+                first.kv_indices,
+                first.ranges,
+                first.out,
+                first.lse,
+                first.part_out,
+                first.part_lse,
+                scalars.sm_scale,
+                soft_cap,
+                f32::NEG_INFINITY,
+                chunk_keys as u32,
+                chunks as u32,
+                k_scale,
+                v_scale,
+                group,
+                head_dim,
+                split,
+                scalars.soft_cap.is_some(),
+                fp8,
+                pool_elem,
             );
         },
         AttentionKernel::Portable => unsafe {

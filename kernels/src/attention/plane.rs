@@ -27,7 +27,13 @@ use cubecl::prelude::*;
 /// The pool row of key `j` of a query whose keys start at entry `first` of `kv_indices`, or -1
 /// when `j` is past `hi` or the row is outside the pool (masked, never read).
 #[cube]
-fn pool_row(kv_indices: &Tensor<i32>, first: usize, j: usize, hi: usize, pool_size: usize) -> i32 {
+pub(super) fn pool_row(
+    kv_indices: &Tensor<i32>,
+    first: usize,
+    j: usize,
+    hi: usize,
+    pool_size: usize,
+) -> i32 {
     let mut row = i32::new(-1);
     if j < hi {
         let r = kv_indices[first + j];

@@ -56,6 +56,12 @@ pub struct PoolAttentionConfig {
     /// such devices (the conditions: CONTRACT, `pool_attention`, Math). `portable_kernel` wins
     /// over it. Flex has one path and ignores it.
     pub query_tiles: Option<bool>,
+    /// Tests and diagnostics: through CubeCL's CUDA runtime, `Some(true)` runs the head-tile
+    /// kernel (a GQA group's heads as the rows of warp-level tensor-core products) for every call
+    /// it takes: f16 queries, a head of 64 or 128, at most 16 q heads a kv head, a device with
+    /// f16 `mma.sync` 16 × 8 × 16; `None` and `Some(false)`, the normal launch, never. The
+    /// query-tile kernel (prefill) and `portable_kernel` win over it. Other backends ignore it.
+    pub head_tiles: Option<bool>,
     /// Tests and diagnostics: how fp8 pools are decoded on CubeCL devices; `None`, the normal
     /// launch, takes CubeCL's fp8 type where the device lists e4m3 tensor-core tiles (a sign of
     /// a hardware conversion), else f16 halves on NVIDIA GPUs through SPIR-V, else integer
@@ -284,6 +290,7 @@ pub fn pool_attention(
         min_query_rows: ranges.min_query_rows,
         portable_kernel: config.portable_kernel,
         query_tiles: config.query_tiles,
+        head_tiles: config.head_tiles,
         fp8_decode: config.fp8_decode,
     };
     let (out, lse) = <Dispatch as PoolAttentionBackend>::pool_attention(tensors, params);

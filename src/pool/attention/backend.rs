@@ -46,6 +46,8 @@ pub struct AttentionParams {
     pub portable_kernel: bool,
     /// [`PoolAttentionConfig::query_tiles`](crate::pool::PoolAttentionConfig).
     pub query_tiles: Option<bool>,
+    /// [`PoolAttentionConfig::head_tiles`](crate::pool::PoolAttentionConfig).
+    pub head_tiles: Option<bool>,
     /// [`PoolAttentionConfig::fp8_decode`](crate::pool::PoolAttentionConfig).
     pub fp8_decode: Option<crate::pool::Fp8Decode>,
 }

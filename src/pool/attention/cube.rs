@@ -58,6 +58,7 @@ impl PoolAttentionBackend for CubeBackend {
         let mut knobs = tuning().attention;
         knobs.portable |= params.portable_kernel;
         knobs.query_tiles = params.query_tiles.or(knobs.query_tiles);
+        knobs.head_tiles = params.head_tiles.or(knobs.head_tiles);
         knobs.fp8_decode = params.fp8_decode.or(knobs.fp8_decode);
         let float = dtype_to_storage_type(q.dtype);
         let launch = AttentionLaunch::tuned(&q.client, float, geometry, &knobs);

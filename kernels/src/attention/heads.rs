@@ -1,0 +1,509 @@
+//! Attention of one query row over the token-slot pool with the heads of a GQA group as the rows
+//! of warp-level tensor-core products (`mma.sync` m16n8k16, f16 × f16 → f32, through CubeCL's
+//! `MmaDefinition`): the decode kernel of f16 queries through CubeCL's CUDA runtime.
+//!
+//! One cube of one plane (32 lanes) owns one (query row, kv head, chunk of the row's visible
+//! keys). The group's heads are the product's rows (at most 16; rows past the group are zeros),
+//! and the plane walks its keys in tiles of 16:
+//! 1. scores `S = Q · Kᵀ`: two 16 × 8 products (keys 0–7 and 8–15 of the tile) over the head in
+//!    steps of 16 elements; lane `(g, t) = (lane / 4, lane % 4)` loads key `g` (and `g + 8`)
+//!    elements `t · D/4 …` of its row — a contiguous quarter of the row — and the query's
+//!    fragments take the same elements, so the dot products pair the right elements whatever
+//!    order the fragment slots name them in;
+//! 2. online softmax: each lane holds two keys of each score tile for rows `g` and `g + 8`; the
+//!    row's maximum is the plane's (two shuffles), its running sum a lane's share, added up at
+//!    the end;
+//! 3. values `O += P · V`: the weights (rounded to f16) are the scores' accumulators as the next
+//!    product's first operand (the register layouts agree), and `D / 8` products of 16 keys ×
+//!    8 elements, lane `(g, t)` loading keys `2t, 2t + 1, 2t + 8, 2t + 9` of the tile,
+//!    elements `g · D/8 …` (a contiguous eighth of the row): column `n` of output tile `j` is
+//!    element `n · D/8 + j`.
+//!
+//! fp8 pools are decoded as f16 halves (each word of four codes into two f16 pairs, values
+//! `2^-8` below the codes' own, NaN codes NaN: `common::fp8`), exact in f16, with no widening to
+//! f32; the keys' factor and scale multiply the scores, the values' the output. The fragments'
+//! register layout is CUDA's (`mma.sync`): the launch takes this kernel through CubeCL's CUDA
+//! runtime only. A key whose pool row is outside the pool is masked, never read; the split into
+//! chunks and its merge are the other kernels' ([`super::split`]).
+
+use super::plane::pool_row;
+use super::split::cube_work;
+use cubecl::cmma::MmaDefinition;
+use cubecl::prelude::*;
+use half::f16;
+
+/// Keys a tile: two score products of 8 keys, one value product of 16.
+pub(crate) const HEAD_TILE_KEYS: usize = 16;
+
+/// A word of four e4m3 codes (bytes `b0..b3`) as two f16 pairs, `(b0, b2)` and `(b1, b3)`, each
+/// value `2^-8` times the code's (the f16 halves of `common::fp8`; NaN codes NaN).
+#[cube]
+fn code_pairs(word: u32) -> (Vector<f16, Const<2>>, Vector<f16, Const<2>>) {
+    let mut even = word & 0x007F_007F;
+    let mut odd = word & 0x7F00_7F00;
+    even |= (even + 0x0001_0001) & 0x0080_0080;
+    odd |= (odd + 0x0100_0100) & 0x8000_8000;
+    let even = (even << 7) | ((word & 0x0080_0080) << 8);
+    let odd = (odd >> 1) | (word & 0x8000_8000);
+    (
+        Vector::<f16, Const<2>>::reinterpret(even),
+        Vector::<f16, Const<2>>::reinterpret(odd),
+    )
+}
+
+/// Two f16 values as a pair.
+#[cube]
+fn pair(a: f16, b: f16) -> Vector<f16, Const<2>> {
+    let mut x = Vector::<f16, Const<2>>::new(a);
+    x.insert(1usize, b);
+    x
+}
+
+/// Element `e` of a float pool's vector `v` (`P` = f16) as f16.
+#[cube]
+fn half_at<P: Numeric, M: Size>(v: Vector<P, M>, #[comptime] e: usize) -> f16 {
+    f16::cast_from(v.extract(e))
+}
+
+/// The attention of one (query row, kv head, chunk) per cube of one plane (see the module doc).
+/// Shapes as [`attention_plane_kernel`](fn@super::plane::attention_plane_kernel): `q [T, Hq, D]`
+/// f16 as vectors of four, pools `[P, Hkv, D]` (f16 pools as vectors of `M` = 8 halves; fp8
+/// pools as vectors of `M` = 4 words), `kv_indices [nnz]`, `ranges [T, 2]`; outputs as vectors of
+/// four, direct or split. `d` is 64 or 128; `group` (q heads per kv head) at most 16.
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
+    q: &Tensor<Vector<f16, Const<4>>>,
+    k_pool: &Tensor<Vector<P, M>>,
+    v_pool: &Tensor<Vector<P, M>>,
+    kv_indices: &Tensor<i32>,
+    ranges: &Tensor<i32>,
+    out: &mut Tensor<Vector<f16, Const<4>>>,
+    lse: &mut Tensor<f32>,
+    part_out: &mut Tensor<Vector<f32, Const<4>>>,
+    part_lse: &mut Tensor<f32>,
+    sm_scale: f32,
+    soft_cap: f32,
+    neg_inf: f32,
+    chunk_keys: u32,
+    num_chunks: u32,
+    k_scale: f32,
+    v_scale: f32,
+    #[comptime] group: usize,
+    #[comptime] d: usize,
+    #[comptime] split: bool,
+    #[comptime] capped: bool,
+    #[comptime] fp8: bool,
+    #[define(P)] _pool: ElemType,
+) {
+    let num_tokens = q.shape(0);
+    let num_qo_heads = q.shape(1);
+    let pool_size = k_pool.shape(0);
+    let num_kv_heads = k_pool.shape(1);
+    let (tok, kv, head0, chunk) = cube_work(num_tokens, num_kv_heads, 1usize, group);
+    if chunk >= num_chunks as usize {
+        terminate!();
+    }
+    let lane = UNIT_POS_PLANE as usize;
+    let gl = lane / 4;
+    let tl = lane % 4;
+    let two_rows = comptime!(group > 8);
+    let steps = comptime!(d / 16);
+    let out_tiles = comptime!(d / 8);
+    // Pool vectors a row, and the vectors of a lane's quarter (keys) and eighth (values).
+    let mv = M::value();
+    let row_vecs = comptime!(if fp8 { d / 4 / mv } else { d / mv });
+    let quarter = comptime!(row_vecs / 4);
+    let eighth = comptime!(row_vecs / 8);
+    let first = usize::cast_from(ranges[2 * tok]);
+    let count = usize::cast_from(ranges[2 * tok + 1]);
+    let lo = chunk * (chunk_keys as usize);
+    let hi = (lo + chunk_keys as usize).min(count);
+    let factor = comptime!(if fp8 { 256.0f32 } else { 1.0f32 });
+    let score_scale = sm_scale * k_scale * f32::new(factor);
+
+    // The query's fragments, step `c` in slots `4c..4c + 4`: rows `gl` and `gl + 8` (zeros past
+    // the group), elements `tl · D/4 + 4c …` in the order the keys' fragments take them.
+    let zero2 = Vector::<f16, Const<2>>::new(f16::new(0.0));
+    let mut qf = Array::<Vector<f16, Const<2>>>::new(comptime!(4 * steps));
+    let rows_held = comptime!(if two_rows { 2usize } else { 1usize });
+    #[unroll]
+    for c in 0..steps {
+        qf[4 * c + 1] = zero2;
+        qf[4 * c + 3] = zero2;
+        #[unroll]
+        for r in 0..rows_held {
+            let row = gl + comptime!(r * 8);
+            let mut x = Vector::<f16, Const<4>>::new(f16::new(0.0));
+            if row < group {
+                x = q[((tok * num_qo_heads + head0 + row) * d) / 4 + tl * comptime!(d / 16) + c];
+            }
+            // Keys from fp8 pools pair elements (0, 2) and (1, 3); from f16 pools (0, 1), (2, 3).
+            if comptime!(fp8) {
+                qf[4 * c + r] = pair(x.extract(0usize), x.extract(2usize));
+                qf[4 * c + 2 + r] = pair(x.extract(1usize), x.extract(3usize));
+            } else {
+                qf[4 * c + r] = pair(x.extract(0usize), x.extract(1usize));
+                qf[4 * c + 2 + r] = pair(x.extract(2usize), x.extract(3usize));
+            }
+        }
+    }
+
+    let def = MmaDefinition::<f16, f16, f32>::new(16usize, 8usize, 16usize);
+    // Running output: tile `j`'s accumulator in slots `2j` (row `gl`) and `2j + 1` (row `gl + 8`).
+    let mut o = Array::<Vector<f32, Const<2>>>::new(comptime!(2 * out_tiles));
+    #[unroll]
+    for a in 0..comptime!(2 * out_tiles) {
+        o[a] = Vector::new(f32::new(0.0));
+    }
+    // Per row (`gl`, `gl + 8`): running maximum (the plane's) and this lane's share of the sum.
+    let mut m = Array::<f32>::new(2usize);
+    let mut l = Array::<f32>::new(2usize);
+    #[unroll]
+    for r in 0..2usize {
+        m[r] = neg_inf;
+        l[r] = f32::new(0.0);
+    }
+
+    let mut base = lo;
+    // Uniform bounds: every lane runs every iteration (the shuffles and products are the plane's).
+    while base < hi {
+        // Pool rows: keys `gl`, `gl + 8` (scores), `2tl, 2tl + 1, 2tl + 8, 2tl + 9` (values and
+        // this lane's scores).
+        let mut kr = Array::<i32>::new(2usize);
+        kr[0] = pool_row(kv_indices, first, base + gl, hi, pool_size);
+        kr[1] = pool_row(kv_indices, first, base + gl + 8, hi, pool_size);
+        let mut vr = Array::<i32>::new(4usize);
+        #[unroll]
+        for i in 0..4usize {
+            let key = comptime!((i % 2) + 8 * (i / 2));
+            vr[i] = pool_row(kv_indices, first, base + 2 * tl + key, hi, pool_size);
+        }
+        // Loads: the keys' quarters and the values' eighths.
+        let mut kw = Array::<Vector<P, M>>::new(comptime!(2 * quarter));
+        #[unroll]
+        for s in 0..2usize {
+            let row = kr[s];
+            #[unroll]
+            for i in 0..quarter {
+                let mut w = Vector::<P, M>::new(P::from_int(0));
+                if row >= 0 {
+                    w = k_pool
+                        [(usize::cast_from(row) * num_kv_heads + kv) * row_vecs + tl * quarter + i];
+                }
+                kw[s * quarter + i] = w;
+            }
+        }
+        let mut vw = Array::<Vector<P, M>>::new(comptime!(4 * eighth));
+        #[unroll]
+        for k in 0..4usize {
+            #[unroll]
+            for i in 0..eighth {
+                let mut w = Vector::<P, M>::new(P::from_int(0));
+                if vr[k] >= 0 {
+                    w = v_pool[(usize::cast_from(vr[k]) * num_kv_heads + kv) * row_vecs
+                        + gl * eighth
+                        + i];
+                }
+                vw[k * eighth + i] = w;
+            }
+        }
+
+        // Scores: tile `s` (keys `8s..8s + 8`), its accumulator rows `gl` and `gl + 8`, keys
+        // `2tl` and `2tl + 1`.
+        let mut sc = Array::<Vector<f32, Const<2>>>::new(4usize);
+        #[unroll]
+        for s in 0..2usize {
+            let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
+            acc[0] = Vector::new(f32::new(0.0));
+            acc[1] = Vector::new(f32::new(0.0));
+            #[unroll]
+            for c in 0..steps {
+                let mut b = Array::<Vector<f16, Const<2>>>::new(2usize);
+                if comptime!(fp8) {
+                    // Step `c` of the lane's quarter: word `c` (vector `c / M`, word `c % M`).
+                    let word = u32::cast_from(
+                        kw[comptime!(s * quarter + c / mv)].extract(comptime!(c % mv)),
+                    );
+                    let (even, odd) = code_pairs(word);
+                    b[0] = even;
+                    b[1] = odd;
+                } else {
+                    // Elements `4c..4c + 4` of the quarter: vector `4c / M`.
+                    let v = kw[comptime!(s * quarter + 4 * c / mv)];
+                    let e = comptime!((4 * c) % mv);
+                    b[0] = pair(half_at::<P, M>(v, e), half_at::<P, M>(v, comptime!(e + 1)));
+                    b[1] = pair(
+                        half_at::<P, M>(v, comptime!(e + 2)),
+                        half_at::<P, M>(v, comptime!(e + 3)),
+                    );
+                }
+                let mut a = Array::<Vector<f16, Const<2>>>::new(4usize);
+                #[unroll]
+                for i in 0..4usize {
+                    a[i] = qf[4 * c + i];
+                }
+                let next = def.execute(&a, &b, &acc);
+                acc[0] = next[0];
+                acc[1] = next[1];
+            }
+            sc[2 * s] = acc[0];
+            sc[2 * s + 1] = acc[1];
+        }
+
+        // Online softmax per row: scale, cap, mask; the plane's tile maximum; the weights.
+        let mut p = Array::<Vector<f32, Const<2>>>::new(4usize);
+        let mut rescale = Array::<f32>::new(2usize);
+        rescale[1] = f32::new(1.0);
+        p[1] = Vector::new(f32::new(0.0));
+        p[3] = Vector::new(f32::new(0.0));
+        // Rows past 8 only where the group has them.
+        #[unroll]
+        for r in 0..rows_held {
+            let mut top = m[r];
+            #[unroll]
+            for s in 0..2usize {
+                #[unroll]
+                for i in 0..2usize {
+                    let mut x = sc[2 * s + r].extract(i) * score_scale;
+                    if capped {
+                        x = soft_cap * f32::tanh(x / soft_cap);
+                    }
+                    let x = select(vr[comptime!(2 * s + i)] >= 0, x, neg_inf);
+                    let mut v = sc[2 * s + r];
+                    v.insert(i, x);
+                    sc[2 * s + r] = v;
+                    top = select(x > top, x, top);
+                }
+            }
+            let other = plane_shuffle_xor(top, 1u32);
+            top = select(other > top, other, top);
+            let other = plane_shuffle_xor(top, 2u32);
+            top = select(other > top, other, top);
+            rescale[r] = select(top == neg_inf, f32::new(1.0), f32::exp(m[r] - top));
+            m[r] = top;
+            let mut sum = l[r] * rescale[r];
+            #[unroll]
+            for s in 0..2usize {
+                let mut w = Vector::<f32, Const<2>>::new(f32::new(0.0));
+                #[unroll]
+                for i in 0..2usize {
+                    let x = sc[2 * s + r].extract(i);
+                    let e = select(x == neg_inf, f32::new(0.0), f32::exp(x - top));
+                    w.insert(i, e);
+                    sum += e;
+                }
+                p[2 * s + r] = w;
+            }
+            l[r] = sum;
+        }
+        // The weights as the values' first operand: rows `gl`, `gl + 8`; keys `2tl…` of the
+        // first score tile, then of the second.
+        let mut pa = Array::<Vector<f16, Const<2>>>::new(4usize);
+        #[unroll]
+        for i in 0..4usize {
+            pa[i] = Vector::<f16, Const<2>>::cast_from(p[i]);
+        }
+        if !two_rows {
+            pa[1] = zero2;
+            pa[3] = zero2;
+        }
+        // Values: output tile `j` is element `j` of each lane's eighth.
+        #[unroll]
+        for j in 0..out_tiles {
+            let mut b = Array::<Vector<f16, Const<2>>>::new(2usize);
+            if comptime!(fp8) {
+                // Byte `j % 4` of word `j / 4` of keys (2tl, 2tl + 1) and (2tl + 8, 2tl + 9).
+                let (vec_at, w) = comptime!((j / 4 / mv, (j / 4) % mv));
+                #[unroll]
+                for h in 0..2usize {
+                    let wa = u32::cast_from(vw[comptime!(2 * h * eighth + vec_at)].extract(w));
+                    let wb =
+                        u32::cast_from(vw[comptime!((2 * h + 1) * eighth + vec_at)].extract(w));
+                    // Bytes (a0, a1, b0, b1) or (a2, a3, b2, b3): pairs (a, b) of one element.
+                    let mut x = (wa >> 16) | (wb & 0xFFFF_0000);
+                    if comptime!(j % 4 < 2) {
+                        x = (wa & 0xFFFF) | (wb << 16);
+                    }
+                    let (even, odd) = code_pairs(x);
+                    b[h] = odd;
+                    if comptime!(j % 2 == 0) {
+                        b[h] = even;
+                    }
+                }
+            } else {
+                let (vec_at, e) = comptime!((j / mv, j % mv));
+                #[unroll]
+                for h in 0..2usize {
+                    b[h] = pair(
+                        half_at::<P, M>(vw[comptime!(2 * h * eighth + vec_at)], e),
+                        half_at::<P, M>(vw[comptime!((2 * h + 1) * eighth + vec_at)], e),
+                    );
+                }
+            }
+            let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
+            acc[0] = o[2 * j] * Vector::new(rescale[0]);
+            acc[1] = o[2 * j + 1] * Vector::new(rescale[1]);
+            let next = def.execute(&pa, &b, &acc);
+            o[2 * j] = next[0];
+            o[2 * j + 1] = next[1];
+        }
+        base += comptime!(HEAD_TILE_KEYS);
+    }
+
+    // Each row's sum over its four lanes; the normalised output, `v`'s factor and scale.
+    #[unroll]
+    for r in 0..rows_held {
+        let mut total = l[r];
+        total += plane_shuffle_xor(total, 1u32);
+        total += plane_shuffle_xor(total, 2u32);
+        let row = gl + comptime!(r * 8);
+        if row < group {
+            let seen = total > 0.0;
+            let head = tok * num_qo_heads + head0 + row;
+            let norm = select(
+                seen,
+                f32::new(factor) * v_scale / select(seen, total, f32::new(1.0)),
+                f32::new(0.0),
+            );
+            // Lane `tl` holds columns `2tl` and `2tl + 1` of every tile: elements
+            // `(2tl + i) · D/8 + j`, as vectors of four.
+            #[unroll]
+            for i in 0..2usize {
+                #[unroll]
+                for vq in 0..comptime!(out_tiles / 4) {
+                    let mut value = Vector::<f32, Const<4>>::new(f32::new(0.0));
+                    #[unroll]
+                    for e in 0..4usize {
+                        value.insert(e, o[comptime!(2 * (4 * vq + e) + r)].extract(i) * norm);
+                    }
+                    let at = (head * d + (2 * tl + i) * out_tiles) / 4 + vq;
+                    if split {
+                        part_out[(chunk * num_tokens * num_qo_heads * d) / 4 + at] = value;
+                    } else {
+                        out[at] = Vector::cast_from(value);
+                    }
+                }
+            }
+            if tl == 0 {
+                let log_sum = select(
+                    seen,
+                    m[r] + f32::ln(select(seen, total, f32::new(1.0))),
+                    neg_inf,
+                );
+                if split {
+                    part_lse[chunk * num_tokens * num_qo_heads + head] = log_sum;
+                } else {
+                    lse[head] = log_sum;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attention_heads_kernel;
+    use crate::test_common as common;
+    use cubecl::Compiler as _;
+    use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
+    use cubecl::prelude::*;
+    use std::sync::Arc;
+
+    /// The kernel expanded against CUDA's manual-`mma` register layout and a device listing
+    /// f16 `mma.sync` 16 × 8 × 16, and translated to CUDA C++ (no CUDA compiler runs here): f16
+    /// and fp8 pools, heads of 64 and 128, groups of 4 and 16, direct and split, capped. Its
+    /// arithmetic is checked by the root crate's attention tests through CUDA
+    /// (`ROPE_POOL_ATTENTION_HEAD_TILES=1`, or `PoolAttentionConfig::head_tiles`).
+    #[test]
+    fn attention_heads_kernel_expands_and_compiles_to_cuda() {
+        let Some(client) = common::any_client("head-tile attention's CUDA check") else {
+            return;
+        };
+        let f16 = ElemType::Float(FloatKind::F16);
+        let mut properties = client.properties().clone();
+        properties
+            .features
+            .matmul
+            .mma
+            .insert(cubecl::features::MmaConfig {
+                a_type: f16,
+                b_type: f16,
+                cd_type: ElemType::Float(FloatKind::F32),
+                m: 16,
+                n: 8,
+                k: 16,
+            });
+        let properties = Arc::new(properties);
+        let target = Arc::new(cubecl::ir::TargetProperties {
+            mma: cubecl::ir::MmaProperties {
+                register_size_bits: 32,
+                const_plane_size: 32,
+                register_layout_a: cubecl::cmma::MatrixLayout::RowMajor,
+                register_layout_b: cubecl::cmma::MatrixLayout::ColMajor,
+                register_layout_acc: cubecl::cmma::MatrixLayout::RowMajor,
+                register_duplication_a: 1,
+                register_duplication_b: 1,
+                register_duplication_acc: 1,
+                contiguous_elements: cubecl::ir::ContiguousElements::new(
+                    cubecl_cpp::cuda::mma::manual::contiguous_elements_cuda,
+                ),
+            },
+        });
+        let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
+        for (fp8, d, group, split, capped) in [
+            (false, 128usize, 4usize, false, false),
+            (true, 128, 4, true, false),
+            (true, 64, 16, false, true),
+            (false, 64, 16, true, false),
+        ] {
+            let (pool_vector, pool_elem) = match fp8 {
+                true => ((d / 32).min(4), ElemType::UInt(UIntKind::U32)),
+                false => (8, f16),
+            };
+            let row = if fp8 { d / 4 / pool_vector } else { d / 8 };
+            let kernel = attention_heads_kernel::create_dummy_kernel(
+                properties.clone(),
+                target.clone(),
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_1d(32),
+                AddressType::U32,
+                pool_vector,
+                tensor(&[3, 2 * group, d / 4]),
+                tensor(&[10, 2, row]),
+                tensor(&[10, 2, row]),
+                tensor(&[6]),
+                tensor(&[3, 2]),
+                tensor(&[3, 2 * group, d / 4]),
+                tensor(&[3, 2 * group]),
+                tensor(&[2, 3, 2 * group, d / 4]),
+                tensor(&[2, 3, 2 * group]),
+                0.1,
+                30.0,
+                f32::NEG_INFINITY,
+                16,
+                2,
+                1.0,
+                1.0,
+                group,
+                d,
+                split,
+                capped,
+                fp8,
+                pool_elem,
+            );
+            let what = format!("fp8 {fp8}, head {d}, group {group}, split {split}");
+            let source = cubecl_cpp::shared::CppCompiler::<cubecl_cpp::target::Cuda>::default()
+                .compile(
+                    kernel.define(),
+                    &cubecl_cpp::shared::CompilationOptions::default(),
+                )
+                .unwrap_or_else(|e| panic!("{what} compiles to CUDA C++: {e:?}"))
+                .to_string();
+            assert!(
+                source.contains("mma.sync"),
+                "{what}: no mma.sync in\n{source}"
+            );
+        }
+    }
+}
