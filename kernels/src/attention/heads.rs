@@ -51,6 +51,30 @@ fn code_pairs(word: u32) -> (Vector<f16, Const<2>>, Vector<f16, Const<2>>) {
     )
 }
 
+/// The pool rows lane `(gl, tl)` reads in the key tile at `base` (masked past `hi` or outside the
+/// pool: -1): `kr` of keys `gl` and `gl + 8`, `vr` of keys `2tl`, `2tl + 1`, `2tl + 8`, `2tl + 9`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn tile_rows(
+    kv_indices: &Tensor<i32>,
+    first: usize,
+    base: usize,
+    hi: usize,
+    pool_size: usize,
+    gl: usize,
+    tl: usize,
+    kr: &mut Array<i32>,
+    vr: &mut Array<i32>,
+) {
+    kr[0] = pool_row(kv_indices, first, base + gl, hi, pool_size);
+    kr[1] = pool_row(kv_indices, first, base + gl + 8, hi, pool_size);
+    #[unroll]
+    for i in 0..4usize {
+        let key = comptime!((i % 2) + 8 * (i / 2));
+        vr[i] = pool_row(kv_indices, first, base + 2 * tl + key, hi, pool_size);
+    }
+}
+
 /// Two f16 values as a pair.
 #[cube]
 fn pair(a: f16, b: f16) -> Vector<f16, Const<2>> {
@@ -166,19 +190,16 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
     }
 
     let mut base = lo;
+    // Pool rows of the tile at `base`: keys `gl`, `gl + 8` (scores), `2tl, 2tl + 1, 2tl + 8,
+    // 2tl + 9` (values and this lane's scores); each iteration loads the next tile's while its
+    // own keys and values are on their way.
+    let mut kr = Array::<i32>::new(2usize);
+    let mut vr = Array::<i32>::new(4usize);
+    tile_rows(
+        kv_indices, first, base, hi, pool_size, gl, tl, &mut kr, &mut vr,
+    );
     // Uniform bounds: every lane runs every iteration (the shuffles and products are the plane's).
     while base < hi {
-        // Pool rows: keys `gl`, `gl + 8` (scores), `2tl, 2tl + 1, 2tl + 8, 2tl + 9` (values and
-        // this lane's scores).
-        let mut kr = Array::<i32>::new(2usize);
-        kr[0] = pool_row(kv_indices, first, base + gl, hi, pool_size);
-        kr[1] = pool_row(kv_indices, first, base + gl + 8, hi, pool_size);
-        let mut vr = Array::<i32>::new(4usize);
-        #[unroll]
-        for i in 0..4usize {
-            let key = comptime!((i % 2) + 8 * (i / 2));
-            vr[i] = pool_row(kv_indices, first, base + 2 * tl + key, hi, pool_size);
-        }
         // Loads: the keys' quarters and the values' eighths.
         let mut kw = Array::<Vector<P, M>>::new(comptime!(2 * quarter));
         #[unroll]
@@ -208,6 +229,20 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
                 vw[k * eighth + i] = w;
             }
         }
+
+        let mut kr_next = Array::<i32>::new(2usize);
+        let mut vr_next = Array::<i32>::new(4usize);
+        tile_rows(
+            kv_indices,
+            first,
+            base + HEAD_TILE_KEYS,
+            hi,
+            pool_size,
+            gl,
+            tl,
+            &mut kr_next,
+            &mut vr_next,
+        );
 
         // Scores: tile `s` (keys `8s..8s + 8`), its accumulator rows `gl` and `gl + 8`, keys
         // `2tl` and `2tl + 1`.
@@ -347,6 +382,12 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
             let next = def.execute(&pa, &b, &acc);
             o[2 * j] = next[0];
             o[2 * j + 1] = next[1];
+        }
+        kr[0] = kr_next[0];
+        kr[1] = kr_next[1];
+        #[unroll]
+        for i in 0..4usize {
+            vr[i] = vr_next[i];
         }
         base += comptime!(HEAD_TILE_KEYS);
     }
