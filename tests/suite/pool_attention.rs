@@ -7,10 +7,12 @@ use crate::common::{Rng, devices, float_tensor, round_to};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use burn_rope_pool::pool::PoolTensor;
 use burn_rope_pool::pool::{
-    Fp8Decode, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionPlan,
-    pool_attention,
+    Fp8Decode, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionOutputs,
+    PoolAttentionPlan, pool_attention,
 };
-use burn_rope_pool::testing::attention_reference::{BatchIndices, pool_attention_reference};
+use burn_rope_pool::testing::attention_reference::{
+    AttentionReference, BatchIndices, pool_attention_reference,
+};
 use burn_rope_pool::testing::reference::{e4m3_code, e4m3_value};
 use burn_rope_pool::testing::{AttentionCase, attention_error};
 
@@ -357,23 +359,12 @@ fn random_batches(kernel: Kernel) {
                     kv_indices: &batch.kv_indices,
                 },
             );
-            let out_host: Vec<f64> = out.out.into_data().iter::<f64>().collect();
-            let lse_host: Vec<f64> = out.lse.into_data().iter::<f64>().collect();
             let tolerance = match dtype {
                 DType::F32 => 1e-4,
                 DType::F16 => 1e-2,
                 _ => 2e-2,
             };
-            for (i, (a, e)) in out_host.iter().zip(&expected.out).enumerate() {
-                assert!(
-                    (a - e).abs() <= tolerance,
-                    "{what}: out[{i}] = {a}, expected {e}"
-                );
-            }
-            for (i, (a, e)) in lse_host.iter().zip(&expected.lse).enumerate() {
-                let ok = a == e || (a - e).abs() <= 1e-4 * e.abs().max(1.0);
-                assert!(ok, "{what}: lse[{i}] = {a}, expected {e}");
-            }
+            assert_near_reference(out, &expected, tolerance, &what);
         }
     }
 }
@@ -450,20 +441,31 @@ fn fp8_pools(kernel: Kernel, decode: Option<Fp8Decode>) {
                     kv_indices: &batch.kv_indices,
                 },
             );
-            let out_host: Vec<f64> = out.out.into_data().iter::<f64>().collect();
-            let lse_host: Vec<f64> = out.lse.into_data().iter::<f64>().collect();
             let tolerance = if dtype == DType::F16 { 1e-2 } else { 1e-4 };
-            for (i, (a, e)) in out_host.iter().zip(&expected.out).enumerate() {
-                assert!(
-                    (a - e).abs() <= tolerance,
-                    "{what}: out[{i}] = {a}, expected {e}"
-                );
-            }
-            for (i, (a, e)) in lse_host.iter().zip(&expected.lse).enumerate() {
-                let ok = a == e || (a - e).abs() <= 1e-4 * e.abs().max(1.0);
-                assert!(ok, "{what}: lse[{i}] = {a}, expected {e}");
-            }
+            assert_near_reference(out, &expected, tolerance, &what);
         }
+    }
+}
+
+/// `out` against the reference: every output element within `tolerance`, every log-sum-exp
+/// equal (both `-inf`) or within 1e-4 of its magnitude (at least 1).
+fn assert_near_reference(
+    out: PoolAttentionOutputs,
+    expected: &AttentionReference,
+    tolerance: f64,
+    what: &str,
+) {
+    let out_host: Vec<f64> = out.out.into_data().iter::<f64>().collect();
+    let lse_host: Vec<f64> = out.lse.into_data().iter::<f64>().collect();
+    for (i, (a, e)) in out_host.iter().zip(&expected.out).enumerate() {
+        assert!(
+            (a - e).abs() <= tolerance,
+            "{what}: out[{i}] = {a}, expected {e}"
+        );
+    }
+    for (i, (a, e)) in lse_host.iter().zip(&expected.lse).enumerate() {
+        let ok = a == e || (a - e).abs() <= 1e-4 * e.abs().max(1.0);
+        assert!(ok, "{what}: lse[{i}] = {a}, expected {e}");
     }
 }
 
@@ -595,18 +597,7 @@ fn the_head_tile_kernel_matches_the_reference() {
                     kv_indices: &batch.kv_indices,
                 },
             );
-            let out_host: Vec<f64> = out.out.into_data().iter::<f64>().collect();
-            let lse_host: Vec<f64> = out.lse.into_data().iter::<f64>().collect();
-            for (i, (a, e)) in out_host.iter().zip(&expected.out).enumerate() {
-                assert!(
-                    (a - e).abs() <= 1e-2,
-                    "{what}: out[{i}] = {a}, expected {e}"
-                );
-            }
-            for (i, (a, e)) in lse_host.iter().zip(&expected.lse).enumerate() {
-                let ok = a == e || (a - e).abs() <= 1e-4 * e.abs().max(1.0);
-                assert!(ok, "{what}: lse[{i}] = {a}, expected {e}");
-            }
+            assert_near_reference(out, &expected, 1e-2, &what);
         }
     }
 }
