@@ -10,9 +10,7 @@ use burn_rope_pool::pool::{
     Fp8Decode, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionOutputs,
     PoolAttentionPlan, pool_attention,
 };
-use burn_rope_pool::testing::attention_reference::{
-    AttentionReference, BatchIndices, pool_attention_reference,
-};
+use burn_rope_pool::testing::attention_reference::{BatchIndices, pool_attention_reference};
 use burn_rope_pool::testing::reference::{e4m3_code, e4m3_value};
 use burn_rope_pool::testing::{AttentionCase, attention_error};
 
@@ -349,22 +347,20 @@ fn random_batches(kernel: Kernel) {
             );
             let out =
                 pool_attention(inputs, &plan, &config).unwrap_or_else(|e| panic!("{what}: {e}"));
-            let expected = pool_attention_reference(
-                &config,
-                &q,
-                [&k_pool, &v_pool],
-                BatchIndices {
-                    qo_indptr: &batch.qo_indptr,
-                    kv_indptr: &batch.kv_indptr,
-                    kv_indices: &batch.kv_indices,
-                },
-            );
             let tolerance = match dtype {
                 DType::F32 => 1e-4,
                 DType::F16 => 1e-2,
                 _ => 2e-2,
             };
-            assert_near_reference(out, &expected, tolerance, &what);
+            assert_batch_near_reference(
+                out,
+                &config,
+                &q,
+                [&k_pool, &v_pool],
+                &batch,
+                tolerance,
+                &what,
+            );
         }
     }
 }
@@ -428,33 +424,45 @@ fn fp8_pools(kernel: Kernel, decode: Option<Fp8Decode>) {
             );
             let out =
                 pool_attention(inputs, &plan, &config).unwrap_or_else(|e| panic!("{what}: {e}"));
-            let expected = pool_attention_reference(
+            let tolerance = if dtype == DType::F16 { 1e-2 } else { 1e-4 };
+            assert_batch_near_reference(
+                out,
                 &config,
                 &q,
                 [
                     &e4m3_decoded(&k_words, k_scale),
                     &e4m3_decoded(&v_words, v_scale),
                 ],
-                BatchIndices {
-                    qo_indptr: &batch.qo_indptr,
-                    kv_indptr: &batch.kv_indptr,
-                    kv_indices: &batch.kv_indices,
-                },
+                &batch,
+                tolerance,
+                &what,
             );
-            let tolerance = if dtype == DType::F16 { 1e-2 } else { 1e-4 };
-            assert_near_reference(out, &expected, tolerance, &what);
         }
     }
 }
 
-/// `out` against the reference: every output element within `tolerance`, every log-sum-exp
-/// equal (both `-inf`) or within 1e-4 of its magnitude (at least 1).
-fn assert_near_reference(
+/// `out` against the float64 reference of `config` over `batch`, queries `q` and `pools` (keys,
+/// values): every output element within `tolerance`, every log-sum-exp equal (both `-inf`) or
+/// within 1e-4 of its magnitude (at least 1).
+fn assert_batch_near_reference(
     out: PoolAttentionOutputs,
-    expected: &AttentionReference,
+    config: &PoolAttentionConfig,
+    q: &[f64],
+    pools: [&[f64]; 2],
+    batch: &Batch,
     tolerance: f64,
     what: &str,
 ) {
+    let expected = pool_attention_reference(
+        config,
+        q,
+        pools,
+        BatchIndices {
+            qo_indptr: &batch.qo_indptr,
+            kv_indptr: &batch.kv_indptr,
+            kv_indices: &batch.kv_indices,
+        },
+    );
     let out_host: Vec<f64> = out.out.into_data().iter::<f64>().collect();
     let lse_host: Vec<f64> = out.lse.into_data().iter::<f64>().collect();
     for (i, (a, e)) in out_host.iter().zip(&expected.out).enumerate() {
@@ -587,17 +595,7 @@ fn the_head_tile_kernel_matches_the_reference() {
             );
             let out =
                 pool_attention(inputs, &plan, &config).unwrap_or_else(|e| panic!("{what}: {e}"));
-            let expected = pool_attention_reference(
-                &config,
-                &q,
-                [&k_ref, &v_ref],
-                BatchIndices {
-                    qo_indptr: &batch.qo_indptr,
-                    kv_indptr: &batch.kv_indptr,
-                    kv_indices: &batch.kv_indices,
-                },
-            );
-            assert_near_reference(out, &expected, 1e-2, &what);
+            assert_batch_near_reference(out, &config, &q, [&k_ref, &v_ref], &batch, 1e-2, &what);
         }
     }
 }
