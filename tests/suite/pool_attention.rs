@@ -406,13 +406,7 @@ fn fp8_pools(kernel: Kernel, decode: Option<Fp8Decode>) {
                 TensorData::from(batch.kv_indices.as_slice()),
                 &device,
             );
-            let words = |w: &[u32], scale: f32| {
-                let data = TensorData::new(w.to_vec(), [pool, hkv, d / 4]);
-                PoolTensor::fp8(
-                    Tensor::<3, Int>::from_data(data, (&device, DType::U32)),
-                    scale,
-                )
-            };
+            let words = |w: &[u32], scale: f32| fp8_pool(w, [pool, hkv, d / 4], scale, &device);
             let inputs = PoolAttentionInputs::new(
                 float_tensor(&q, [batch.num_tokens, hq, d], &device, dtype),
                 words(&k_words, k_scale),
@@ -487,6 +481,15 @@ fn e4m3_words(x: &[f64], scale: f32) -> Vec<u32> {
     words
 }
 
+/// A pool of `words` (e4m3 codes, [`e4m3_words`]) of `dims` on `device`, scale `scale`.
+fn fp8_pool(words: &[u32], dims: [usize; 3], scale: f32, device: &Device) -> PoolTensor {
+    let data = TensorData::new(words.to_vec(), dims);
+    PoolTensor::fp8(
+        Tensor::<3, Int>::from_data(data, (device, DType::U32)),
+        scale,
+    )
+}
+
 /// The exact values of [`e4m3_words`]' codes times `scale`.
 fn e4m3_decoded(words: &[u32], scale: f32) -> Vec<f64> {
     (0..4 * words.len())
@@ -546,13 +549,7 @@ fn the_head_tile_kernel_matches_the_reference() {
                     e4m3_words(&k_values, k_scale),
                     e4m3_words(&v_values, v_scale),
                 );
-                let words = |w: &[u32], scale: f32| {
-                    let data = TensorData::new(w.to_vec(), [pool, hkv, d / 4]);
-                    PoolTensor::fp8(
-                        Tensor::<3, Int>::from_data(data, (&device, DType::U32)),
-                        scale,
-                    )
-                };
+                let words = |w: &[u32], scale: f32| fp8_pool(w, [pool, hkv, d / 4], scale, &device);
                 let inputs = PoolAttentionInputs::new(
                     float_tensor(&q, [batch.num_tokens, hq, d], &device, DType::F16),
                     words(&k_words, k_scale),
