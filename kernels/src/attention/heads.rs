@@ -15,9 +15,9 @@
 //!    the end;
 //! 3. values `O += P · V`: the weights (two f16 parts each, their rounding and the rest, so the
 //!    sum keeps f32's precision) are the scores' accumulators as the next product's first operand
-//!    (the register layouts agree), and `D / 8` pairs of products of 16 keys × 8 elements, lane `(g, t)` loading keys `2t, 2t + 1, 2t + 8, 2t + 9` of the tile,
-//!    elements `g · D/8 …` (a contiguous eighth of the row): column `n` of output tile `j` is
-//!    element `n · D/8 + j`.
+//!    (the register layouts agree), and `D / 8` pairs of products of 16 keys × 8 elements, lane
+//!    `(g, t)` loading keys `2t, 2t + 1, 2t + 8, 2t + 9` of the tile, elements `g · D/8 …` (a
+//!    contiguous eighth of the row): column `n` of output tile `j` is element `n · D/8 + j`.
 //!
 //! fp8 pools are decoded as f16 halves (each word of four codes into two f16 pairs, values
 //! `2^-8` below the codes' own, NaN codes NaN: `common::fp8`), exact in f16, with no widening to

@@ -458,10 +458,11 @@ impl AttentionLaunch {
     }
 }
 
-/// Head-tile kernel: the cubes (one plane each) a split aims for. On an H100 (its 141–146
-/// registers a unit leave 14 planes a multiprocessor, 1848 on the GPU), 64 rows over 4096 keys
-/// took 251 µs on fp8 pools and 397 µs on f16 ones with 1536, against 319 / 447 with 1024 and
-/// 338 / 488 with 2048 (Nsight Compute, `benches/RESULTS.md`, "The head-tile attention kernel").
+/// Head-tile kernel: the cubes (one plane each) a split aims for. On an H100 (141–146 registers a
+/// unit, allocated in steps of 8, leave 13 or 14 planes a multiprocessor: 1716–1848 on the GPU),
+/// 64 rows over 4096 keys took 251 µs on fp8 pools and 397 µs on f16 ones with 1536, against
+/// 319 / 447 with 1024 and 338 / 488 with 2048 (Nsight Compute, the kernel before its weights'
+/// two f16 parts; `benches/RESULTS.md`, "The head-tile attention kernel").
 const HEADS_TARGET_CUBES: usize = 1536;
 /// Head-tile kernel: the fewest key tiles a chunk holds.
 const HEADS_MIN_CHUNK_TILES: usize = 4;
