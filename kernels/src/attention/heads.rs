@@ -28,28 +28,13 @@
 
 use super::plane::pool_row;
 use super::split::cube_work;
+use crate::common::fp8::halves_pairs;
 use cubecl::cmma::MmaDefinition;
 use cubecl::prelude::*;
 use half::f16;
 
 /// Keys a tile: two score products of 8 keys, one value product of 16.
 pub(crate) const HEAD_TILE_KEYS: usize = 16;
-
-/// A word of four e4m3 codes (bytes `b0..b3`) as two f16 pairs, `(b0, b2)` and `(b1, b3)`, each
-/// value `2^-8` times the code's (the f16 halves of `common::fp8`; NaN codes NaN).
-#[cube]
-fn code_pairs(word: u32) -> (Vector<f16, Const<2>>, Vector<f16, Const<2>>) {
-    let mut even = word & 0x007F_007F;
-    let mut odd = word & 0x7F00_7F00;
-    even |= (even + 0x0001_0001) & 0x0080_0080;
-    odd |= (odd + 0x0100_0100) & 0x8000_8000;
-    let even = (even << 7) | ((word & 0x0080_0080) << 8);
-    let odd = (odd >> 1) | (word & 0x8000_8000);
-    (
-        Vector::<f16, Const<2>>::reinterpret(even),
-        Vector::<f16, Const<2>>::reinterpret(odd),
-    )
-}
 
 /// The pool rows lane `(gl, tl)` reads in the key tile at `base` (masked past `hi` or outside the
 /// pool: -1): `kr` of keys `gl` and `gl + 8`, `vr` of keys `2tl`, `2tl + 1`, `2tl + 8`, `2tl + 9`.
@@ -260,7 +245,7 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
                     let word = u32::cast_from(
                         kw[comptime!(s * quarter + c / mv)].extract(comptime!(c % mv)),
                     );
-                    let (even, odd) = code_pairs(word);
+                    let (even, odd) = halves_pairs(word, true);
                     b[0] = even;
                     b[1] = odd;
                 } else {
@@ -368,7 +353,7 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
                     if comptime!(j % 4 < 2) {
                         x = (wa & 0xFFFF) | (wb << 16);
                     }
-                    let (even, odd) = code_pairs(x);
+                    let (even, odd) = halves_pairs(x, true);
                     b[h] = odd;
                     if comptime!(j % 2 == 0) {
                         b[h] = even;

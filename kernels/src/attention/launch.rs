@@ -228,6 +228,26 @@ fn plane_steps(fp8_pools: bool, loads: usize, vecs: usize, vector: usize) -> usi
     steps.max(1)
 }
 
+/// The chunks a query's `tiles` key tiles are split into where `work` cubes (query rows × head
+/// blocks) fall short of `target`: enough for `target` cubes, each chunk at least `min_tiles`
+/// tiles, at most [`MAX_CHUNKS`]; else one.
+fn split_chunks(tiles: usize, work: usize, target: usize, min_tiles: usize) -> usize {
+    match work < target {
+        true => target
+            .div_ceil(work)
+            .min(tiles.div_ceil(min_tiles))
+            .clamp(1, MAX_CHUNKS),
+        false => 1,
+    }
+}
+
+/// `(chunks, keys a chunk)` of `keys` keys split into about `chunks` chunks of whole `tile`s
+/// (rounding the chunks up to tiles can leave fewer of them).
+fn chunk_keys(keys: usize, chunks: usize, tile: usize) -> (usize, usize) {
+    let chunk_keys = keys.div_ceil(chunks).div_ceil(tile) * tile;
+    (keys.div_ceil(chunk_keys), chunk_keys)
+}
+
 /// The largest divisor of `group` that `fits` accepts (1 when none does).
 fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {
     (1..=group)
@@ -322,11 +342,7 @@ impl AttentionLaunch {
             let tile = units / lanes * steps;
             let min_tiles = tuning.chunk_tiles.unwrap_or(PLANE_MIN_CHUNK_TILES).max(1);
             let work = (rows * (group / heads)).max(1);
-            let tiles = keys.div_ceil(tile);
-            let mut chunks = 1;
-            if work < target {
-                chunks = target.div_ceil(work).min(tiles.div_ceil(min_tiles)).max(1);
-            }
+            let chunks = split_chunks(keys.div_ceil(tile), work, target, min_tiles);
             let kernel = AttentionKernel::Plane {
                 lanes,
                 vecs,
@@ -356,13 +372,13 @@ impl AttentionLaunch {
             }
             (AttentionKernel::Portable, units, heads, units, chunks)
         };
-        let chunk_keys = keys.div_ceil(chunks).div_ceil(tile) * tile;
+        let (chunks, chunk_keys) = chunk_keys(keys, chunks, tile);
         Self {
             kernel,
             vector,
             units,
             heads,
-            chunks: keys.div_ceil(chunk_keys),
+            chunks,
             chunk_keys,
             fp8_decode,
         }
@@ -504,17 +520,10 @@ impl AttentionLaunch {
         }
         let keys = geometry.max_keys.max(1);
         let work = (geometry.num_tokens * kv).max(1);
-        let tiles = keys.div_ceil(HEAD_TILE_KEYS);
         let target = tuning.cubes.unwrap_or(HEADS_TARGET_CUBES);
         let min_tiles = tuning.chunk_tiles.unwrap_or(HEADS_MIN_CHUNK_TILES).max(1);
-        let mut chunks = 1;
-        if work < target {
-            chunks = target
-                .div_ceil(work)
-                .min(tiles.div_ceil(min_tiles))
-                .clamp(1, MAX_CHUNKS);
-        }
-        let chunk_keys = keys.div_ceil(chunks).div_ceil(HEAD_TILE_KEYS) * HEAD_TILE_KEYS;
+        let chunks = split_chunks(keys.div_ceil(HEAD_TILE_KEYS), work, target, min_tiles);
+        let (chunks, chunk_keys) = chunk_keys(keys, chunks, HEAD_TILE_KEYS);
         let pool_vector = match geometry.fp8_pools {
             true => (d / 32).min(4),
             false => 8,
@@ -524,7 +533,7 @@ impl AttentionLaunch {
             vector: FP8_VECTOR,
             units: LANES,
             heads: group,
-            chunks: keys.div_ceil(chunk_keys),
+            chunks,
             chunk_keys,
             fp8_decode,
         })

@@ -187,6 +187,28 @@ impl Fp8Decode {
     }
 }
 
+/// A word's four e4m3 codes as two f16 pairs, codes (0, 2) and (1, 3), each value `2^-8` times
+/// the code's, as [`halves_raw`] describes (NaN codes NaN with `nan_codes`); the head-tile
+/// attention kernel feeds them to f16 tensor-core products as they are.
+#[cube]
+pub(crate) fn halves_pairs(
+    word: u32,
+    #[comptime] nan_codes: bool,
+) -> (Vector<f16, Const<2>>, Vector<f16, Const<2>>) {
+    let mut even = word & 0x007F_007F;
+    let mut odd = word & 0x7F00_7F00;
+    if comptime!(nan_codes) {
+        even |= (even + 0x0001_0001) & 0x0080_0080;
+        odd |= (odd + 0x0100_0100) & 0x8000_8000;
+    }
+    let even = (even << 7) | ((word & 0x0080_0080) << 8);
+    let odd = (odd >> 1) | (word & 0x8000_8000);
+    (
+        Vector::<f16, Const<2>>::reinterpret(even),
+        Vector::<f16, Const<2>>::reinterpret(odd),
+    )
+}
+
 /// The four values of a word of e4m3 codes (a vector of four) times `2^-8`, through f16 halves:
 /// codes 0 and 2, then 1 and 3, sixteen bits apart, each magnitude moved under an f16's exponent
 /// (shift 7) and its sign onto the f16 sign, as CubeCL's own fp4 decode does. Each lands on
@@ -198,16 +220,9 @@ impl Fp8Decode {
 /// against a compare and a select an element); without, they read ±1.875 (±480 once scaled).
 #[cube]
 fn halves_raw<N: Size>(word: u32, #[comptime] nan_codes: bool) -> Vector<f32, N> {
-    let mut even = word & 0x007F_007F;
-    let mut odd = word & 0x7F00_7F00;
-    if comptime!(nan_codes) {
-        even |= (even + 0x0001_0001) & 0x0080_0080;
-        odd |= (odd + 0x0100_0100) & 0x8000_8000;
-    }
-    let even = (even << 7) | ((word & 0x0080_0080) << 8);
-    let odd = (odd >> 1) | (word & 0x8000_8000);
-    let even = Vector::<f32, Const<2>>::cast_from(Vector::<f16, Const<2>>::reinterpret(even));
-    let odd = Vector::<f32, Const<2>>::cast_from(Vector::<f16, Const<2>>::reinterpret(odd));
+    let (even, odd) = halves_pairs(word, nan_codes);
+    let even = Vector::<f32, Const<2>>::cast_from(even);
+    let odd = Vector::<f32, Const<2>>::cast_from(odd);
     let mut x = Vector::<f32, N>::new(0.0);
     x.insert(0usize, even.extract(0usize));
     x.insert(1usize, odd.extract(0usize));
