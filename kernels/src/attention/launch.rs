@@ -60,6 +60,10 @@ pub struct AttentionTuning {
     /// (`ROPE_POOL_ATTENTION_HEAD_TILES=1`). The query-tile kernel and [`Self::portable`] win
     /// over it.
     pub head_tiles: Option<bool>,
+    /// Head-tile kernel: each iteration loads the next key tile's keys and values (and the rows
+    /// of the tile after it) before its own products, at the cost of holding two tiles
+    /// (`ROPE_POOL_ATTENTION_HEADS_AHEAD=1`; default off).
+    pub heads_ahead: Option<bool>,
 }
 
 #[cfg(feature = "tuning")]
@@ -81,6 +85,7 @@ impl AttentionTuning {
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_words: number("ROPE_POOL_ATTENTION_FP8_WORDS").filter(|w| [1, 2, 4].contains(w)),
             head_tiles: number::<usize>("ROPE_POOL_ATTENTION_HEAD_TILES").map(|v| v == 1),
+            heads_ahead: number::<usize>("ROPE_POOL_ATTENTION_HEADS_AHEAD").map(|v| v == 1),
         })
     }
 }
@@ -146,6 +151,8 @@ pub(crate) enum AttentionKernel {
         group: usize,
         /// Elements (f16 pools) or words (fp8 pools) a pool vector.
         pool_vector: usize,
+        /// The next tile's keys and values loaded before this tile's products.
+        ahead: bool,
     },
 }
 
@@ -176,8 +183,13 @@ const TARGET_CUBES: usize = 1024;
 /// The most chunks a query's keys are split into (the merge holds a weight per chunk in shared
 /// memory).
 const MAX_CHUNKS: usize = 1024;
-/// Units per cube of the merge (one cube per query head), unless a head row has more vectors.
+/// Units per cube of the merge (one cube per query head), unless a head row has more vectors or
+/// the split more chunks than [`MERGE_UNIT_CHUNKS`] a unit.
 const MERGE_UNITS: usize = 128;
+/// The most chunks whose partial vectors one unit of the merge adds, where the device allows
+/// enough units: the adds are a chain of loads, one round trip to memory each (256 chunks over
+/// 128 units of a head of 128 took 18.8 µs against the kernel's 51.9 at 1 × 32768 on an H100).
+const MERGE_UNIT_CHUNKS: usize = 8;
 /// Portable kernel: the fewest cubes a split aims for, two per multiprocessor of a large GPU.
 const MIN_CUBES: usize = 256;
 /// Portable kernel: the most key tiles a chunk holds while the split can still reach
@@ -246,6 +258,19 @@ fn split_chunks(tiles: usize, work: usize, target: usize, min_tiles: usize) -> u
 fn chunk_keys(keys: usize, chunks: usize, tile: usize) -> (usize, usize) {
     let chunk_keys = keys.div_ceil(chunks).div_ceil(tile) * tile;
     (keys.div_ceil(chunk_keys), chunk_keys)
+}
+
+/// Units per cube of the merge of `chunks` partials of `row_vectors` vectors a head: a power of
+/// two, at least [`MERGE_UNITS`] and `row_vectors`, more (up to `max_units`) where a unit would
+/// otherwise add more than [`MERGE_UNIT_CHUNKS`] chunks.
+fn merge_units(row_vectors: usize, chunks: usize, max_units: usize) -> usize {
+    let least = row_vectors.next_power_of_two().max(MERGE_UNITS);
+    let want = (row_vectors * chunks.div_ceil(MERGE_UNIT_CHUNKS)).next_power_of_two();
+    let most = match max_units {
+        0 => 0,
+        n => 1 << n.ilog2(),
+    };
+    least.max(want.min(most))
 }
 
 /// The largest divisor of `group` that `fits` accepts (1 when none does).
@@ -529,7 +554,11 @@ impl AttentionLaunch {
             false => 8,
         };
         Some(Self {
-            kernel: AttentionKernel::Heads { group, pool_vector },
+            kernel: AttentionKernel::Heads {
+                group,
+                pool_vector,
+                ahead: tuning.heads_ahead == Some(true),
+            },
             vector: FP8_VECTOR,
             units: LANES,
             heads: group,
@@ -727,7 +756,11 @@ pub unsafe fn launch_attention(
                 [float, pool_elem],
             );
         },
-        AttentionKernel::Heads { group, pool_vector } => unsafe {
+        AttentionKernel::Heads {
+            group,
+            pool_vector,
+            ahead,
+        } => unsafe {
             attention_heads_kernel::launch_unchecked(
                 client,
                 cube_count,
@@ -755,6 +788,7 @@ pub unsafe fn launch_attention(
                 split,
                 scalars.soft_cap.is_some(),
                 fp8,
+                ahead,
                 pool_elem,
             );
         },
@@ -796,7 +830,11 @@ pub unsafe fn launch_attention(
     }
     if split {
         let args = args();
-        let merge_units = row_vectors.next_power_of_two().max(MERGE_UNITS);
+        let merge_units = merge_units(
+            row_vectors,
+            chunks,
+            client.properties().hardware.max_units_per_cube as usize,
+        );
         let heads = num_tokens * num_qo_heads;
         let merge_dim = CubeDim::new_1d(merge_units as u32);
         unsafe {
@@ -823,7 +861,19 @@ pub unsafe fn launch_attention(
 
 #[cfg(test)]
 mod tests {
-    use super::{AttentionGeometry, AttentionLaunch, plane_steps};
+    use super::{AttentionGeometry, AttentionLaunch, merge_units, plane_steps};
+
+    #[test]
+    fn long_splits_spread_the_merge_over_more_units() {
+        // A head of 128 (32 vectors of four): 3 chunks keep 128 units; 256 chunks take 1024
+        // where the device allows them (8 chunks a unit), 256 where it allows 300.
+        assert_eq!(merge_units(32, 3, 1024), 128);
+        assert_eq!(merge_units(32, 256, 1024), 1024);
+        assert_eq!(merge_units(32, 256, 300), 256);
+        assert_eq!(merge_units(32, 64, 1024), 256);
+        // A row of more vectors than the device's units keeps one unit a vector.
+        assert_eq!(merge_units(256, 1, 128), 256);
+    }
 
     #[test]
     fn plane_steps_hold_the_swept_bytes_in_flight() {
