@@ -56,6 +56,9 @@ pub struct DecoderTuning {
     /// fp8-weight matrix-vector kernels: the next iteration's codes loaded before this one's are
     /// decoded (`ROPE_POOL_MATVEC_PREFETCH=1`; default off).
     pub matvec_prefetch: bool,
+    /// Matrix-vector kernels at one row: output columns a plane (`ROPE_POOL_MATVEC_COLS`, 1 to
+    /// 8, at most the accumulators allow; default 1), each load of `x` serving them all.
+    pub matvec_cols: Option<usize>,
     /// Norm-fused matrix-vector kernels: the normalised rows staged in shared memory once a cube
     /// (`ROPE_POOL_NORM_STAGED=1`) or normalised by every plane where it reads them (`=0`);
     /// default: staged where they take at most 16 KiB.
@@ -122,6 +125,7 @@ impl DecoderTuning {
             matvec_loads: number("ROPE_POOL_MATVEC_LOADS").filter(|n| (1..=16).contains(n)),
             matvec_planes: number("ROPE_POOL_MATVEC_PLANES").filter(|n| (1..=32).contains(n)),
             matvec_prefetch: crate::common::tuning::flag("ROPE_POOL_MATVEC_PREFETCH"),
+            matvec_cols: number("ROPE_POOL_MATVEC_COLS").filter(|n| (1..=8).contains(n)),
             norm_staged: number::<usize>("ROPE_POOL_NORM_STAGED").map(|v| v == 1),
             staged_from: number("ROPE_POOL_STAGED_FROM").filter(|n| *n >= 1),
             staged_block: number("ROPE_POOL_STAGED_BLOCK").filter(|n| (1..=16).contains(n)),
@@ -239,7 +243,10 @@ fn matvec_shape(
     // took 87 µs a launch against 102 with one; at 1 row four columns took 59 against 37 with
     // one.
     let cols = if rows == 1 {
-        1
+        LaunchTuning::current()
+            .decoder
+            .matvec_cols
+            .map_or(1, |c| c.min(ACCUMULATORS / pairs))
     } else {
         (ACCUMULATORS / (rows * pairs)).clamp(1, 2)
     };
