@@ -108,6 +108,9 @@ enum Kernel {
     Portable,
     /// `PoolAttentionConfig::query_tiles`: the query-tile kernel for every call it takes.
     QueryTiles,
+    /// `PoolAttentionConfig::head_tiles = Some(false)`: the plane kernel where the normal launch
+    /// takes the head-tile kernel (f16 decode through CUDA).
+    Plane,
 }
 
 impl Kernel {
@@ -116,6 +119,7 @@ impl Kernel {
             Kernel::Normal => config,
             Kernel::Portable => config.with_portable_kernel(true),
             Kernel::QueryTiles => config.with_query_tiles(Some(true)),
+            Kernel::Plane => config.with_head_tiles(Some(false)),
         }
     }
 }
@@ -124,6 +128,11 @@ impl Kernel {
 fn random_batches_match_the_reference() {
     random_batches(Kernel::Normal);
     fp8_pools(Kernel::Normal, None);
+    // Through CUDA the normal launch of f16 decode is the head-tile kernel: the plane kernel too.
+    if cfg!(feature = "cuda") {
+        random_batches(Kernel::Plane);
+        fp8_pools(Kernel::Plane, None);
+    }
 }
 
 /// fp8 pools decoded through CubeCL's fp8 type (the device's conversion where it has one,

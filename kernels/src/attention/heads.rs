@@ -148,7 +148,6 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
     #[comptime] split: bool,
     #[comptime] capped: bool,
     #[comptime] fp8: bool,
-    #[comptime] ahead: bool,
     #[define(P)] _pool: ElemType,
 ) {
     let num_tokens = q.shape(0);
@@ -222,20 +221,17 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
 
     let mut base = lo;
     // Pool rows of the tile at `base`: keys `gl`, `gl + 8` (scores), `2tl, 2tl + 1, 2tl + 8,
-    // 2tl + 9` (values and this lane's scores), and of the next tile (`kr1`, `vr1`). Without
-    // `ahead`, each iteration loads its own keys and values, then the next tile's rows while they
-    // are on their way; with `ahead`, the next tile's keys and values and the rows of the tile
-    // after it, so a tile's loads have the previous tile's products to arrive in.
+    // 2tl + 9` (values and this lane's scores); each iteration loads the next tile's while its
+    // own keys and values are on their way.
     let mut kr = Array::<i32>::new(2usize);
     let mut vr = Array::<i32>::new(4usize);
-    let mut kr1 = Array::<i32>::new(2usize);
-    let mut vr1 = Array::<i32>::new(4usize);
-    let mut kw = Array::<Vector<P, M>>::new(comptime!(2 * quarter));
-    let mut vw = Array::<Vector<P, M>>::new(comptime!(4 * eighth));
     tile_rows(
         kv_indices, first, base, hi, pool_size, gl, tl, &mut kr, &mut vr,
     );
-    if comptime!(ahead) {
+    // Uniform bounds: every lane runs every iteration (the shuffles and products are the plane's).
+    while base < hi {
+        let mut kw = Array::<Vector<P, M>>::new(comptime!(2 * quarter));
+        let mut vw = Array::<Vector<P, M>>::new(comptime!(4 * eighth));
         load_tile(
             k_pool,
             v_pool,
@@ -251,6 +247,8 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
             eighth,
             row_vecs,
         );
+        let mut kr_next = Array::<i32>::new(2usize);
+        let mut vr_next = Array::<i32>::new(4usize);
         tile_rows(
             kv_indices,
             first,
@@ -259,71 +257,9 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
             pool_size,
             gl,
             tl,
-            &mut kr1,
-            &mut vr1,
+            &mut kr_next,
+            &mut vr_next,
         );
-    }
-    // Uniform bounds: every lane runs every iteration (the shuffles and products are the plane's).
-    while base < hi {
-        let mut kn = Array::<Vector<P, M>>::new(comptime!(2 * quarter));
-        let mut vn = Array::<Vector<P, M>>::new(comptime!(4 * eighth));
-        let mut kr2 = Array::<i32>::new(2usize);
-        let mut vr2 = Array::<i32>::new(4usize);
-        if comptime!(ahead) {
-            load_tile(
-                k_pool,
-                v_pool,
-                num_kv_heads,
-                kv,
-                tl * quarter,
-                gl * eighth,
-                &kr1,
-                &vr1,
-                &mut kn,
-                &mut vn,
-                quarter,
-                eighth,
-                row_vecs,
-            );
-            tile_rows(
-                kv_indices,
-                first,
-                base + comptime!(2 * HEAD_TILE_KEYS),
-                hi,
-                pool_size,
-                gl,
-                tl,
-                &mut kr2,
-                &mut vr2,
-            );
-        } else {
-            load_tile(
-                k_pool,
-                v_pool,
-                num_kv_heads,
-                kv,
-                tl * quarter,
-                gl * eighth,
-                &kr,
-                &vr,
-                &mut kw,
-                &mut vw,
-                quarter,
-                eighth,
-                row_vecs,
-            );
-            tile_rows(
-                kv_indices,
-                first,
-                base + HEAD_TILE_KEYS,
-                hi,
-                pool_size,
-                gl,
-                tl,
-                &mut kr1,
-                &mut vr1,
-            );
-        }
 
         // Scores: tile `s` (keys `8s..8s + 8`), its accumulator rows `gl` and `gl + 8`, keys
         // `2tl` and `2tl + 1`.
@@ -473,32 +409,13 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
             o[2 * j] = next[0];
             o[2 * j + 1] = next[1];
         }
-        // The next tile's rows (and with `ahead` its keys and values, and the rows after it).
         #[unroll]
         for i in 0..2usize {
-            kr[i] = kr1[i];
+            kr[i] = kr_next[i];
         }
         #[unroll]
         for i in 0..4usize {
-            vr[i] = vr1[i];
-        }
-        if comptime!(ahead) {
-            #[unroll]
-            for i in 0..comptime!(2 * quarter) {
-                kw[i] = kn[i];
-            }
-            #[unroll]
-            for i in 0..comptime!(4 * eighth) {
-                vw[i] = vn[i];
-            }
-            #[unroll]
-            for i in 0..2usize {
-                kr1[i] = kr2[i];
-            }
-            #[unroll]
-            for i in 0..4usize {
-                vr1[i] = vr2[i];
-            }
+            vr[i] = vr_next[i];
         }
         base += comptime!(HEAD_TILE_KEYS);
     }
@@ -603,11 +520,11 @@ mod tests {
             },
         });
         let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
-        for (fp8, d, group, split, capped, ahead) in [
-            (false, 128usize, 4usize, false, false, false),
-            (true, 128, 4, true, false, true),
-            (true, 64, 16, false, true, false),
-            (false, 64, 16, true, false, true),
+        for (fp8, d, group, split, capped) in [
+            (false, 128usize, 4usize, false, false),
+            (true, 128, 4, true, false),
+            (true, 64, 16, false, true),
+            (false, 64, 16, true, false),
         ] {
             let (pool_vector, pool_elem) = match fp8 {
                 true => ((d / 32).min(4), ElemType::UInt(UIntKind::U32)),
@@ -642,10 +559,9 @@ mod tests {
                 split,
                 capped,
                 fp8,
-                ahead,
                 pool_elem,
             );
-            let what = format!("fp8 {fp8}, head {d}, group {group}, split {split}, ahead {ahead}");
+            let what = format!("fp8 {fp8}, head {d}, group {group}, split {split}");
             let source = cubecl_cpp::shared::CppCompiler::<cubecl_cpp::target::Cuda>::default()
                 .compile(
                     kernel.define(),

@@ -54,16 +54,12 @@ pub struct AttentionTuning {
     /// default `PLANE_FP8_WORDS`; fewer where a head row's words are not a multiple).
     pub fp8_words: Option<usize>,
     /// The head-tile kernel (a GQA group's heads as the rows of warp-level tensor-core
-    /// products): `Some(true)` for every call it can take (f16 queries through CubeCL's CUDA
-    /// runtime on a device with f16 `mma.sync` 16 × 8 × 16, a head of 64 or 128, at most 16 q
-    /// heads a kv head, planes of 32), `Some(false)` or `None` never
-    /// (`ROPE_POOL_ATTENTION_HEAD_TILES=1`). The query-tile kernel and [`Self::portable`] win
-    /// over it.
+    /// products): `None` (the normal launch) or `Some(true)` for every call it can take (f16
+    /// queries through CubeCL's CUDA runtime on a device with f16 `mma.sync` 16 × 8 × 16, a head
+    /// of 64 or 128, at most 16 q heads a kv head, planes of 32), `Some(false)` never: the plane
+    /// kernel instead (`ROPE_POOL_ATTENTION_HEAD_TILES=1` / `0`). The query-tile kernel
+    /// (prefill) and [`Self::portable`] win over it.
     pub head_tiles: Option<bool>,
-    /// Head-tile kernel: each iteration loads the next key tile's keys and values (and the rows
-    /// of the tile after it) before its own products, at the cost of holding two tiles
-    /// (`ROPE_POOL_ATTENTION_HEADS_AHEAD=1`; default off).
-    pub heads_ahead: Option<bool>,
 }
 
 #[cfg(feature = "tuning")]
@@ -85,7 +81,6 @@ impl AttentionTuning {
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_words: number("ROPE_POOL_ATTENTION_FP8_WORDS").filter(|w| [1, 2, 4].contains(w)),
             head_tiles: number::<usize>("ROPE_POOL_ATTENTION_HEAD_TILES").map(|v| v == 1),
-            heads_ahead: number::<usize>("ROPE_POOL_ATTENTION_HEADS_AHEAD").map(|v| v == 1),
         })
     }
 }
@@ -151,8 +146,6 @@ pub(crate) enum AttentionKernel {
         group: usize,
         /// Elements (f16 pools) or words (fp8 pools) a pool vector.
         pool_vector: usize,
-        /// The next tile's keys and values loaded before this tile's products.
-        ahead: bool,
     },
 }
 
@@ -284,8 +277,9 @@ fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {
 impl AttentionLaunch {
     /// The launch of `geometry` for queries of `float` on `client`'s device, with `tuning`'s
     /// overrides ([`AttentionTuning::default`] in normal use: the query-tile kernel for f16
-    /// prefill where the device has f16 tensor-core tiles, else the plane kernel where the
-    /// device has plane operations, the portable one elsewhere).
+    /// prefill where the device has f16 tensor-core tiles, else the head-tile kernel for f16
+    /// queries through CUDA (see [`AttentionTuning::head_tiles`]), else the plane kernel where
+    /// the device has plane operations, the portable one elsewhere).
     pub fn tuned(
         client: &Client,
         float: ElemType,
@@ -509,8 +503,8 @@ const HEADS_TARGET_CUBES: usize = 1536;
 const HEADS_MIN_CHUNK_TILES: usize = 4;
 
 impl AttentionLaunch {
-    /// The head-tile launch of `geometry` where [`AttentionTuning::head_tiles`] asks for it and
-    /// the device and call allow it (see there), else `None`.
+    /// The head-tile launch of `geometry` where the device and call allow it and
+    /// [`AttentionTuning::head_tiles`] does not refuse it (see there), else `None`.
     fn heads(
         client: &Client,
         float: ElemType,
@@ -530,7 +524,7 @@ impl AttentionLaunch {
                 && c.cd_type == ElemType::Float(FloatKind::F32)
                 && (c.m, c.n, c.k) == (16, 8, 16)
         });
-        let takes = tuning.head_tiles == Some(true)
+        let takes = tuning.head_tiles != Some(false)
             && !tuning.portable
             && float == f16
             && Compiler::of(client) == Compiler::Cuda
@@ -554,11 +548,7 @@ impl AttentionLaunch {
             false => 8,
         };
         Some(Self {
-            kernel: AttentionKernel::Heads {
-                group,
-                pool_vector,
-                ahead: tuning.heads_ahead == Some(true),
-            },
+            kernel: AttentionKernel::Heads { group, pool_vector },
             vector: FP8_VECTOR,
             units: LANES,
             heads: group,
@@ -756,11 +746,7 @@ pub unsafe fn launch_attention(
                 [float, pool_elem],
             );
         },
-        AttentionKernel::Heads {
-            group,
-            pool_vector,
-            ahead,
-        } => unsafe {
+        AttentionKernel::Heads { group, pool_vector } => unsafe {
             attention_heads_kernel::launch_unchecked(
                 client,
                 cube_count,
@@ -788,7 +774,6 @@ pub unsafe fn launch_attention(
                 split,
                 scalars.soft_cap.is_some(),
                 fp8,
-                ahead,
                 pool_elem,
             );
         },

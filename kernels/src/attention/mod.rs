@@ -7,8 +7,8 @@
 //!   [`AttentionTuning::portable`]);
 //! - `tiles.rs`: the query-tile kernel for prefill (many rows of a sequence per cube sharing each
 //!   key and value tile; tensor-core products where the device has them);
-//! - `heads.rs`: the head-tile kernel for decode through CUDA (a GQA group's heads as the rows
-//!   of warp-level tensor-core products; asked for by [`AttentionTuning::head_tiles`]);
+//! - `heads.rs`: the head-tile kernel, f16 decode's through CUDA (a GQA group's heads as the
+//!   rows of warp-level tensor-core products; [`AttentionTuning::head_tiles`] refuses it);
 //! - `split.rs`: the split of long contexts shared by both (each cube's share, the merge of the
 //!   chunks);
 //! - `launch.rs`: the host side — which kernel and what shape ([`AttentionLaunch`]), the

@@ -56,11 +56,12 @@ pub struct PoolAttentionConfig {
     /// such devices (the conditions: CONTRACT, `pool_attention`, Math). `portable_kernel` wins
     /// over it. Flex has one path and ignores it.
     pub query_tiles: Option<bool>,
-    /// Tests and diagnostics: through CubeCL's CUDA runtime, `Some(true)` runs the head-tile
-    /// kernel (a GQA group's heads as the rows of warp-level tensor-core products) for every call
-    /// it takes: f16 queries, a head of 64 or 128, at most 16 q heads a kv head, a device with
-    /// f16 `mma.sync` 16 × 8 × 16; `None` and `Some(false)`, the normal launch, never. The
-    /// query-tile kernel (prefill) and `portable_kernel` win over it. Other backends ignore it.
+    /// Tests and diagnostics: through CubeCL's CUDA runtime, `None` (the normal launch) and
+    /// `Some(true)` run the head-tile kernel (a GQA group's heads as the rows of warp-level
+    /// tensor-core products) for every call it takes: f16 queries, a head of 64 or 128, at most
+    /// 16 q heads a kv head, a device with f16 `mma.sync` 16 × 8 × 16; `Some(false)` never (the
+    /// plane kernel instead). The query-tile kernel (prefill) and `portable_kernel` win over it.
+    /// Other backends ignore it.
     pub head_tiles: Option<bool>,
     /// Tests and diagnostics: how fp8 pools are decoded on CubeCL devices; `None`, the normal
     /// launch, takes CubeCL's fp8 type where the device lists e4m3 tensor-core tiles (a sign of
