@@ -482,8 +482,8 @@ mod tests {
     /// The kernel expanded against CUDA's manual-`mma` register layout and a device listing
     /// f16 `mma.sync` 16 × 8 × 16, and translated to CUDA C++ (no CUDA compiler runs here): f16
     /// and fp8 pools, heads of 64 and 128, groups of 4 and 16, direct and split, capped. Its
-    /// arithmetic is checked by the root crate's attention tests through CUDA
-    /// (`ROPE_POOL_ATTENTION_HEAD_TILES=1`, or `PoolAttentionConfig::head_tiles`).
+    /// arithmetic is checked by the root crate's attention tests through CUDA, where it is the
+    /// normal launch of f16 decode (and `PoolAttentionConfig::head_tiles` forces it).
     #[test]
     fn attention_heads_kernel_expands_and_compiles_to_cuda() {
         let Some(client) = common::any_client("head-tile attention's CUDA check") else {

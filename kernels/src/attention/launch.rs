@@ -48,7 +48,8 @@ pub struct AttentionTuning {
     pub query_tiles: Option<bool>,
     /// fp8 pools: how their words are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE=0` integers, `1` CubeCL's fp8 type, `2`
-    /// f16 halves). Devices without f16 always take the integer codec.
+    /// f16 halves). Devices without f16 always take the integer codec; the head-tile kernel
+    /// always decodes to f16 halves.
     pub fp8_decode: Option<Fp8Decode>,
     /// Plane kernel on fp8 pools: words a load (`ROPE_POOL_ATTENTION_FP8_WORDS`, 1, 2 or 4;
     /// default `PLANE_FP8_WORDS`; fewer where a head row's words are not a multiple).
@@ -494,7 +495,8 @@ impl AttentionLaunch {
 }
 
 /// Head-tile kernel: the cubes (one plane each) a split aims for. On an H100 (141–146 registers a
-/// unit, allocated in steps of 8, leave 13 or 14 planes a multiprocessor: 1716–1848 on the GPU),
+/// unit then, allocated in steps of 8, left 13 or 14 planes a multiprocessor: 1716–1848 on the
+/// GPU; with the two parts, 148 on fp8 pools and 168 on f16 ones, 13 and 12 planes),
 /// 64 rows over 4096 keys took 251 µs on fp8 pools and 397 µs on f16 ones with 1536, against
 /// 319 / 447 with 1024 and 338 / 488 with 2048 (Nsight Compute, the kernel before its weights'
 /// two f16 parts; `benches/RESULTS.md`, "The head-tile attention kernel").
