@@ -148,6 +148,7 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
     #[comptime] split: bool,
     #[comptime] capped: bool,
     #[comptime] fp8: bool,
+    #[comptime] lean: bool,
     #[define(P)] _pool: ElemType,
 ) {
     let num_tokens = q.shape(0);
@@ -162,6 +163,10 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
     let gl = lane / 4;
     let tl = lane % 4;
     let two_rows = comptime!(group > 8);
+    // Whether the output accumulators of rows 8–15 are kept: with `lean` only where the group has
+    // such rows (else the products' rows past the group start from zeros each tile and are
+    // dropped, 32 registers a unit fewer at heads of 128).
+    let rows_past_8 = comptime!(two_rows || !lean);
     let steps = comptime!(d / 16);
     let out_tiles = comptime!(d / 8);
     // Pool vectors a row, and the vectors of a lane's quarter (keys) and eighth (values).
@@ -351,8 +356,7 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
         }
         // The weights as the values' first operand: rows `gl`, `gl + 8`; keys `2tl…` of the
         // first score tile, then of the second. Each weight is the sum of two f16 parts (`pa` its
-        // rounding, `pl` the rest), one product each, so the weighted sum keeps f32's precision
-        // (one f16 part alone moved a tiny model's logits by 8.7e-4 of their norm on an H100).
+        // rounding, `pl` the rest), one product each, so the weighted sum keeps f32's precision.
         let mut pa = Array::<Vector<f16, Const<2>>>::new(4usize);
         let mut pl = Array::<Vector<f16, Const<2>>>::new(4usize);
         #[unroll]
@@ -403,11 +407,16 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
             }
             let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
             acc[0] = o[2 * j] * Vector::new(rescale[0]);
-            acc[1] = o[2 * j + 1] * Vector::new(rescale[1]);
+            acc[1] = Vector::new(f32::new(0.0));
+            if comptime!(rows_past_8) {
+                acc[1] = o[2 * j + 1] * Vector::new(rescale[1]);
+            }
             let high = def.execute(&pa, &b, &acc);
             let next = def.execute(&pl, &b, &high);
             o[2 * j] = next[0];
-            o[2 * j + 1] = next[1];
+            if comptime!(rows_past_8) {
+                o[2 * j + 1] = next[1];
+            }
         }
         #[unroll]
         for i in 0..2usize {
@@ -520,11 +529,12 @@ mod tests {
             },
         });
         let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
-        for (fp8, d, group, split, capped) in [
-            (false, 128usize, 4usize, false, false),
-            (true, 128, 4, true, false),
-            (true, 64, 16, false, true),
-            (false, 64, 16, true, false),
+        for (fp8, d, group, split, capped, lean) in [
+            (false, 128usize, 4usize, false, false, false),
+            (true, 128, 4, true, false, true),
+            (false, 128, 4, false, false, true),
+            (true, 64, 16, false, true, true),
+            (false, 64, 16, true, false, false),
         ] {
             let (pool_vector, pool_elem) = match fp8 {
                 true => ((d / 32).min(4), ElemType::UInt(UIntKind::U32)),
@@ -559,9 +569,10 @@ mod tests {
                 split,
                 capped,
                 fp8,
+                lean,
                 pool_elem,
             );
-            let what = format!("fp8 {fp8}, head {d}, group {group}, split {split}");
+            let what = format!("fp8 {fp8}, head {d}, group {group}, split {split}, lean {lean}");
             let source = cubecl_cpp::shared::CppCompiler::<cubecl_cpp::target::Cuda>::default()
                 .compile(
                     kernel.define(),

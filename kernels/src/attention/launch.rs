@@ -61,6 +61,10 @@ pub struct AttentionTuning {
     /// kernel instead (`ROPE_POOL_ATTENTION_HEAD_TILES=1` / `0`). The query-tile kernel
     /// (prefill) and [`Self::portable`] win over it.
     pub head_tiles: Option<bool>,
+    /// Head-tile kernel: the output accumulators of product rows 8–15 kept only where the GQA
+    /// group has such rows (`ROPE_POOL_ATTENTION_HEADS_LEAN=1`; default off: the same output
+    /// bits, fewer registers a unit).
+    pub heads_lean: bool,
 }
 
 #[cfg(feature = "tuning")]
@@ -82,6 +86,7 @@ impl AttentionTuning {
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_words: number("ROPE_POOL_ATTENTION_FP8_WORDS").filter(|w| [1, 2, 4].contains(w)),
             head_tiles: number::<usize>("ROPE_POOL_ATTENTION_HEAD_TILES").map(|v| v == 1),
+            heads_lean: flag("ROPE_POOL_ATTENTION_HEADS_LEAN"),
         })
     }
 }
@@ -147,6 +152,8 @@ pub(crate) enum AttentionKernel {
         group: usize,
         /// Elements (f16 pools) or words (fp8 pools) a pool vector.
         pool_vector: usize,
+        /// Rows 8–15's output accumulators kept only where the group has them.
+        lean: bool,
     },
 }
 
@@ -550,7 +557,11 @@ impl AttentionLaunch {
             false => 8,
         };
         Some(Self {
-            kernel: AttentionKernel::Heads { group, pool_vector },
+            kernel: AttentionKernel::Heads {
+                group,
+                pool_vector,
+                lean: tuning.heads_lean,
+            },
             vector: FP8_VECTOR,
             units: LANES,
             heads: group,
@@ -748,7 +759,11 @@ pub unsafe fn launch_attention(
                 [float, pool_elem],
             );
         },
-        AttentionKernel::Heads { group, pool_vector } => unsafe {
+        AttentionKernel::Heads {
+            group,
+            pool_vector,
+            lean,
+        } => unsafe {
             attention_heads_kernel::launch_unchecked(
                 client,
                 cube_count,
@@ -776,6 +791,7 @@ pub unsafe fn launch_attention(
                 split,
                 scalars.soft_cap.is_some(),
                 fp8,
+                lean,
                 pool_elem,
             );
         },
