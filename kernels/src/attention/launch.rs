@@ -261,17 +261,29 @@ fn chunk_keys(keys: usize, chunks: usize, tile: usize) -> (usize, usize) {
     (keys.div_ceil(chunk_keys), chunk_keys)
 }
 
-/// Units per cube of the merge of `chunks` partials of `row_vectors` vectors a head: a power of
-/// two, at least [`MERGE_UNITS`] and `row_vectors`, more (up to `max_units`) where a unit would
-/// otherwise add more than [`MERGE_UNIT_CHUNKS`] chunks.
-fn merge_units(row_vectors: usize, chunks: usize, max_units: usize) -> usize {
+/// Units per cube of the merge of `chunks` partials of `row_vectors` vectors of `vector` f32 a
+/// head: a power of two, at least [`MERGE_UNITS`] and `row_vectors`, more where a unit would
+/// otherwise add more than [`MERGE_UNIT_CHUNKS`] chunks, as long as the device allows the units
+/// (`max_units`) and their shared memory (`max_shared` bytes: a sum and a vector a unit, a
+/// weight a chunk).
+fn merge_units(
+    row_vectors: usize,
+    chunks: usize,
+    vector: usize,
+    max_units: usize,
+    max_shared: usize,
+) -> usize {
     let least = row_vectors.next_power_of_two().max(MERGE_UNITS);
-    let want = (row_vectors * chunks.div_ceil(MERGE_UNIT_CHUNKS)).next_power_of_two();
-    let most = match max_units {
+    let shared = |units: usize| 4 * (units * (1 + vector) + chunks.next_power_of_two());
+    let mut units = (row_vectors * chunks.div_ceil(MERGE_UNIT_CHUNKS)).next_power_of_two();
+    units = units.min(match max_units {
         0 => 0,
         n => 1 << n.ilog2(),
-    };
-    least.max(want.min(most))
+    });
+    while units > least && shared(units) > max_shared {
+        units /= 2;
+    }
+    least.max(units)
 }
 
 /// The largest divisor of `group` that `fits` accepts (1 when none does).
@@ -833,10 +845,13 @@ pub unsafe fn launch_attention(
     }
     if split {
         let args = args();
+        let hardware = &client.properties().hardware;
         let merge_units = merge_units(
             row_vectors,
             chunks,
-            client.properties().hardware.max_units_per_cube as usize,
+            vector,
+            hardware.max_units_per_cube as usize,
+            hardware.max_shared_memory_size,
         );
         let heads = num_tokens * num_qo_heads;
         let merge_dim = CubeDim::new_1d(merge_units as u32);
@@ -869,13 +884,17 @@ mod tests {
     #[test]
     fn long_splits_spread_the_merge_over_more_units() {
         // A head of 128 (32 vectors of four): 3 chunks keep 128 units; 256 chunks take 1024
-        // where the device allows them (8 chunks a unit), 256 where it allows 300.
-        assert_eq!(merge_units(32, 3, 1024), 128);
-        assert_eq!(merge_units(32, 256, 1024), 1024);
-        assert_eq!(merge_units(32, 256, 300), 256);
-        assert_eq!(merge_units(32, 64, 1024), 256);
+        // where the device allows them (8 chunks a unit), 256 where it allows 300 units, 512
+        // where 16 KiB of shared memory holds 512 units' sums and vectors (10 KiB) and not
+        // 1024's (20 KiB), besides 256 weights.
+        let kib = 1024;
+        assert_eq!(merge_units(32, 3, 4, 1024, 48 * kib), 128);
+        assert_eq!(merge_units(32, 256, 4, 1024, 48 * kib), 1024);
+        assert_eq!(merge_units(32, 256, 4, 300, 48 * kib), 256);
+        assert_eq!(merge_units(32, 256, 4, 1024, 16 * kib), 512);
+        assert_eq!(merge_units(32, 64, 4, 1024, 48 * kib), 256);
         // A row of more vectors than the device's units keeps one unit a vector.
-        assert_eq!(merge_units(256, 1, 128), 256);
+        assert_eq!(merge_units(256, 1, 4, 128, 48 * kib), 256);
     }
 
     #[test]
