@@ -177,6 +177,17 @@ pub fn float_tensor<const D: usize>(
     Tensor::from_data(TensorData::new(data, dims), (device, dtype))
 }
 
+/// fp8 pool words (four e4m3 codes each) of a `[rows, heads, head_dim]` pool, as the u32
+/// tensor `[rows, heads, head_dim / 4]` on `device`.
+pub fn words_tensor(
+    words: &[u32],
+    [rows, heads, head_dim]: [usize; 3],
+    device: &Device,
+) -> Tensor<3, Int> {
+    let data = TensorData::new(words.to_vec(), [rows, heads, head_dim / 4]);
+    Tensor::from_data(data, (device, DType::U32))
+}
+
 /// `x` rounded to `dtype` and back.
 pub fn round_to(x: f64, dtype: DType) -> f64 {
     match dtype {

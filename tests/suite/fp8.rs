@@ -5,7 +5,7 @@
 //! decoded pool and, for the quantization itself, within the stated bound of the unquantized
 //! result; the documented refusals; a decoder with fp8 caches.
 
-use crate::common::{Case, Rng, assert_close, devices, dtypes, host, round_to};
+use crate::common::{Case, Rng, assert_close, devices, dtypes, host, round_to, words_tensor};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use burn_rope_pool::pool::PoolTensor;
 use burn_rope_pool::pool::{
@@ -23,15 +23,6 @@ fn random_words(rng: &mut Rng, [rows, heads, head_dim]: [usize; 3]) -> Vec<u32> 
     (0..rows * heads * head_dim / 4)
         .map(|_| rng.next_u64() as u32)
         .collect()
-}
-
-fn words_tensor(
-    words: &[u32],
-    [rows, heads, head_dim]: [usize; 3],
-    device: &Device,
-) -> Tensor<3, Int> {
-    let data = TensorData::new(words.to_vec(), [rows, heads, head_dim / 4]);
-    Tensor::from_data(data, (device, DType::U32))
 }
 
 fn read_words(pool: PoolTensor) -> (Vec<u32>, f32) {

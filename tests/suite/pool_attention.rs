@@ -3,8 +3,8 @@
 //! sequences, shared and unsorted rows, indices outside the pool, windows, caps, every head_dim
 //! of the contract, f32 and f16), outputs over poisoned memory, and every documented error.
 
-use crate::common::{Rng, devices, float_tensor, round_to};
-use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use crate::common::{Rng, devices, float_tensor, round_to, words_tensor};
+use burn::tensor::{DType, Device, Tensor, TensorData};
 use burn_rope_pool::pool::PoolTensor;
 use burn_rope_pool::pool::{
     Fp8Decode, PoolAttentionConfig, PoolAttentionError, PoolAttentionInputs, PoolAttentionOutputs,
@@ -122,6 +122,17 @@ impl Kernel {
             Kernel::Plane => config.with_head_tiles(Some(false)),
         }
     }
+
+    /// The kernels a test of each fp8 decode runs: the normal launch, the portable and
+    /// query-tile kernels, and through CUDA the plane kernel too (the head-tile kernel, the
+    /// normal launch of f16 decode there, always decodes to f16 halves).
+    fn decoding_fp8() -> Vec<Kernel> {
+        let mut kernels = vec![Kernel::Normal, Kernel::Portable, Kernel::QueryTiles];
+        if cfg!(feature = "cuda") {
+            kernels.push(Kernel::Plane);
+        }
+        kernels
+    }
 }
 
 #[test]
@@ -141,13 +152,7 @@ fn random_batches_match_the_reference() {
 /// the reference.
 #[test]
 fn fp8_pools_decode_alike_through_either_codec() {
-    // Through CUDA the head-tile kernel (the normal launch of f16 decode) always decodes to f16
-    // halves: the plane kernel there takes each decode too.
-    let mut kernels = vec![Kernel::Normal, Kernel::Portable, Kernel::QueryTiles];
-    if cfg!(feature = "cuda") {
-        kernels.push(Kernel::Plane);
-    }
-    for kernel in kernels {
+    for kernel in Kernel::decoding_fp8() {
         fp8_pools(kernel, Some(Fp8Decode::Native));
         fp8_pools(kernel, Some(Fp8Decode::Halves));
     }
@@ -171,15 +176,9 @@ fn every_fp8_code_decodes_exactly() {
         let codes: Vec<u32> = (0..d / 4)
             .map(|w| (0..4).map(|i| ((4 * w + i) as u32) << (8 * i)).sum())
             .collect();
-        let words = |w: Vec<u32>| {
-            let data = TensorData::new(w, [1, 1, d / 4]);
-            PoolTensor::fp8(
-                Tensor::<3, Int>::from_data(data, (&device, DType::U32)),
-                1.0,
-            )
-        };
+        let words = |w: Vec<u32>| fp8_pool(&w, [1, 1, d], 1.0, &device);
         for decode in [Fp8Decode::Integer, Fp8Decode::Halves, Fp8Decode::Native] {
-            for kernel in [Kernel::Normal, Kernel::Portable, Kernel::QueryTiles] {
+            for kernel in Kernel::decoding_fp8() {
                 let config =
                     kernel.config(PoolAttentionConfig::new(1, 1, d).with_fp8_decode(Some(decode)));
                 let inputs = PoolAttentionInputs::new(
@@ -421,7 +420,7 @@ fn fp8_pools(kernel: Kernel, decode: Option<Fp8Decode>) {
                 TensorData::from(batch.kv_indices.as_slice()),
                 &device,
             );
-            let words = |w: &[u32], scale: f32| fp8_pool(w, [pool, hkv, d / 4], scale, &device);
+            let words = |w: &[u32], scale: f32| fp8_pool(w, [pool, hkv, d], scale, &device);
             let inputs = PoolAttentionInputs::new(
                 float_tensor(&q, [batch.num_tokens, hq, d], &device, dtype),
                 words(&k_words, k_scale),
@@ -496,13 +495,10 @@ fn e4m3_words(x: &[f64], scale: f32) -> Vec<u32> {
     words
 }
 
-/// A pool of `words` (e4m3 codes, [`e4m3_words`]) of `dims` on `device`, scale `scale`.
+/// A pool of `words` (e4m3 codes, [`e4m3_words`]) of `[rows, heads, head_dim]` elements on
+/// `device`, scale `scale`.
 fn fp8_pool(words: &[u32], dims: [usize; 3], scale: f32, device: &Device) -> PoolTensor {
-    let data = TensorData::new(words.to_vec(), dims);
-    PoolTensor::fp8(
-        Tensor::<3, Int>::from_data(data, (device, DType::U32)),
-        scale,
-    )
+    PoolTensor::fp8(words_tensor(words, dims, device), scale)
 }
 
 /// The exact values of [`e4m3_words`]' codes times `scale`.
@@ -564,7 +560,7 @@ fn the_head_tile_kernel_matches_the_reference() {
                     e4m3_words(&k_values, k_scale),
                     e4m3_words(&v_values, v_scale),
                 );
-                let words = |w: &[u32], scale: f32| fp8_pool(w, [pool, hkv, d / 4], scale, &device);
+                let words = |w: &[u32], scale: f32| fp8_pool(w, [pool, hkv, d], scale, &device);
                 let inputs = PoolAttentionInputs::new(
                     float_tensor(&q, [batch.num_tokens, hq, d], &device, DType::F16),
                     words(&k_words, k_scale),

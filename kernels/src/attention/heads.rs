@@ -79,28 +79,55 @@ fn load_tile<P: Numeric, M: Size>(
     #[comptime] eighth: usize,
     #[comptime] row_vecs: usize,
 ) {
+    load_rows(
+        k_pool,
+        num_kv_heads,
+        kv,
+        kq,
+        kr,
+        kw,
+        2usize,
+        quarter,
+        row_vecs,
+    );
+    load_rows(
+        v_pool,
+        num_kv_heads,
+        kv,
+        ve,
+        vr,
+        vw,
+        4usize,
+        eighth,
+        row_vecs,
+    );
+}
+
+/// Vectors `at…at + count` of kv head `kv` in each of the `n` pool `rows` into `out` (row `r`'s
+/// at `r · count`); a masked row (-1) loads zeros.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_rows<P: Numeric, M: Size>(
+    pool: &Tensor<Vector<P, M>>,
+    num_kv_heads: usize,
+    kv: usize,
+    at: usize,
+    rows: &Array<i32>,
+    out: &mut Array<Vector<P, M>>,
+    #[comptime] n: usize,
+    #[comptime] count: usize,
+    #[comptime] row_vecs: usize,
+) {
     #[unroll]
-    for s in 0..2usize {
-        let row = kr[s];
+    for r in 0..n {
+        let row = rows[r];
         #[unroll]
-        for i in 0..quarter {
+        for i in 0..count {
             let mut w = Vector::<P, M>::new(P::from_int(0));
             if row >= 0 {
-                w = k_pool[(usize::cast_from(row) * num_kv_heads + kv) * row_vecs + kq + i];
+                w = pool[(usize::cast_from(row) * num_kv_heads + kv) * row_vecs + at + i];
             }
-            kw[s * quarter + i] = w;
-        }
-    }
-    #[unroll]
-    for k in 0..4usize {
-        let row = vr[k];
-        #[unroll]
-        for i in 0..eighth {
-            let mut w = Vector::<P, M>::new(P::from_int(0));
-            if row >= 0 {
-                w = v_pool[(usize::cast_from(row) * num_kv_heads + kv) * row_vecs + ve + i];
-            }
-            vw[k * eighth + i] = w;
+            out[r * count + i] = w;
         }
     }
 }
