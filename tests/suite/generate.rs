@@ -1043,6 +1043,9 @@ fn fused_projections_match_float64() {
             (true, 1, 132, 34, 32),
             (true, 3, 8, 10, 4),
             (true, 3, 8, 11, 8),
+            // The fp8 tiles product's: one block a row, and 65 chunks of 64.
+            (true, 3, 256, 40, 256),
+            (true, 4, 4160, 24, 128),
             (true, 8, 132, 34, 32),
             (true, 9, 64, 12, 64),
             (true, 16, 260, 21, 260),
@@ -1231,7 +1234,13 @@ fn fp8_nan_codes_give_nan() {
         );
         let weight = Fp8Weight::new(codes, scales, k);
         // Eight rows of f16: the staged tensor-core kernel's decoding, where it runs.
-        for (m, dtype) in [(1usize, DType::F32), (3, DType::F32), (8, DType::F16)] {
+        // Two rows of f16: the fp8 tiles product's decoding, where it runs.
+        for (m, dtype) in [
+            (1usize, DType::F32),
+            (3, DType::F32),
+            (2, DType::F16),
+            (8, DType::F16),
+        ] {
             if !device.supports_dtype(dtype) {
                 continue;
             }
@@ -1285,6 +1294,10 @@ fn fp8_projections_match_float64() {
             (17, 64, 5, 32),
             (20, 32, 48, 32),
             (64, 256, 32, 128),
+            // The fp8 tiles product's sizes (up to 8 rows of f16, inner sizes a multiple of
+            // 64): one block a row, and 65 chunks of 64 (one plane a cube).
+            (2, 1024, 48, 1024),
+            (4, 4160, 40, 128),
             (40, 68, 300, 4),
             (130, 96, 40, 96),
             (8, 256, 128, 128),

@@ -29,6 +29,7 @@
 use super::plane::pool_row;
 use super::split::cube_work;
 use crate::common::fp8::halves_pairs;
+use crate::common::fragment::half_pair as pair;
 use cubecl::cmma::MmaDefinition;
 use cubecl::prelude::*;
 use half::f16;
@@ -130,14 +131,6 @@ fn load_rows<P: Numeric, M: Size>(
             out[r * count + i] = w;
         }
     }
-}
-
-/// Two f16 values as a pair.
-#[cube]
-fn pair(a: f16, b: f16) -> Vector<f16, Const<2>> {
-    let mut x = Vector::<f16, Const<2>>::new(a);
-    x.insert(1usize, b);
-    x
 }
 
 /// Element `e` of a float pool's vector `v` (`P` = f16) as f16.
@@ -510,10 +503,8 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
 mod tests {
     use super::attention_heads_kernel;
     use crate::test_common as common;
-    use cubecl::Compiler as _;
     use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
     use cubecl::prelude::*;
-    use std::sync::Arc;
 
     /// The kernel expanded against CUDA's manual-`mma` register layout and a device listing
     /// f16 `mma.sync` 16 × 8 × 16, and translated to CUDA C++ (no CUDA compiler runs here): f16
@@ -525,36 +516,7 @@ mod tests {
         let Some(client) = common::any_client("head-tile attention's CUDA check") else {
             return;
         };
-        let f16 = ElemType::Float(FloatKind::F16);
-        let mut properties = client.properties().clone();
-        properties
-            .features
-            .matmul
-            .mma
-            .insert(cubecl::features::MmaConfig {
-                a_type: f16,
-                b_type: f16,
-                cd_type: ElemType::Float(FloatKind::F32),
-                m: 16,
-                n: 8,
-                k: 16,
-            });
-        let properties = Arc::new(properties);
-        let target = Arc::new(cubecl::ir::TargetProperties {
-            mma: cubecl::ir::MmaProperties {
-                register_size_bits: 32,
-                const_plane_size: 32,
-                register_layout_a: cubecl::cmma::MatrixLayout::RowMajor,
-                register_layout_b: cubecl::cmma::MatrixLayout::ColMajor,
-                register_layout_acc: cubecl::cmma::MatrixLayout::RowMajor,
-                register_duplication_a: 1,
-                register_duplication_b: 1,
-                register_duplication_acc: 1,
-                contiguous_elements: cubecl::ir::ContiguousElements::new(
-                    cubecl_cpp::cuda::mma::manual::contiguous_elements_cuda,
-                ),
-            },
-        });
+        let (properties, target) = common::warp_mma_properties(&client);
         let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
         for (fp8, d, group, split, capped, lean) in [
             (false, 128usize, 4usize, false, false, false),
@@ -565,7 +527,7 @@ mod tests {
         ] {
             let (pool_vector, pool_elem) = match fp8 {
                 true => ((d / 32).min(4), ElemType::UInt(UIntKind::U32)),
-                false => (8, f16),
+                false => (8, ElemType::Float(FloatKind::F16)),
             };
             let row = if fp8 { d / 4 / pool_vector } else { d / 8 };
             let kernel = attention_heads_kernel::create_dummy_kernel(
@@ -599,17 +561,9 @@ mod tests {
                 lean,
                 pool_elem,
             );
-            let what = format!("fp8 {fp8}, head {d}, group {group}, split {split}, lean {lean}");
-            let source = cubecl_cpp::shared::CppCompiler::<cubecl_cpp::target::Cuda>::default()
-                .compile(
-                    kernel.define(),
-                    &cubecl_cpp::shared::CompilationOptions::default(),
-                )
-                .unwrap_or_else(|e| panic!("{what} compiles to CUDA C++: {e:?}"))
-                .to_string();
-            assert!(
-                source.contains("mma.sync"),
-                "{what}: no mma.sync in\n{source}"
+            common::assert_warp_mma_kernel_compiles(
+                kernel,
+                &format!("fp8 {fp8}, head {d}, group {group}, split {split}, lean {lean}"),
             );
         }
     }

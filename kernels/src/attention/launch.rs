@@ -7,7 +7,7 @@ use super::portable::attention_kernel;
 use super::split::attention_merge;
 use super::tiles::{KV_PAD, LANES, P_PAD, S_PAD, TILE, attention_tiles_kernel};
 use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
-use crate::common::launch::{Compiler, has_tiles, widest_vector};
+use crate::common::launch::{has_tiles, warp_mma_f16, widest_vector};
 use cubecl::client::Client;
 use cubecl::features::Plane;
 use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
@@ -536,22 +536,11 @@ impl AttentionLaunch {
         let d = geometry.head_dim;
         let kv = geometry.num_kv_heads.max(1);
         let group = geometry.num_qo_heads / kv;
-        let properties = client.properties();
-        let hardware = &properties.hardware;
         let f16 = ElemType::Float(FloatKind::F16);
-        let mma = properties.features.matmul.mma.iter().any(|c| {
-            c.a_type == f16
-                && c.b_type == f16
-                && c.cd_type == ElemType::Float(FloatKind::F32)
-                && (c.m, c.n, c.k) == (16, 8, 16)
-        });
         let takes = tuning.head_tiles != Some(false)
             && !tuning.portable
             && float == f16
-            && Compiler::of(client) == Compiler::Cuda
-            && mma
-            && hardware.plane_size_min == 32
-            && hardware.plane_size_max == 32
+            && warp_mma_f16(client)
             && (d == 64 || d == 128)
             && (1..=16).contains(&group)
             && geometry.num_qo_heads == group * kv;

@@ -1,5 +1,6 @@
 //! Tensor-core tiles shared by the rooms: CubeCL `cmma` fragments of 16 × 16 × 16 with f32
-//! accumulation (the decoder's few-rows products, prefill attention's query tiles).
+//! accumulation (the decoder's few-rows products, prefill attention's query tiles), and the
+//! f16 pairs warp-level `mma.sync` operands are made of.
 
 use cubecl::prelude::*;
 
@@ -33,4 +34,12 @@ pub fn zero_accumulator<A: Float>() -> cmma::Matrix<A> {
         cmma::MatrixLayout::Undefined,
         A::new(0.0),
     )
+}
+
+/// Two f16 values as a pair: one register of a warp-level `mma.sync` f16 operand.
+#[cube]
+pub(crate) fn half_pair(a: half::f16, b: half::f16) -> Vector<half::f16, Const<2>> {
+    let mut x = Vector::<half::f16, Const<2>>::new(a);
+    x.insert(1usize, b);
+    x
 }

@@ -67,3 +67,21 @@ pub(crate) fn converts_fp8(client: &Client) -> bool {
         .chain(&matmul.mma)
         .any(|c| c.a_type == e4m3)
 }
+
+/// Whether `client`'s device runs warp-level `mma.sync` 16 × 8 × 16 of f16 with f32
+/// accumulation through CubeCL's CUDA runtime, on planes of 32: the register layout the
+/// head-tile attention and the fp8 tiles product are written for.
+pub(crate) fn warp_mma_f16(client: &Client) -> bool {
+    let f16 = ElemType::Float(FloatKind::F16);
+    let properties = client.properties();
+    let hardware = &properties.hardware;
+    Compiler::of(client) == Compiler::Cuda
+        && hardware.plane_size_min == 32
+        && hardware.plane_size_max == 32
+        && properties.features.matmul.mma.iter().any(|c| {
+            c.a_type == f16
+                && c.b_type == f16
+                && c.cd_type == ElemType::Float(FloatKind::F32)
+                && (c.m, c.n, c.k) == (16, 8, 16)
+        })
+}

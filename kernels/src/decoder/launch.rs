@@ -7,6 +7,9 @@ use super::fp8::{
     Fp8Shape, Fp8Words, dequantize_fp8_kernel, matvec_fp8_add_kernel, matvec_fp8_kernel,
     matvec_fp8_norm_kernel,
 };
+use super::fp8_tiles::{
+    CHUNK_WORDS, Fp8TilesShape, TILE_X_ROWS, TilesEnd, matvec_fp8_tiles_kernel,
+};
 use super::matvec::{
     PlaneSums, RowRead, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel,
     matvec_norm_kernel, split_sum_kernel, staged_rows_kernel,
@@ -17,7 +20,7 @@ use super::product::{
 };
 use crate::LaunchTuning;
 use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
-use crate::common::launch::{Compiler, has_tiles, widest_vector};
+use crate::common::launch::{Compiler, has_tiles, warp_mma_f16, widest_vector};
 use cubecl::client::Client;
 use cubecl::features::Plane;
 use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
@@ -59,6 +62,10 @@ pub struct DecoderTuning {
     /// Matrix-vector kernels at one row: output columns a plane (`ROPE_POOL_MATVEC_COLS`, 1 to
     /// 8, at most the accumulators allow; default 1), each load of `x` serving them all.
     pub matvec_cols: Option<usize>,
+    /// fp8-weight matrix-vector products of up to 8 f16 rows on warp-level tensor-core products
+    /// ([`launch_matvec_fp8`]; `ROPE_POOL_MATVEC_TILES=1` every call they take, `=0` never;
+    /// default: never, the plane kernels).
+    pub matvec_tiles: Option<bool>,
     /// Norm-fused matrix-vector kernels: the normalised rows staged in shared memory once a cube
     /// (`ROPE_POOL_NORM_STAGED=1`) or normalised by every plane where it reads them (`=0`);
     /// default: staged where they take at most 16 KiB.
@@ -126,6 +133,7 @@ impl DecoderTuning {
             matvec_planes: number("ROPE_POOL_MATVEC_PLANES").filter(|n| (1..=32).contains(n)),
             matvec_prefetch: crate::common::tuning::flag("ROPE_POOL_MATVEC_PREFETCH"),
             matvec_cols: number("ROPE_POOL_MATVEC_COLS").filter(|n| (1..=8).contains(n)),
+            matvec_tiles: number::<usize>("ROPE_POOL_MATVEC_TILES").map(|v| v == 1),
             norm_staged: number::<usize>("ROPE_POOL_NORM_STAGED").map(|v| v == 1),
             staged_from: number("ROPE_POOL_STAGED_FROM").filter(|n| *n >= 1),
             staged_block: number("ROPE_POOL_STAGED_BLOCK").filter(|n| (1..=16).contains(n)),
@@ -445,6 +453,21 @@ pub unsafe fn launch_matvec_fp8(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
+    if let Some(tiles) = fp8_tiles(
+        client,
+        float,
+        [rows, k],
+        block_words,
+        nan_codes,
+        TilesEnd::Plain,
+    ) {
+        let x_again = bind_again(&x);
+        let res = bind_again(&x);
+        // Safety: as this function's; `norm_w` and `res` are read by no end but Norm / Silu and
+        // Add.
+        unsafe { launch_fp8_tiles(client, tiles, n, 0.0, [x, x_again, w, scales, res, out]) };
+        return;
+    }
     let (cube_dim, cube_count, w_vector, shape, sums) =
         fp8_plain_shape(client, [rows, k, n], block_words, nan_codes);
     unsafe {
@@ -489,6 +512,16 @@ pub unsafe fn launch_matvec_fp8_norm(
     [x, norm_w, w, scales, out]: [TensorArg; 5],
 ) {
     if rows == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let end = match silu {
+        true => TilesEnd::Silu,
+        false => TilesEnd::Norm,
+    };
+    if let Some(tiles) = fp8_tiles(client, float, [rows, k], block_words, nan_codes, end) {
+        let res = bind_again(&x);
+        // Safety: as this function's; `res` is read by the Add end only.
+        unsafe { launch_fp8_tiles(client, tiles, n, eps, [x, norm_w, w, scales, res, out]) };
         return;
     }
     let pairs = 1 + silu as usize;
@@ -539,6 +572,19 @@ pub unsafe fn launch_matvec_fp8_add(
     [x, w, scales, res, out]: [TensorArg; 5],
 ) {
     if rows == 0 || n == 0 || k == 0 {
+        return;
+    }
+    if let Some(tiles) = fp8_tiles(
+        client,
+        float,
+        [rows, k],
+        block_words,
+        nan_codes,
+        TilesEnd::Add,
+    ) {
+        let x_again = bind_again(&x);
+        // Safety: as this function's; `norm_w` is read by the Norm and Silu ends only.
+        unsafe { launch_fp8_tiles(client, tiles, n, 0.0, [x, x_again, w, scales, res, out]) };
         return;
     }
     let (cube_dim, cube_count, w_vector, shape, sums) =
@@ -602,6 +648,122 @@ fn fp8_plain_shape(
     nan_codes: bool,
 ) -> (CubeDim, CubeCount, usize, Fp8Shape, PlaneSums) {
     fp8_shape(client, dims, block_words, nan_codes, 1, RowRead::Plain)
+}
+
+/// Planes a cube of [`matvec_fp8_tiles_kernel`] at most: each a share of the inner size.
+const TILES_PLANES: usize = 8;
+/// Chunks a plane of [`matvec_fp8_tiles_kernel`] loads at once, at most (two 16-byte loads a
+/// chunk and unit).
+const TILES_UNROLL: usize = 4;
+
+/// The shape of [`matvec_fp8_tiles_kernel`] for `rows` rows of `k` on an fp8 weight with
+/// scale blocks of `block_words` words, ending as `end` says, where the kernel takes the
+/// product: [`DecoderTuning::matvec_tiles`] asks for it, the device has warp-level f16
+/// `mma.sync` through CubeCL's CUDA runtime ([`warp_mma_f16`]), the rows are f16 and at most 8,
+/// `k` a multiple of 64 and the blocks whole chunks (or one block a row); else `None`.
+fn fp8_tiles(
+    client: &Client,
+    float: ElemType,
+    [rows, k]: [usize; 2],
+    block_words: usize,
+    nan_codes: bool,
+    end: TilesEnd,
+) -> Option<Fp8TilesShape> {
+    let k_words = k / FP8_VECTOR;
+    let chunks = k_words / CHUNK_WORDS;
+    let takes = LaunchTuning::current().decoder.matvec_tiles == Some(true)
+        && float == ElemType::Float(FloatKind::F16)
+        && (1..=TILE_X_ROWS).contains(&rows)
+        && k.is_multiple_of(FP8_VECTOR * CHUNK_WORDS)
+        && chunks > 0
+        && (block_words.is_multiple_of(CHUNK_WORDS) || block_words >= k_words)
+        && warp_mma_f16(client);
+    if !takes {
+        return None;
+    }
+    let planes = (0..=TILES_PLANES.ilog2())
+        .rev()
+        .map(|p| 1 << p)
+        .find(|p| chunks.is_multiple_of(*p))
+        .unwrap_or(1);
+    let unroll = (0..=TILES_UNROLL.ilog2())
+        .rev()
+        .map(|u| 1 << u)
+        .find(|u| (chunks / planes).is_multiple_of(*u))
+        .unwrap_or(1);
+    let sums = PlaneSums {
+        lanes: 32,
+        planes,
+        shared: false,
+    };
+    Some(Fp8TilesShape {
+        rows,
+        k_words,
+        planes,
+        unroll,
+        block_words,
+        nan_codes: weight_decode(client, block_words, nan_codes).nan_codes,
+        staged: rows_staged(client, sums, rows * k * float.size()),
+        end,
+    })
+}
+
+/// Enqueues [`matvec_fp8_tiles_kernel`] of `shape` for a weight of `n` rows (`2m` with the
+/// `Silu` end): `x [rows, k]`, `norm_w [k]`, `codes [n, k / 4]`, `scales`, `res [rows, n]`,
+/// `out [rows, n]` (`[rows, m]` with `Silu`).
+///
+/// # Safety
+/// The tensors must be live and contiguous with those shapes (`norm_w` and `res` any live
+/// tensors where `shape.end` reads none), `out` must not alias an input, and `shape` must be
+/// [`fp8_tiles`]'s for them.
+unsafe fn launch_fp8_tiles(
+    client: &Client,
+    shape: Fp8TilesShape,
+    n: usize,
+    eps: f32,
+    [x, norm_w, codes, scales, res, out]: [TensorArg; 6],
+) {
+    let k = shape.k_words * FP8_VECTOR;
+    let cubes = match shape.end {
+        TilesEnd::Silu => (n / 2).div_ceil(TILE_X_ROWS),
+        _ => n.div_ceil(16),
+    };
+    let cube_dim = CubeDim::new_2d(32, shape.planes as u32);
+    unsafe {
+        matvec_fp8_tiles_kernel::launch_unchecked(
+            client,
+            CubeCount::new_1d(cubes as u32),
+            cube_dim,
+            AddressType::from_len((n * k).max(shape.rows * k).max(shape.rows * n)),
+            x,
+            norm_w,
+            codes,
+            scales,
+            res,
+            out,
+            eps,
+            1.0 / k as f32,
+            shape,
+        );
+    }
+}
+
+/// The same tensor bound once more, where a kernel takes an input it does not read.
+fn bind_again(arg: &TensorArg) -> TensorArg {
+    match arg {
+        TensorArg::Handle { handle } => TensorArg::Handle {
+            handle: handle.clone(),
+        },
+        TensorArg::Alias {
+            input_pos,
+            strides,
+            shape,
+        } => TensorArg::Alias {
+            input_pos: *input_pos,
+            strides: strides.clone(),
+            shape: shape.clone(),
+        },
+    }
 }
 
 /// How the fp8-weight kernels read codes on `client`'s device: scales in blocks of `block_words`

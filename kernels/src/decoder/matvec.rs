@@ -240,7 +240,7 @@ pub(crate) fn row_vector<F: Float, N: Size>(
 /// A vector `x` of a row normalised as RMSNorm rounds it: `cast(x * scale) * norm_w` (the row's
 /// scale, the norm weight's vector), the one place both row reads that normalise take it from.
 #[cube]
-fn normalised<F: Float, N: Size>(
+pub(crate) fn normalised<F: Float, N: Size>(
     x: Vector<F, N>,
     scale: f32,
     norm_w: Vector<F, N>,

@@ -16,6 +16,7 @@
 
 mod act;
 mod fp8;
+mod fp8_tiles;
 mod launch;
 mod matvec;
 mod norm;

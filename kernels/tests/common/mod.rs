@@ -156,3 +156,60 @@ pub fn assert_tensor_core_kernel_compiles(kernel: impl cubecl::prelude::CubeKern
         "{what}: an empty SPIR-V module"
     );
 }
+
+/// `client`'s device properties listing f16 `mma.sync` 16 × 8 × 16 (f32 accumulation), and CUDA's
+/// manual-`mma` register layout as the target: what a warp-level tensor-core kernel is expanded
+/// against to compile it to CUDA C++ where no such device is.
+pub fn warp_mma_properties(
+    client: &Client,
+) -> (
+    std::sync::Arc<cubecl::ir::DeviceProperties>,
+    std::sync::Arc<cubecl::ir::TargetProperties>,
+) {
+    use cubecl::ir::{ElemType, FloatKind};
+    let f16 = ElemType::Float(FloatKind::F16);
+    let mut properties = client.properties().clone();
+    properties
+        .features
+        .matmul
+        .mma
+        .insert(cubecl::features::MmaConfig {
+            a_type: f16,
+            b_type: f16,
+            cd_type: ElemType::Float(FloatKind::F32),
+            m: 16,
+            n: 8,
+            k: 16,
+        });
+    let target = cubecl::ir::TargetProperties {
+        mma: cubecl::ir::MmaProperties {
+            register_size_bits: 32,
+            const_plane_size: 32,
+            register_layout_a: cubecl::cmma::MatrixLayout::RowMajor,
+            register_layout_b: cubecl::cmma::MatrixLayout::ColMajor,
+            register_layout_acc: cubecl::cmma::MatrixLayout::RowMajor,
+            register_duplication_a: 1,
+            register_duplication_b: 1,
+            register_duplication_acc: 1,
+            contiguous_elements: cubecl::ir::ContiguousElements::new(
+                cubecl_cpp::cuda::mma::manual::contiguous_elements_cuda,
+            ),
+        },
+    };
+    (std::sync::Arc::new(properties), std::sync::Arc::new(target))
+}
+
+/// `kernel` (expanded against [`warp_mma_properties`]) compiles to CUDA C++ with a `mma.sync`;
+/// `what` names it in the failure (no CUDA compiler runs here).
+pub fn assert_warp_mma_kernel_compiles(kernel: impl cubecl::prelude::CubeKernel, what: &str) {
+    use cubecl::Compiler as _;
+    use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
+    let source = CppCompiler::<cubecl_cpp::target::Cuda>::default()
+        .compile(kernel.define(), &CompilationOptions::default())
+        .unwrap_or_else(|e| panic!("{what} compiles to CUDA C++: {e:?}"))
+        .to_string();
+    assert!(
+        source.contains("mma.sync"),
+        "{what}: no mma.sync in\n{source}"
+    );
+}
