@@ -392,6 +392,17 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
             pl[1] = zero2;
             pl[3] = zero2;
         }
+        // The running outputs rescaled where a row's maximum moved (a factor of exactly 1
+        // elsewhere: skipped when no row of the plane moved, the same bits).
+        if !plane_all(rescale[0] == f32::new(1.0) && rescale[1] == f32::new(1.0)) {
+            #[unroll]
+            for j in 0..out_tiles {
+                o[2 * j] = o[2 * j] * Vector::new(rescale[0]);
+                if comptime!(rows_past_8) {
+                    o[2 * j + 1] = o[2 * j + 1] * Vector::new(rescale[1]);
+                }
+            }
+        }
         // Values: output tile `j` is element `j` of each lane's eighth.
         #[unroll]
         for j in 0..out_tiles {
@@ -426,10 +437,10 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
                 }
             }
             let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
-            acc[0] = o[2 * j] * Vector::new(rescale[0]);
+            acc[0] = o[2 * j];
             acc[1] = Vector::new(f32::new(0.0));
             if comptime!(rows_past_8) {
-                acc[1] = o[2 * j + 1] * Vector::new(rescale[1]);
+                acc[1] = o[2 * j + 1];
             }
             let high = def.execute(&pa, &b, &acc);
             let next = def.execute(&pl, &b, &high);

@@ -10,6 +10,8 @@
 //! - `norm.rs`: RMSNorm of rows, and the residual add fused with it;
 //! - `fp8.rs`: the matrix-vector products on fp8 weights (e4m3 codes with block scales), decoded
 //!   in registers, and the decoding of such a weight for the products no kernel here takes;
+//! - `fp8_tiles.rs`: the same products for up to 8 f16 rows on warp-level tensor-core products
+//!   (CUDA), each instruction multiplying 256 decoded codes;
 //! - `act.rs`: the MLP activation, SiLU of the gate times the up projection;
 //! - `launch.rs`: the host side — which product fits a device, the launches and the room's
 //!   knobs ([`DecoderTuning`]).
