@@ -397,9 +397,9 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
         if !plane_all(rescale[0] == f32::new(1.0) && rescale[1] == f32::new(1.0)) {
             #[unroll]
             for j in 0..out_tiles {
-                o[2 * j] = o[2 * j] * Vector::new(rescale[0]);
+                o[2 * j] *= Vector::new(rescale[0]);
                 if comptime!(rows_past_8) {
-                    o[2 * j + 1] = o[2 * j + 1] * Vector::new(rescale[1]);
+                    o[2 * j + 1] *= Vector::new(rescale[1]);
                 }
             }
         }
