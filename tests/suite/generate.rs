@@ -1043,9 +1043,12 @@ fn fused_projections_match_float64() {
             (true, 1, 132, 34, 32),
             (true, 3, 8, 10, 4),
             (true, 3, 8, 11, 8),
-            // The fp8 tiles product's: one block a row, and 65 chunks of 64.
+            // The fp8 tiles product's: one block a row, 65 chunks of 64, and at one row the
+            // norm over a staged row and (past 16 KiB of f16) over rows normalised where read.
             (true, 3, 256, 40, 256),
             (true, 4, 4160, 24, 128),
+            (true, 1, 4096, 40, 4096),
+            (true, 1, 8256, 16, 128),
             (true, 8, 132, 34, 32),
             (true, 9, 64, 12, 64),
             (true, 16, 260, 21, 260),

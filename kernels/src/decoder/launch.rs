@@ -676,6 +676,7 @@ fn fp8_tiles(
         && (1..=TILE_X_ROWS).contains(&rows)
         && k.is_multiple_of(FP8_VECTOR * CHUNK_WORDS)
         && chunks > 0
+        && block_words > 0
         && (block_words.is_multiple_of(CHUNK_WORDS) || block_words >= k_words)
         && warp_mma_f16(client);
     if !takes {
@@ -696,6 +697,7 @@ fn fp8_tiles(
         planes,
         shared: false,
     };
+    let rows_bytes = rows * k * float.size();
     Some(Fp8TilesShape {
         rows,
         k_words,
@@ -703,7 +705,10 @@ fn fp8_tiles(
         unroll,
         block_words,
         nan_codes: weight_decode(client, block_words, nan_codes).nan_codes,
-        staged: rows_staged(client, sums, rows * k * float.size()),
+        // Where the rows fit beside the norm's sums and the planes' (16 × 8 f32 a plane).
+        staged: rows_staged(client, sums, rows_bytes)
+            && rows_bytes + PLANE_SUMS_BYTES + planes * 16 * TILE_X_ROWS * 4
+                <= client.properties().hardware.max_shared_memory_size,
         end,
     })
 }

@@ -139,11 +139,7 @@ pub fn vulkan_options() -> cubecl::WgpuCompilationOptions {
 /// names it in the failure.
 pub fn assert_tensor_core_kernel_compiles(kernel: impl cubecl::prelude::CubeKernel, what: &str) {
     use cubecl::Compiler as _;
-    use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
-    let source = CppCompiler::<cubecl_cpp::target::Cuda>::default()
-        .compile(kernel.define(), &CompilationOptions::default())
-        .unwrap_or_else(|e| panic!("{what} compiles to CUDA C++: {e:?}"))
-        .to_string();
+    let source = cuda_source(&kernel, what);
     assert!(
         source.contains("wmma::mma_sync"),
         "{what}: no tensor-core product in\n{source}"
@@ -202,14 +198,19 @@ pub fn warp_mma_properties(
 /// `kernel` (expanded against [`warp_mma_properties`]) compiles to CUDA C++ with a `mma.sync`;
 /// `what` names it in the failure (no CUDA compiler runs here).
 pub fn assert_warp_mma_kernel_compiles(kernel: impl cubecl::prelude::CubeKernel, what: &str) {
-    use cubecl::Compiler as _;
-    use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
-    let source = CppCompiler::<cubecl_cpp::target::Cuda>::default()
-        .compile(kernel.define(), &CompilationOptions::default())
-        .unwrap_or_else(|e| panic!("{what} compiles to CUDA C++: {e:?}"))
-        .to_string();
+    let source = cuda_source(&kernel, what);
     assert!(
         source.contains("mma.sync"),
         "{what}: no mma.sync in\n{source}"
     );
+}
+
+/// `kernel` translated to CUDA C++ (no CUDA compiler runs here); `what` names it in the failure.
+fn cuda_source(kernel: &impl cubecl::prelude::CubeKernel, what: &str) -> String {
+    use cubecl::Compiler as _;
+    use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
+    CppCompiler::<cubecl_cpp::target::Cuda>::default()
+        .compile(kernel.define(), &CompilationOptions::default())
+        .unwrap_or_else(|e| panic!("{what} compiles to CUDA C++: {e:?}"))
+        .to_string()
 }
