@@ -340,7 +340,7 @@ pub unsafe fn launch_matvec_norm(
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
     let (cube_dim, cube_count, cols, unroll, sums) =
         matvec_shape(client, rows, n / pairs, pairs, LOADS);
-    let staged = rows_staged(client, sums, rows * k * elem_size);
+    let staged = rows_staged(client, sums, rows * k * elem_size, 0);
     unsafe {
         matvec_norm_kernel::launch_unchecked(
             client,
@@ -372,15 +372,15 @@ pub unsafe fn launch_matvec_norm(
 const STAGED_ROWS_BYTES: usize = 16 * 1024;
 
 /// Whether a norm-fused matrix-vector launch stages its normalised rows (`bytes` of them) in
-/// shared memory: where they fit beside the kernel's sums (`sums`) in the device's shared
-/// memory, as [`DecoderTuning::norm_staged`] says, else where they take at most
-/// [`STAGED_ROWS_BYTES`].
-fn rows_staged(client: &Client, sums: PlaneSums, bytes: usize) -> bool {
+/// shared memory: where they fit beside the kernel's sums (`sums`) and the `beside` bytes it
+/// keeps besides in the device's shared memory, as [`DecoderTuning::norm_staged`] says, else
+/// where they take at most [`STAGED_ROWS_BYTES`].
+fn rows_staged(client: &Client, sums: PlaneSums, bytes: usize, beside: usize) -> bool {
     let reserved = match sums.shared {
         true => SHARED_SUMS_BYTES,
         false => PLANE_SUMS_BYTES,
     };
-    bytes + reserved <= client.properties().hardware.max_shared_memory_size
+    bytes + reserved + beside <= client.properties().hardware.max_shared_memory_size
         && LaunchTuning::current()
             .decoder
             .norm_staged
@@ -461,11 +461,8 @@ pub unsafe fn launch_matvec_fp8(
         nan_codes,
         TilesEnd::Plain,
     ) {
-        let x_again = bind_again(&x);
-        let res = bind_again(&x);
-        // Safety: as this function's; `norm_w` and `res` are read by no end but Norm / Silu and
-        // Add.
-        unsafe { launch_fp8_tiles(client, tiles, n, 0.0, [x, x_again, w, scales, res, out]) };
+        // Safety: as this function's.
+        unsafe { launch_fp8_tiles(client, tiles, n, 0.0, [x, w, scales, out], None, None) };
         return;
     }
     let (cube_dim, cube_count, w_vector, shape, sums) =
@@ -519,13 +516,22 @@ pub unsafe fn launch_matvec_fp8_norm(
         false => TilesEnd::Norm,
     };
     if let Some(tiles) = fp8_tiles(client, float, [rows, k], block_words, nan_codes, end) {
-        let res = bind_again(&x);
-        // Safety: as this function's; `res` is read by the Add end only.
-        unsafe { launch_fp8_tiles(client, tiles, n, eps, [x, norm_w, w, scales, res, out]) };
+        // Safety: as this function's.
+        unsafe {
+            launch_fp8_tiles(
+                client,
+                tiles,
+                n,
+                eps,
+                [x, w, scales, out],
+                Some(norm_w),
+                None,
+            )
+        };
         return;
     }
     let pairs = 1 + silu as usize;
-    let read = match rows_staged(client, plane_sums(client), rows * k * float.size()) {
+    let read = match rows_staged(client, plane_sums(client), rows * k * float.size(), 0) {
         true => RowRead::Staged,
         false => RowRead::Normalised,
     };
@@ -582,9 +588,8 @@ pub unsafe fn launch_matvec_fp8_add(
         nan_codes,
         TilesEnd::Add,
     ) {
-        let x_again = bind_again(&x);
-        // Safety: as this function's; `norm_w` is read by the Norm and Silu ends only.
-        unsafe { launch_fp8_tiles(client, tiles, n, 0.0, [x, x_again, w, scales, res, out]) };
+        // Safety: as this function's.
+        unsafe { launch_fp8_tiles(client, tiles, n, 0.0, [x, w, scales, out], None, Some(res)) };
         return;
     }
     let (cube_dim, cube_count, w_vector, shape, sums) =
@@ -682,22 +687,15 @@ fn fp8_tiles(
     if !takes {
         return None;
     }
-    let planes = (0..=TILES_PLANES.ilog2())
-        .rev()
-        .map(|p| 1 << p)
-        .find(|p| chunks.is_multiple_of(*p))
-        .unwrap_or(1);
-    let unroll = (0..=TILES_UNROLL.ilog2())
-        .rev()
-        .map(|u| 1 << u)
-        .find(|u| (chunks / planes).is_multiple_of(*u))
-        .unwrap_or(1);
+    // The largest power of two up to `most` that divides `of`.
+    let divisor = |most: usize, of: usize| 1usize << of.trailing_zeros().min(most.ilog2());
+    let planes = divisor(TILES_PLANES, chunks);
+    let unroll = divisor(TILES_UNROLL, chunks / planes);
     let sums = PlaneSums {
         lanes: 32,
         planes,
         shared: false,
     };
-    let rows_bytes = rows * k * float.size();
     Some(Fp8TilesShape {
         rows,
         k_words,
@@ -705,29 +703,36 @@ fn fp8_tiles(
         unroll,
         block_words,
         nan_codes: weight_decode(client, block_words, nan_codes).nan_codes,
-        // Where the rows fit beside the norm's sums and the planes' (16 × 8 f32 a plane).
-        staged: rows_staged(client, sums, rows_bytes)
-            && rows_bytes + PLANE_SUMS_BYTES + planes * 16 * TILE_X_ROWS * 4
-                <= client.properties().hardware.max_shared_memory_size,
+        // Beside the norm's sums: the planes' (16 × 8 f32 a plane).
+        staged: rows_staged(
+            client,
+            sums,
+            rows * k * float.size(),
+            planes * 16 * TILE_X_ROWS * 4,
+        ),
         end,
     })
 }
 
 /// Enqueues [`matvec_fp8_tiles_kernel`] of `shape` for a weight of `n` rows (`2m` with the
-/// `Silu` end): `x [rows, k]`, `norm_w [k]`, `codes [n, k / 4]`, `scales`, `res [rows, n]`,
-/// `out [rows, n]` (`[rows, m]` with `Silu`).
+/// `Silu` end): `x [rows, k]`, `codes [n, k / 4]`, `scales`, `out [rows, n]` (`[rows, m]` with
+/// `Silu`), `norm_w [k]` where `shape.end` normalises and `res [rows, n]` where it adds (`None`
+/// elsewhere: `x` is bound in their place, unread).
 ///
 /// # Safety
-/// The tensors must be live and contiguous with those shapes (`norm_w` and `res` any live
-/// tensors where `shape.end` reads none), `out` must not alias an input, and `shape` must be
-/// [`fp8_tiles`]'s for them.
+/// The tensors must be live and contiguous with those shapes, `out` must not alias an input,
+/// and `shape` must be [`fp8_tiles`]'s for them.
 unsafe fn launch_fp8_tiles(
     client: &Client,
     shape: Fp8TilesShape,
     n: usize,
     eps: f32,
-    [x, norm_w, codes, scales, res, out]: [TensorArg; 6],
+    [x, codes, scales, out]: [TensorArg; 4],
+    norm_w: Option<TensorArg>,
+    res: Option<TensorArg>,
 ) {
+    let norm_w = norm_w.unwrap_or_else(|| bind_again(&x));
+    let res = res.unwrap_or_else(|| bind_again(&x));
     let k = shape.k_words * FP8_VECTOR;
     let cubes = match shape.end {
         TilesEnd::Silu => (n / 2).div_ceil(TILE_X_ROWS),
