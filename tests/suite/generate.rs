@@ -925,6 +925,11 @@ fn projections_match_float64() {
             (10, 1024, 128),
             (16, 512, 1024),
             (48, 512, 640),
+            // Row counts that leave a group of 8 rows part-filled, and a long inner size in
+            // shares (the warp-level staged products, `ROPE_POOL_STAGED_WARP=1`, through CUDA).
+            (5, 256, 64),
+            (37, 256, 128),
+            (64, 4096, 256),
             // The tensor-core product of many rows (f16, widths a multiple of 128, inner sizes of
             // 64; through SPIR-V), cubek's wide stage where the inner size is not a multiple of
             // 64 (f16, 2048 rows, SPIR-V), and a size both leave to cubek's own choice.

@@ -18,6 +18,7 @@ use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
 use super::product::{
     BLOCK, CUBE_COLS, CUBE_ROWS, PLANES, WIDE_BLOCK, shared_bytes, tiles_product_kernel,
 };
+use super::warp_rows::{CHUNK, GROUP_ROWS, WarpRowsShape, warp_rows_kernel};
 use crate::LaunchTuning;
 use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
 use crate::common::launch::{Compiler, has_tiles, warp_mma_f16, widest_vector};
@@ -93,6 +94,17 @@ pub struct DecoderTuning {
     /// or 2; default 1): with 2, twice the planes a cube, each with half the row tiles'
     /// accumulators and half the loads, where the device allows the units.
     pub staged_row_planes: Option<usize>,
+    /// Staged products of f16 weights on warp-level tensor-core products, the weight loaded
+    /// straight into registers (`warp_rows.rs`; `ROPE_POOL_STAGED_WARP=1` where the device has
+    /// f16 `mma.sync` through CUDA, `=0` never; default: never), with the staged launch's cubes
+    /// and shares.
+    pub staged_warp: Option<bool>,
+    /// Warp-level staged products: tiles of 16 weight rows a warp (`ROPE_POOL_STAGED_WARP_TILES`,
+    /// 1 or 2; default 1; 2 where the staged planes are even, half the warps a cube).
+    pub staged_warp_tiles: Option<usize>,
+    /// Warp-level staged products: the next block's weight loaded before this block's products
+    /// (`ROPE_POOL_STAGED_WARP_AHEAD=1`; default off).
+    pub staged_warp_ahead: bool,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
@@ -141,6 +153,9 @@ impl DecoderTuning {
             staged_cubes: number("ROPE_POOL_STAGED_CUBES").filter(|n| *n >= 1),
             staged_planes: number("ROPE_POOL_STAGED_PLANES").filter(|n| (1..=8).contains(n)),
             staged_row_planes: number("ROPE_POOL_STAGED_ROW_PLANES").filter(|n| [1, 2].contains(n)),
+            staged_warp: number::<usize>("ROPE_POOL_STAGED_WARP").map(|v| v == 1),
+            staged_warp_tiles: number("ROPE_POOL_STAGED_WARP_TILES").filter(|n| [1, 2].contains(n)),
+            staged_warp_ahead: crate::common::tuning::flag("ROPE_POOL_STAGED_WARP_AHEAD"),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
@@ -919,6 +934,9 @@ pub struct StagedRows {
     row_planes: usize,
     block: usize,
     splits: usize,
+    /// Float weights through `warp_rows_kernel`: its row tiles a warp and whether it loads a
+    /// block ahead.
+    warp: Option<(usize, bool)>,
 }
 
 /// Planes (column tiles) of a staged cube.
@@ -1024,6 +1042,13 @@ impl StagedRows {
                 s
             }
         };
+        let tiles = tuning.staged_warp_tiles.unwrap_or(1);
+        let warp = (tuning.staged_warp == Some(true)
+            && warp_mma_f16(client)
+            && block.is_multiple_of(2)
+            && k.is_multiple_of(CHUNK)
+            && planes.is_multiple_of(tiles))
+        .then_some((tiles, tuning.staged_warp_ahead));
         Some(Self {
             rows,
             k,
@@ -1032,6 +1057,7 @@ impl StagedRows {
             row_planes,
             block,
             splits,
+            warp,
         })
     }
 
@@ -1200,6 +1226,78 @@ impl StagedRows {
             }
         };
         let target_type = if self.splits > 1 { f32 } else { float };
+        if let (Some((tiles, ahead)), None) = (self.warp, &fp8) {
+            let shape = WarpRowsShape {
+                groups: rows.div_ceil(GROUP_ROWS),
+                warps: self.planes / tiles,
+                tiles,
+                k_words: k / 8,
+                block_chunks: TILE * self.block / CHUNK,
+                splits: self.splits,
+                ahead,
+            };
+            let cube_dim = CubeDim::new_2d(32, shape.warps as u32);
+            let cubes = n / shape.cube_cols() * self.splits;
+            // Rows of `k / 8` 16-byte words (contiguous rows, as `Self::launch` requires).
+            let words = |arg: TensorArg, rows: usize| match arg {
+                TensorArg::Handle { mut handle } => {
+                    handle.shape = [rows, k / 8].into();
+                    handle.strides = [k / 8, 1].into();
+                    TensorArg::Handle { handle }
+                }
+                alias => alias,
+            };
+            unsafe {
+                warp_rows_kernel::launch_unchecked(
+                    client,
+                    calculate_cube_count_elemwise(
+                        client,
+                        cubes * cube_dim.num_elems() as usize,
+                        cube_dim,
+                    ),
+                    cube_dim,
+                    address,
+                    words(x, rows),
+                    words(w, n),
+                    target,
+                    shape,
+                    target_type,
+                );
+            }
+        } else {
+            unsafe { self.enqueue_staged(client, float, [x, w], fp8, target, target_type) };
+        }
+        let Some((partials, out)) = sum else { return };
+        let vector = widest_vector(client, 4, |v| n.is_multiple_of(v));
+        let units = rows * n / vector;
+        let sum_dim = CubeDim::new(client, units);
+        unsafe {
+            split_sum_kernel::launch_unchecked(
+                client,
+                calculate_cube_count_elemwise(client, units, sum_dim),
+                sum_dim,
+                AddressType::from_len(self.splits * rows * n),
+                vector,
+                partials.into_tensor_arg(),
+                out,
+                self.splits,
+                float,
+            );
+        }
+    }
+
+    /// `staged_rows_kernel`'s launch of the product into `target` (of `target_type`).
+    unsafe fn enqueue_staged(
+        &self,
+        client: &Client,
+        float: ElemType,
+        [x, w]: [TensorArg; 2],
+        fp8: Option<(TensorArg, Fp8Words)>,
+        target: TensorArg,
+        target_type: ElemType,
+    ) {
+        let (rows, k, n) = (self.rows, self.k, self.n);
+        let address = AddressType::from_len((n * k).max(rows * k).max(self.splits * rows * n));
         let vector = self.vector(client, fp8.is_some());
         // The weight's elements: `vector` floats a load, or `vector / 4` words of codes.
         let (w_type, w_vector, scales, words) = match fp8 {
@@ -1238,23 +1336,6 @@ impl StagedRows {
                 vector,
                 words,
                 [float, target_type, w_type],
-            );
-        }
-        let Some((partials, out)) = sum else { return };
-        let vector = widest_vector(client, 4, |v| n.is_multiple_of(v));
-        let units = rows * n / vector;
-        let sum_dim = CubeDim::new(client, units);
-        unsafe {
-            split_sum_kernel::launch_unchecked(
-                client,
-                calculate_cube_count_elemwise(client, units, sum_dim),
-                sum_dim,
-                AddressType::from_len(self.splits * rows * n),
-                vector,
-                partials.into_tensor_arg(),
-                out,
-                self.splits,
-                float,
             );
         }
     }

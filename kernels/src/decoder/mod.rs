@@ -12,6 +12,8 @@
 //!   in registers, and the decoding of such a weight for the products no kernel here takes;
 //! - `fp8_tiles.rs`: the same products for up to 8 f16 rows on warp-level tensor-core products
 //!   (CUDA), each instruction multiplying 256 decoded codes;
+//! - `warp_rows.rs`: the staged kernel's float products on warp-level tensor-core products
+//!   (CUDA), the weight loaded straight into registers (a launch knob, off by default);
 //! - `act.rs`: the MLP activation, SiLU of the gate times the up projection;
 //! - `launch.rs`: the host side — which product fits a device, the launches and the room's
 //!   knobs ([`DecoderTuning`]).
@@ -23,6 +25,7 @@ mod launch;
 mod matvec;
 mod norm;
 mod product;
+mod warp_rows;
 
 pub use crate::common::launch::has_tiles;
 pub use launch::{

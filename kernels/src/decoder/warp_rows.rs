@@ -1,0 +1,273 @@
+//! The staged kernel's products (`out [m, n] = x [m, k] · wᵀ`, `m ≤ 64`, f16) on warp-level
+//! tensor-core products (`mma.sync` m16n8k16, f16 × f16 → f32, through CubeCL's
+//! `MmaDefinition`), with no shared memory and no barrier: the weight's rows are the product's
+//! 16 rows, loaded by each lane straight from global memory in the operand's register layout,
+//! and the rows of `x` its 8 columns, read from global memory (the cube's warps read the same
+//! rows of `x` at the same inner positions, from cache).
+//!
+//! Why (`benches/NOTES.md`, "What binds the staged kernel"): `staged_rows_kernel` at 64 rows
+//! waits on its shared-memory fragment loads (four of `x` and one of the weight for four `wmma`
+//! products a plane and inner tile) with 8–12 warps an SM (164–171 registers a unit). Here a
+//! warp's 16 weight rows take two 16-byte loads a lane per 32 inner elements and serve all of
+//! `x`'s row groups, with no stage, no barrier and 32 accumulator registers at 64 rows.
+//!
+//! The operand layout: in a chunk of 32 inner elements, lane `(g, t) = (lane / 4, lane % 4)`
+//! loads elements `8t … 8t + 7` (16 bytes) of weight rows `g` and `g + 8`, and of `x`'s row
+//! `8j + g` for each group `j` of 8 rows. Product `p` (0, 1) takes the lane's words `2p` and
+//! `2p + 1` (elements `8t + 4p …`): the first as the operand's inner pair `2t, 2t + 1`, the
+//! second as `2t + 8, 2t + 9`, in both operands, so every product pairs the same elements of
+//! the weight and of `x`, and the two products of a chunk cover its 32 elements once. Rows of
+//! `x` past `m` read as zeros and are not written.
+
+use cubecl::cmma::MmaDefinition;
+use cubecl::prelude::*;
+use half::f16;
+
+/// Inner elements a chunk: two products of 16.
+pub(crate) const CHUNK: usize = 32;
+/// Rows of `x` a product takes (its columns).
+pub(crate) const GROUP_ROWS: usize = 8;
+
+/// The launch shape of [`warp_rows_kernel`] (comptime).
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct WarpRowsShape {
+    /// Groups of 8 rows of `x` (`m.div_ceil(8)`, 1 to 8).
+    pub(crate) groups: usize,
+    /// Warps a cube.
+    pub(crate) warps: usize,
+    /// Tiles of 16 weight rows a warp (1 or 2).
+    pub(crate) tiles: usize,
+    /// 16-byte words of a row of `x` and of the weight (`k / 8`).
+    pub(crate) k_words: usize,
+    /// Chunks a block: a share of the inner size is whole blocks, and a block's weight words
+    /// are loaded before its products.
+    pub(crate) block_chunks: usize,
+    /// Shares of the inner size.
+    pub(crate) splits: usize,
+    /// The next block's weight words loaded before this block's products.
+    pub(crate) ahead: bool,
+}
+
+impl WarpRowsShape {
+    /// Weight rows (output columns) a cube.
+    pub(crate) const fn cube_cols(&self) -> usize {
+        16 * self.tiles * self.warps
+    }
+}
+
+/// `out = x · wᵀ` (`x [m, k]`, `w [n, k]` f16, both bound as 16-byte words, `k / 8` a row) for
+/// `m ≤ 8 · groups`: the cube of `CUBE_POS` owns `shape.cube_cols()` weight rows and one of
+/// `splits` shares of the inner size (blocks `share · blocks / splits …`, as
+/// `staged_rows_kernel` splits it); warp `UNIT_POS_Y` owns `16 · tiles` of the rows. Written
+/// rounded once to `O` into `out [m, n]` with one share, as f32 into `out [splits · m, n]` (share
+/// `s` at rows `s · m …`) with several. See the module doc.
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
+pub(crate) fn warp_rows_kernel<O: Float>(
+    x: &Tensor<Vector<u32, Const<4>>>,
+    w: &Tensor<Vector<u32, Const<4>>>,
+    out: &mut Tensor<O>,
+    #[comptime] shape: WarpRowsShape,
+    #[define(O)] _dtype: ElemType,
+) {
+    let (groups, tiles, k_words, block_chunks, splits) = comptime!((
+        shape.groups,
+        shape.tiles,
+        shape.k_words,
+        shape.block_chunks,
+        shape.splits
+    ));
+    let m = x.shape(0);
+    let n = w.shape(0);
+    let cube_cols = comptime!(shape.cube_cols());
+    let col_groups = n / cube_cols;
+    let share = CUBE_POS / col_groups;
+    if share >= splits {
+        terminate!();
+    }
+    let lane = UNIT_POS_X as usize;
+    let g = lane / 4;
+    let t = lane % 4;
+    let col0 = (CUBE_POS % col_groups) * cube_cols + UNIT_POS_Y as usize * comptime!(16 * tiles);
+    let blocks = comptime!(k_words / (4 * block_chunks));
+    let first = share * blocks / splits;
+    let end = (share + 1) * blocks / splits;
+
+    // This lane's rows of `x` (zeros past `m`).
+    let mut x_rows = Array::<usize>::new(groups);
+    let mut x_live = Array::<bool>::new(groups);
+    #[unroll]
+    for j in 0..groups {
+        let row = comptime!(GROUP_ROWS * j) + g;
+        x_live[j] = row < m;
+        x_rows[j] = select(row < m, row, 0usize) * k_words;
+    }
+    let words = comptime!(block_chunks * tiles * 2);
+    let mut cur = Array::<Vector<u32, Const<4>>>::new(words);
+    let mut next = Array::<Vector<u32, Const<4>>>::new(words);
+    // Block `first` lies in the row (`share < splits`) even where the share is empty.
+    if comptime!(shape.ahead) {
+        load_block(w, &mut next, col0, first, g, t, shape);
+    }
+    let def = MmaDefinition::<f16, f16, f32>::new(16usize, 8usize, 16usize);
+    let mut acc = Array::<Vector<f32, Const<2>>>::new(comptime!(tiles * groups * 2));
+    #[unroll]
+    for i in 0..comptime!(tiles * groups * 2) {
+        acc[i] = Vector::new(f32::new(0.0));
+    }
+    let zero = Vector::<u32, Const<4>>::new(0u32);
+    for b in first..end {
+        if comptime!(shape.ahead) {
+            #[unroll]
+            for i in 0..words {
+                cur[i] = next[i];
+            }
+            if b + 1 < end {
+                load_block(w, &mut next, col0, b + 1, g, t, shape);
+            }
+        } else {
+            load_block(w, &mut cur, col0, b, g, t, shape);
+        }
+        #[unroll]
+        for u in 0..block_chunks {
+            let word = (b * block_chunks + u) * 4 + t;
+            #[unroll]
+            for j in 0..groups {
+                let mut xv = zero;
+                if x_live[j] {
+                    xv = x[x_rows[j] + word];
+                }
+                #[unroll]
+                for p in 0..2usize {
+                    let mut bf = Array::<Vector<f16, Const<2>>>::new(2usize);
+                    bf[0] = Vector::<f16, Const<2>>::reinterpret(xv.extract(2 * p));
+                    bf[1] = Vector::<f16, Const<2>>::reinterpret(xv.extract(2 * p + 1));
+                    #[unroll]
+                    for a in 0..tiles {
+                        let w0 = cur[comptime!((u * tiles + a) * 2)];
+                        let w1 = cur[comptime!((u * tiles + a) * 2 + 1)];
+                        let mut af = Array::<Vector<f16, Const<2>>>::new(4usize);
+                        af[0] = Vector::<f16, Const<2>>::reinterpret(w0.extract(2 * p));
+                        af[1] = Vector::<f16, Const<2>>::reinterpret(w1.extract(2 * p));
+                        af[2] = Vector::<f16, Const<2>>::reinterpret(w0.extract(2 * p + 1));
+                        af[3] = Vector::<f16, Const<2>>::reinterpret(w1.extract(2 * p + 1));
+                        let at = comptime!((a * groups + j) * 2);
+                        let mut c = Array::<Vector<f32, Const<2>>>::new(2usize);
+                        c[0] = acc[at];
+                        c[1] = acc[at + 1];
+                        let d = def.execute(&af, &bf, &c);
+                        acc[at] = d[0];
+                        acc[at + 1] = d[1];
+                    }
+                }
+            }
+        }
+    }
+
+    // Accumulator `(a, j, h)` holds weight row `col0 + 16a + g + 8h` times `x`'s rows
+    // `8j + 2t` and `8j + 2t + 1`.
+    let base = share * m;
+    #[unroll]
+    for a in 0..tiles {
+        #[unroll]
+        for j in 0..groups {
+            #[unroll]
+            for h in 0..2usize {
+                let col = col0 + comptime!(16 * a + 8 * h) + g;
+                let v = acc[comptime!((a * groups + j) * 2 + h)];
+                #[unroll]
+                for i in 0..2usize {
+                    let row = comptime!(GROUP_ROWS * j + i) + 2 * t;
+                    if row < m {
+                        out[(base + row) * n + col] = O::cast_from(v.extract(i));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Block `b`'s weight words of this lane into `into`: for each chunk `u` and row tile `a`, the
+/// 16 bytes at inner word `(b · block_chunks + u) · 4 + t` of weight rows `col0 + 16a + g`
+/// (`into[(u · tiles + a) · 2]`) and `+ 8` (`… + 1`).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_block(
+    w: &Tensor<Vector<u32, Const<4>>>,
+    into: &mut Array<Vector<u32, Const<4>>>,
+    col0: usize,
+    b: usize,
+    g: usize,
+    t: usize,
+    #[comptime] shape: WarpRowsShape,
+) {
+    let (tiles, k_words, block_chunks) =
+        comptime!((shape.tiles, shape.k_words, shape.block_chunks));
+    #[unroll]
+    for u in 0..block_chunks {
+        let word = (b * block_chunks + u) * 4 + t;
+        #[unroll]
+        for a in 0..tiles {
+            #[unroll]
+            for h in 0..2usize {
+                let row = col0 + comptime!(16 * a + 8 * h) + g;
+                into[comptime!((u * tiles + a) * 2 + h)] = w[row * k_words + word];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{WarpRowsShape, warp_rows_kernel};
+    use crate::test_common as common;
+    use cubecl::ir::{AddressType, ElemType, FloatKind};
+    use cubecl::prelude::*;
+
+    /// The kernel expanded against CUDA's manual-`mma` register layout and a device listing f16
+    /// `mma.sync` 16 × 8 × 16, and translated to CUDA C++ (no CUDA compiler runs here): one and
+    /// eight row groups, one and two row tiles a warp, one share and several, the next block's
+    /// words loaded ahead or not. Its arithmetic is checked by the root crate's projection
+    /// tests through CUDA, with `ROPE_POOL_STAGED_WARP=1`.
+    #[test]
+    fn warp_rows_kernel_expands_and_compiles_to_cuda() {
+        let Some(client) = common::any_client("warp rows product's CUDA check") else {
+            return;
+        };
+        let (properties, target) = common::warp_mma_properties(&client);
+        let (n, k) = (128usize, 1024usize);
+        let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
+        for (groups, tiles, splits, ahead, out) in [
+            (1usize, 1usize, 1usize, false, FloatKind::F16),
+            (8, 1, 4, true, FloatKind::F32),
+            (5, 2, 1, true, FloatKind::F16),
+            (8, 2, 2, false, FloatKind::F32),
+        ] {
+            let shape = WarpRowsShape {
+                groups,
+                warps: 4 / tiles,
+                tiles,
+                k_words: k / 8,
+                block_chunks: 4,
+                splits,
+                ahead,
+            };
+            let m = groups * 8 - 3;
+            let kernel = warp_rows_kernel::create_dummy_kernel(
+                properties.clone(),
+                target.clone(),
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_2d(32, shape.warps as u32),
+                AddressType::U32,
+                tensor(&[m, k / 8]),
+                tensor(&[n, k / 8]),
+                tensor(&[splits * m, n]),
+                shape,
+                ElemType::Float(out),
+            );
+            common::assert_warp_mma_kernel_compiles(
+                kernel,
+                &format!("{groups} groups, {tiles} tiles, {splits} shares, ahead {ahead}"),
+            );
+        }
+    }
+}
