@@ -28,7 +28,7 @@
 
 use super::plane::pool_row;
 use super::split::cube_work;
-use crate::common::fp8::halves_pairs;
+use crate::common::fp8::{converted_pair, halves_pairs};
 use crate::common::fragment::half_pair as pair;
 use cubecl::cmma::MmaDefinition;
 use cubecl::prelude::*;
@@ -168,6 +168,7 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
     #[comptime] split: bool,
     #[comptime] capped: bool,
     #[comptime] fp8: bool,
+    #[comptime] native: bool,
     #[comptime] lean: bool,
     #[define(P)] _pool: ElemType,
 ) {
@@ -198,7 +199,9 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
     let count = usize::cast_from(ranges[2 * tok + 1]);
     let lo = chunk * (chunk_keys as usize);
     let hi = (lo + chunk_keys as usize).min(count);
-    let factor = comptime!(if fp8 { 256.0f32 } else { 1.0f32 });
+    // f16 halves hold the codes' values times 2^-8; the device's conversion, the values.
+    let halves = comptime!(fp8 && !native);
+    let factor = comptime!(if halves { 256.0f32 } else { 1.0f32 });
     let score_scale = sm_scale * k_scale * f32::new(factor);
 
     // The query's fragments, step `c` in slots `4c..4c + 4`: rows `gl` and `gl + 8` (zeros past
@@ -217,8 +220,9 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
             if row < group {
                 x = q[((tok * num_qo_heads + head0 + row) * d) / 4 + tl * comptime!(d / 16) + c];
             }
-            // Keys from fp8 pools pair elements (0, 2) and (1, 3); from f16 pools (0, 1), (2, 3).
-            if comptime!(fp8) {
+            // Keys decoded as f16 halves pair elements (0, 2) and (1, 3); from f16 pools or the
+            // device's conversion (0, 1), (2, 3).
+            if comptime!(halves) {
                 qf[4 * c + r] = pair(x.extract(0usize), x.extract(2usize));
                 qf[4 * c + 2 + r] = pair(x.extract(1usize), x.extract(3usize));
             } else {
@@ -302,9 +306,14 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
                     let word = u32::cast_from(
                         kw[comptime!(s * quarter + c / mv)].extract(comptime!(c % mv)),
                     );
-                    let (even, odd) = halves_pairs(word, true);
-                    b[0] = even;
-                    b[1] = odd;
+                    if comptime!(native) {
+                        b[0] = converted_pair(word);
+                        b[1] = converted_pair(word >> 16);
+                    } else {
+                        let (even, odd) = halves_pairs(word, true);
+                        b[0] = even;
+                        b[1] = odd;
+                    }
                 } else {
                     // Elements `4c..4c + 4` of the quarter: vector `4c / M`.
                     let v = kw[comptime!(s * quarter + 4 * c / mv)];
@@ -415,15 +424,23 @@ pub(crate) fn attention_heads_kernel<P: Numeric, M: Size>(
                     let wa = u32::cast_from(vw[comptime!(2 * h * eighth + vec_at)].extract(w));
                     let wb =
                         u32::cast_from(vw[comptime!((2 * h + 1) * eighth + vec_at)].extract(w));
-                    // Bytes (a0, a1, b0, b1) or (a2, a3, b2, b3): pairs (a, b) of one element.
-                    let mut x = (wa >> 16) | (wb & 0xFFFF_0000);
-                    if comptime!(j % 4 < 2) {
-                        x = (wa & 0xFFFF) | (wb << 16);
-                    }
-                    let (even, odd) = halves_pairs(x, true);
-                    b[h] = odd;
-                    if comptime!(j % 2 == 0) {
-                        b[h] = even;
+                    if comptime!(native) {
+                        // Byte `j % 4` of each key's word: the pair (a, b) of one element.
+                        let shift = comptime!(8 * (j % 4) as u32);
+                        let x = ((wa >> shift) & 0xFF) | (((wb >> shift) & 0xFF) << 8);
+                        b[h] = converted_pair(x);
+                    } else {
+                        // Bytes (a0, a1, b0, b1) or (a2, a3, b2, b3): pairs (a, b) of one
+                        // element.
+                        let mut x = (wa >> 16) | (wb & 0xFFFF_0000);
+                        if comptime!(j % 4 < 2) {
+                            x = (wa & 0xFFFF) | (wb << 16);
+                        }
+                        let (even, odd) = halves_pairs(x, true);
+                        b[h] = odd;
+                        if comptime!(j % 2 == 0) {
+                            b[h] = even;
+                        }
                     }
                 }
             } else {
@@ -529,12 +546,14 @@ mod tests {
         };
         let (properties, target) = common::warp_mma_properties(&client);
         let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
-        for (fp8, d, group, split, capped, lean) in [
-            (false, 128usize, 4usize, false, false, false),
-            (true, 128, 4, true, false, true),
-            (false, 128, 4, false, false, true),
-            (true, 64, 16, false, true, true),
-            (false, 64, 16, true, false, false),
+        for (fp8, native, d, group, split, capped, lean) in [
+            (false, false, 128usize, 4usize, false, false, false),
+            (true, false, 128, 4, true, false, true),
+            (true, true, 128, 4, false, false, true),
+            (false, false, 128, 4, false, false, true),
+            (true, false, 64, 16, false, true, true),
+            (true, true, 64, 16, true, false, false),
+            (false, false, 64, 16, true, false, false),
         ] {
             let (pool_vector, pool_elem) = match fp8 {
                 true => ((d / 32).min(4), ElemType::UInt(UIntKind::U32)),
@@ -569,12 +588,15 @@ mod tests {
                 split,
                 capped,
                 fp8,
+                native,
                 lean,
                 pool_elem,
             );
             common::assert_warp_mma_kernel_compiles(
                 kernel,
-                &format!("fp8 {fp8}, head {d}, group {group}, split {split}, lean {lean}"),
+                &format!(
+                    "fp8 {fp8} (native {native}), head {d}, group {group}, split {split}, lean {lean}"
+                ),
             );
         }
     }

@@ -7,7 +7,7 @@ use super::portable::attention_kernel;
 use super::split::attention_merge;
 use super::tiles::{KV_PAD, LANES, P_PAD, S_PAD, TILE, attention_tiles_kernel};
 use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
-use crate::common::launch::{has_tiles, warp_mma_f16, widest_vector};
+use crate::common::launch::{converts_fp8, has_tiles, warp_mma_f16, widest_vector};
 use cubecl::client::Client;
 use cubecl::features::Plane;
 use cubecl::ir::{AddressType, ElemType, FloatKind, UIntKind};
@@ -792,6 +792,8 @@ pub unsafe fn launch_attention(
                 split,
                 scalars.soft_cap.is_some(),
                 fp8,
+                // The device's own e4m3 conversion where it has one (CUDA's C++ backend).
+                fp8 && fp8_decode == Fp8Decode::Native && converts_fp8(client),
                 lean,
                 pool_elem,
             );

@@ -123,6 +123,16 @@ fn native_raw<N: Size>(word: u32) -> Vector<f32, N> {
     Vector::<f32, N>::cast_from(Vector::<f16, N>::cast_from(codes))
 }
 
+/// The two e4m3 codes in the low 16 bits of `x` (the first in the low byte) as an f16 pair,
+/// through CubeCL's fp8 type: one `cvt` of two codes where the device converts in hardware
+/// (CUDA's C++ backend on sm_89 and later: `__nv_cvt_fp8x2_to_halfraw2`). Every e4m3 value,
+/// NaN included, is exact in f16.
+#[cube]
+pub(crate) fn converted_pair(x: u32) -> Vector<f16, Const<2>> {
+    let codes = Vector::<e4m3, Const<2>>::reinterpret(u16::cast_from(x & 0xFFFF));
+    Vector::<f16, Const<2>>::cast_from(codes)
+}
+
 /// How a kernel decodes fp8 e4m3 words: a launch's choice (comptime), the same values
 /// (NaN codes included) every way. The root crate's `PoolAttentionConfig::fp8_decode` takes it.
 #[derive(Copy, Clone, Debug, Hash, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

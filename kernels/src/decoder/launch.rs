@@ -105,6 +105,9 @@ pub struct DecoderTuning {
     /// Warp-level staged products: the next block's weight loaded before this block's products
     /// (`ROPE_POOL_STAGED_WARP_AHEAD=1`; default off).
     pub staged_warp_ahead: bool,
+    /// Warp-level staged products: `x`'s blocks staged in shared memory by the cube
+    /// (`ROPE_POOL_STAGED_WARP_SHARED=1`; default off: each warp reads them from cache).
+    pub staged_warp_shared: bool,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
@@ -156,6 +159,7 @@ impl DecoderTuning {
             staged_warp: number::<usize>("ROPE_POOL_STAGED_WARP").map(|v| v == 1),
             staged_warp_tiles: number("ROPE_POOL_STAGED_WARP_TILES").filter(|n| [1, 2].contains(n)),
             staged_warp_ahead: crate::common::tuning::flag("ROPE_POOL_STAGED_WARP_AHEAD"),
+            staged_warp_shared: crate::common::tuning::flag("ROPE_POOL_STAGED_WARP_SHARED"),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
@@ -934,9 +938,9 @@ pub struct StagedRows {
     row_planes: usize,
     block: usize,
     splits: usize,
-    /// Float weights through `warp_rows_kernel`: its row tiles a warp and whether it loads a
-    /// block ahead.
-    warp: Option<(usize, bool)>,
+    /// Float weights through `warp_rows_kernel`: its row tiles a warp, whether it loads a
+    /// block ahead, whether it stages `x`.
+    warp: Option<(usize, bool, bool)>,
 }
 
 /// Planes (column tiles) of a staged cube.
@@ -1048,7 +1052,7 @@ impl StagedRows {
             && block.is_multiple_of(2)
             && k.is_multiple_of(CHUNK)
             && planes.is_multiple_of(tiles))
-        .then_some((tiles, tuning.staged_warp_ahead));
+        .then_some((tiles, tuning.staged_warp_ahead, tuning.staged_warp_shared));
         Some(Self {
             rows,
             k,
@@ -1226,7 +1230,7 @@ impl StagedRows {
             }
         };
         let target_type = if self.splits > 1 { f32 } else { float };
-        if let (Some((tiles, ahead)), None) = (self.warp, &fp8) {
+        if let (Some((tiles, ahead, x_shared)), None) = (self.warp, &fp8) {
             let shape = WarpRowsShape {
                 groups: rows.div_ceil(GROUP_ROWS),
                 warps: self.planes / tiles,
@@ -1235,6 +1239,7 @@ impl StagedRows {
                 block_chunks: TILE * self.block / CHUNK,
                 splits: self.splits,
                 ahead,
+                x_shared,
             };
             let cube_dim = CubeDim::new_2d(32, shape.warps as u32);
             let cubes = n / shape.cube_cols() * self.splits;

@@ -46,6 +46,10 @@ pub(crate) struct WarpRowsShape {
     pub(crate) splits: usize,
     /// The next block's weight words loaded before this block's products.
     pub(crate) ahead: bool,
+    /// `x`'s block staged in shared memory by the cube (two stages, one barrier a block; the
+    /// next block's words loaded before this block's products) instead of read by each warp
+    /// from cache.
+    pub(crate) x_shared: bool,
 }
 
 impl WarpRowsShape {
@@ -115,7 +119,44 @@ pub(crate) fn warp_rows_kernel<O: Float>(
         acc[i] = Vector::new(f32::new(0.0));
     }
     let zero = Vector::<u32, Const<4>>::new(0u32);
+
+    // With `x_shared`: the block's rows of `x` (8 · groups, zeros past `m`), a row of
+    // `row_words` words padded by 4 (64 bytes: the 8 lanes of a quarter plane, rows `g` and
+    // `g + 1`, meet no bank twice), two stages.
+    let x_shared = comptime!(shape.x_shared);
+    let row_words = comptime!(4 * block_chunks);
+    let ld = comptime!(row_words + 4);
+    let stage_words = comptime!(GROUP_ROWS * groups * ld);
+    let units = comptime!(32 * shape.warps);
+    let x_loads = comptime!(if x_shared {
+        (GROUP_ROWS * groups * row_words).div_ceil(units)
+    } else {
+        1
+    });
+    let mut x_s = Shared::<[Vector<u32, Const<4>>]>::new_aligned_slice(
+        comptime!(if x_shared { 2 * stage_words } else { 1 }),
+        16usize,
+    );
+    let mut x_r = Array::<Vector<u32, Const<4>>>::new(x_loads);
+    let unit = UNIT_POS as usize;
+    if comptime!(x_shared) {
+        load_x_block(x, &mut x_r, first, unit, shape);
+    }
     for b in first..end {
+        let stage = ((b - first) % 2) * stage_words;
+        if comptime!(x_shared) {
+            #[unroll]
+            for l in 0..x_loads {
+                let i = unit + l * units;
+                if i < comptime!(GROUP_ROWS * groups * row_words) {
+                    x_s[stage + (i / row_words) * ld + i % row_words] = x_r[l];
+                }
+            }
+            sync_cube();
+            if b + 1 < end {
+                load_x_block(x, &mut x_r, b + 1, unit, shape);
+            }
+        }
         if comptime!(shape.ahead) {
             #[unroll]
             for i in 0..words {
@@ -133,7 +174,9 @@ pub(crate) fn warp_rows_kernel<O: Float>(
             #[unroll]
             for j in 0..groups {
                 let mut xv = zero;
-                if x_live[j] {
+                if comptime!(x_shared) {
+                    xv = x_s[stage + (comptime!(GROUP_ROWS * j) + g) * ld + u * 4 + t];
+                } else if x_live[j] {
                     xv = x[x_rows[j] + word];
                 }
                 #[unroll]
@@ -186,6 +229,32 @@ pub(crate) fn warp_rows_kernel<O: Float>(
     }
 }
 
+/// Block `b`'s words of `x`'s rows `0 … 8 · groups` (zeros past `m`) into `into`: word `i` of
+/// the block (row `i / (4 · block_chunks)`) at `into[l]` for `i = unit + l · 32 · warps`.
+#[cube]
+fn load_x_block(
+    x: &Tensor<Vector<u32, Const<4>>>,
+    into: &mut Array<Vector<u32, Const<4>>>,
+    b: usize,
+    unit: usize,
+    #[comptime] shape: WarpRowsShape,
+) {
+    let row_words = comptime!(4 * shape.block_chunks);
+    let units = comptime!(32 * shape.warps);
+    let total = comptime!(GROUP_ROWS * shape.groups * row_words);
+    let m = x.shape(0);
+    #[unroll]
+    for l in 0..comptime!(total.div_ceil(units)) {
+        let i = unit + l * units;
+        let row = i / row_words;
+        let mut v = Vector::<u32, Const<4>>::new(0u32);
+        if i < total && row < m {
+            v = x[row * comptime!(shape.k_words) + b * row_words + i % row_words];
+        }
+        into[l] = v;
+    }
+}
+
 /// Block `b`'s weight words of this lane into `into`: for each chunk `u` and row tile `a`, the
 /// 16 bytes at inner word `(b · block_chunks + u) · 4 + t` of weight rows `col0 + 16a + g`
 /// (`into[(u · tiles + a) · 2]`) and `+ 8` (`… + 1`).
@@ -226,7 +295,7 @@ mod tests {
     /// The kernel expanded against CUDA's manual-`mma` register layout and a device listing f16
     /// `mma.sync` 16 × 8 × 16, and translated to CUDA C++ (no CUDA compiler runs here): one and
     /// eight row groups, one and two row tiles a warp, one share and several, the next block's
-    /// words loaded ahead or not. Its arithmetic is checked by the root crate's projection
+    /// words loaded ahead or not, `x` read from cache or staged. Its arithmetic is checked by the root crate's projection
     /// tests through CUDA, with `ROPE_POOL_STAGED_WARP=1`.
     #[test]
     fn warp_rows_kernel_expands_and_compiles_to_cuda() {
@@ -236,11 +305,12 @@ mod tests {
         let (properties, target) = common::warp_mma_properties(&client);
         let (n, k) = (128usize, 1024usize);
         let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
-        for (groups, tiles, splits, ahead, out) in [
-            (1usize, 1usize, 1usize, false, FloatKind::F16),
-            (8, 1, 4, true, FloatKind::F32),
-            (5, 2, 1, true, FloatKind::F16),
-            (8, 2, 2, false, FloatKind::F32),
+        for (groups, tiles, splits, ahead, x_shared, out) in [
+            (1usize, 1usize, 1usize, false, false, FloatKind::F16),
+            (8, 1, 4, true, false, FloatKind::F32),
+            (5, 2, 1, true, true, FloatKind::F16),
+            (8, 2, 2, false, false, FloatKind::F32),
+            (8, 1, 4, true, true, FloatKind::F32),
         ] {
             let shape = WarpRowsShape {
                 groups,
@@ -250,6 +320,7 @@ mod tests {
                 block_chunks: 4,
                 splits,
                 ahead,
+                x_shared,
             };
             let m = groups * 8 - 3;
             let kernel = warp_rows_kernel::create_dummy_kernel(
@@ -266,7 +337,9 @@ mod tests {
             );
             common::assert_warp_mma_kernel_compiles(
                 kernel,
-                &format!("{groups} groups, {tiles} tiles, {splits} shares, ahead {ahead}"),
+                &format!(
+                    "{groups} groups, {tiles} tiles, {splits} shares, ahead {ahead}, shared {x_shared}"
+                ),
             );
         }
     }
