@@ -995,6 +995,8 @@ fn tiles_product_matches_float64() {
             // Inner sizes a multiple of 128: what blocks of 128 take (`ROPE_POOL_TILES_BLOCK`).
             (257, 384, 256),
             (70, 1024, 128),
+            // A long inner size over 128 × 256 cubes (`ROPE_POOL_TILES_WARP=4`, through CUDA).
+            (129, 2048, 512),
         ] {
             let round = |v: f64| crate::common::round_to(v, dtype);
             let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();

@@ -18,6 +18,9 @@ use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
 use super::product::{
     BLOCK, CUBE_COLS, CUBE_ROWS, PLANES, WIDE_BLOCK, shared_bytes, tiles_product_kernel,
 };
+use super::warp_product::{
+    WARP_BLOCK, WARP_CUBE_ROWS, WARP_TILE, warp_product_kernel, warp_product_shared_bytes,
+};
 use super::warp_rows::{CHUNK, GROUP_ROWS, WarpRowsShape, warp_rows_kernel};
 use crate::LaunchTuning;
 use crate::common::fp8::{FP8_VECTOR, Fp8Decode};
@@ -128,6 +131,11 @@ pub struct DecoderTuning {
     /// Inner elements a block of [`launch_tiles_product`] (`ROPE_POOL_TILES_BLOCK`, 64 or 128;
     /// default 64), where the inner size is a multiple of it and shared memory holds it (else 64).
     pub tiles_block: Option<usize>,
+    /// Products [`launch_tiles_product`] takes run on warp-level tensor-core products with
+    /// `ldmatrix` (`warp_product.rs`) where the device has f16 `mma.sync` through CUDA and `k` is
+    /// a multiple of 32: `ROPE_POOL_TILES_WARP=2` cubes of 128 × 128 outputs (4 warps), `=4`
+    /// of 128 × 256 (8 warps; where `n` is a multiple of 256, else 128 × 128); default: off.
+    pub tiles_warp: Option<usize>,
 }
 
 #[cfg(feature = "tuning")]
@@ -160,6 +168,7 @@ impl DecoderTuning {
             staged_warp_tiles: number("ROPE_POOL_STAGED_WARP_TILES").filter(|n| [1, 2].contains(n)),
             staged_warp_ahead: crate::common::tuning::flag("ROPE_POOL_STAGED_WARP_AHEAD"),
             staged_warp_shared: crate::common::tuning::flag("ROPE_POOL_STAGED_WARP_SHARED"),
+            tiles_warp: number("ROPE_POOL_TILES_WARP").filter(|n| [2, 4].contains(n)),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
@@ -1612,6 +1621,38 @@ pub unsafe fn launch_tiles_product(
         TensorArg::from_raw_parts(h.clone(), [k / 8, 1].into(), [rows, k / 8].into())
     };
     let out = unsafe { TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()) };
+    let address = AddressType::from_len((m * k).max(n * k).max(m * n));
+    let warp = crate::LaunchTuning::current().decoder.tiles_warp;
+    if let Some(warps_n) = warp.filter(|_| warp_mma_f16(client) && k.is_multiple_of(WARP_BLOCK)) {
+        let warps_n = if n.is_multiple_of(WARP_TILE * warps_n) {
+            warps_n
+        } else {
+            2
+        };
+        let shared = client.properties().hardware.max_shared_memory_size;
+        if shared >= warp_product_shared_bytes(warps_n) {
+            let cubes = m.div_ceil(WARP_CUBE_ROWS) * (n / (WARP_TILE * warps_n));
+            let cube_dim = CubeDim::new_2d(32, 2 * warps_n as u32);
+            unsafe {
+                warp_product_kernel::launch_unchecked(
+                    client,
+                    // Cubes past the last tile leave at once.
+                    calculate_cube_count_elemwise(
+                        client,
+                        cubes * cube_dim.num_elems() as usize,
+                        cube_dim,
+                    ),
+                    cube_dim,
+                    address,
+                    rows(x, m),
+                    rows(w, n),
+                    out,
+                    warps_n,
+                );
+            }
+            return;
+        }
+    }
     let cubes = m.div_ceil(CUBE_ROWS) * (n / CUBE_COLS);
     let cube_dim = CubeDim::new_2d(32, PLANES as u32);
     let (block, stages) = tiles_plan(client, k);
@@ -1625,7 +1666,7 @@ pub unsafe fn launch_tiles_product(
             // Cubes past the last tile (the count rounded to the grid's shape) leave at once.
             calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
             cube_dim,
-            AddressType::from_len((m * k).max(n * k).max(m * n)),
+            address,
             vector,
             rows(x, m),
             rows(w, n),

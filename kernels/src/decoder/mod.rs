@@ -25,6 +25,7 @@ mod launch;
 mod matvec;
 mod norm;
 mod product;
+mod warp_product;
 mod warp_rows;
 
 pub use crate::common::launch::has_tiles;
