@@ -20,8 +20,10 @@
 //!    contiguous eighth of the row): column `n` of output tile `j` is element `n · D/8 + j`.
 //!
 //! fp8 pools are decoded as f16 halves (each word of four codes into two f16 pairs, values
-//! `2^-8` below the codes' own, NaN codes NaN: `common::fp8`), exact in f16, with no widening to
-//! f32; the keys' factor and scale multiply the scores, the values' the output. The fragments'
+//! `2^-8` below the codes' own, NaN codes NaN: `common::fp8`), or with `native` by the device's
+//! conversion of each pair of codes (CubeCL's fp8 type: CUDA's C++ backend on sm_89 and later,
+//! the codes' own values), exact in f16 either way, with no widening to f32; the keys' factor
+//! and scale multiply the scores, the values' the output. The fragments'
 //! register layout is CUDA's (`mma.sync`): the launch takes this kernel through CubeCL's CUDA
 //! runtime only. A key whose pool row is outside the pool is masked, never read; the split into
 //! chunks and its merge are the other kernels' ([`super::split`]).

@@ -1060,8 +1060,11 @@ impl StagedRows {
             && warp_mma_f16(client)
             && block.is_multiple_of(2)
             && k.is_multiple_of(CHUNK)
-            && planes.is_multiple_of(tiles))
-        .then_some((tiles, tuning.staged_warp_ahead, tuning.staged_warp_shared));
+            && planes.is_multiple_of(tiles)
+            && (!tuning.staged_warp_shared
+                || 2 * 16 * WarpRowsShape::x_stage_words_of(rows, TILE * block / CHUNK)
+                    <= hardware.max_shared_memory_size))
+            .then_some((tiles, tuning.staged_warp_ahead, tuning.staged_warp_shared));
         Some(Self {
             rows,
             k,

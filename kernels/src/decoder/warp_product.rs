@@ -244,7 +244,7 @@ mod tests {
     /// The kernel expanded against CUDA's manual-`mma` register layout and a device listing f16
     /// `mma.sync` 16 × 8 × 16, and translated to CUDA C++ (no CUDA compiler runs here), with 2
     /// and 4 warps across a cube's columns. Its arithmetic is checked by the root crate's
-    /// `tiles_product_matches_float64` through CUDA, with `ROPE_POOL_TILES_WARP=1`.
+    /// `tiles_product_matches_float64` through CUDA, with `ROPE_POOL_TILES_WARP=2` and `=4`.
     #[test]
     fn warp_product_kernel_expands_and_compiles_to_cuda() {
         let Some(client) = common::any_client("warp product's CUDA check") else {

@@ -57,6 +57,30 @@ impl WarpRowsShape {
     pub(crate) const fn cube_cols(&self) -> usize {
         16 * self.tiles * self.warps
     }
+
+    /// With `x_shared`, the words between rows of a stage: a block's `4 · block_chunks` padded
+    /// to 4 more than a multiple of 8 (the 8 lanes of a quarter plane read rows `g` and `g + 1`
+    /// 64 bytes apart in the banks' 128: no bank twice).
+    pub(crate) const fn x_row_stride(&self) -> usize {
+        padded_row(self.block_chunks)
+    }
+
+    /// With `x_shared`, the 16-byte words of a stage of `x` (two stages a cube).
+    pub(crate) const fn x_stage_words(&self) -> usize {
+        Self::x_stage_words_of(self.groups * GROUP_ROWS, self.block_chunks)
+    }
+
+    /// [`Self::x_stage_words`] for `rows` rows of `x` and blocks of `block_chunks` chunks.
+    pub(crate) const fn x_stage_words_of(rows: usize, block_chunks: usize) -> usize {
+        rows.div_ceil(GROUP_ROWS) * GROUP_ROWS * padded_row(block_chunks)
+    }
+}
+
+/// A staged row of `x`'s block of `block_chunks` chunks, 16-byte words: `4 · block_chunks`
+/// padded to 4 more than a multiple of 8.
+const fn padded_row(block_chunks: usize) -> usize {
+    let words = 4 * block_chunks;
+    words + (12 - words % 8) % 8
 }
 
 /// `out = x · wᵀ` (`x [m, k]`, `w [n, k]` f16, both bound as 16-byte words, `k / 8` a row) for
@@ -120,13 +144,12 @@ pub(crate) fn warp_rows_kernel<O: Float>(
     }
     let zero = Vector::<u32, Const<4>>::new(0u32);
 
-    // With `x_shared`: the block's rows of `x` (8 · groups, zeros past `m`), a row of
-    // `row_words` words padded by 4 (64 bytes: the 8 lanes of a quarter plane, rows `g` and
-    // `g + 1`, meet no bank twice), two stages.
+    // With `x_shared`: the block's rows of `x` (8 · groups, zeros past `m`), two stages
+    // ([`WarpRowsShape::x_stage_words`] words each).
     let x_shared = comptime!(shape.x_shared);
     let row_words = comptime!(4 * block_chunks);
-    let ld = comptime!(row_words + 4);
-    let stage_words = comptime!(GROUP_ROWS * groups * ld);
+    let ld = comptime!(shape.x_row_stride());
+    let stage_words = comptime!(shape.x_stage_words());
     let units = comptime!(32 * shape.warps);
     let x_loads = comptime!(if x_shared {
         (GROUP_ROWS * groups * row_words).div_ceil(units)
