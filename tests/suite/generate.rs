@@ -926,7 +926,8 @@ fn projections_match_float64() {
             (16, 512, 1024),
             (48, 512, 640),
             // Row counts that leave a group of 8 rows part-filled, and a long inner size in
-            // shares (the warp-level staged products, `ROPE_POOL_STAGED_WARP=1`, through CUDA).
+            // shares (the warp-level staged products through CUDA: past 32 rows, or from 5 with
+            // `ROPE_POOL_STAGED_WARP=1`).
             (5, 256, 64),
             (37, 256, 128),
             (64, 4096, 256),
@@ -995,7 +996,7 @@ fn tiles_product_matches_float64() {
             // Inner sizes a multiple of 128: what blocks of 128 take (`ROPE_POOL_TILES_BLOCK`).
             (257, 384, 256),
             (70, 1024, 128),
-            // A long inner size over 128 × 256 cubes (`ROPE_POOL_TILES_WARP=4`, through CUDA).
+            // A long inner size, several blocks of 128 columns.
             (129, 2048, 512),
         ] {
             let round = |v: f64| crate::common::round_to(v, dtype);
@@ -1050,8 +1051,8 @@ fn fused_projections_match_float64() {
             (true, 1, 132, 34, 32),
             (true, 3, 8, 10, 4),
             (true, 3, 8, 11, 8),
-            // The fp8 tiles product's: one block a row, 65 chunks of 64, and at one row the
-            // norm over a staged row and (past 16 KiB of f16) over rows normalised where read.
+            // One block a row, 65 chunks of 64, and at one row the norm over a staged row and
+            // (past 16 KiB of f16) over rows normalised where read.
             (true, 3, 256, 40, 256),
             (true, 4, 4160, 24, 128),
             (true, 1, 4096, 40, 4096),
@@ -1244,7 +1245,7 @@ fn fp8_nan_codes_give_nan() {
         );
         let weight = Fp8Weight::new(codes, scales, k);
         // Eight rows of f16: the staged tensor-core kernel's decoding, where it runs.
-        // Two rows of f16: the fp8 tiles product's decoding, where it runs.
+        // Two rows of f16: the matrix-vector kernel's decoding into f16 rows.
         for (m, dtype) in [
             (1usize, DType::F32),
             (3, DType::F32),
@@ -1304,8 +1305,7 @@ fn fp8_projections_match_float64() {
             (17, 64, 5, 32),
             (20, 32, 48, 32),
             (64, 256, 32, 128),
-            // The fp8 tiles product's sizes (up to 8 rows of f16, inner sizes a multiple of
-            // 64): one block a row, and 65 chunks of 64 (one plane a cube).
+            // Few rows with one scale block a row, and 65 chunks of 64 elements.
             (2, 1024, 48, 1024),
             (4, 4160, 40, 128),
             (40, 68, 300, 4),

@@ -7,9 +7,6 @@ use super::fp8::{
     Fp8Shape, Fp8Words, dequantize_fp8_kernel, matvec_fp8_add_kernel, matvec_fp8_kernel,
     matvec_fp8_norm_kernel,
 };
-use super::fp8_tiles::{
-    CHUNK_WORDS, Fp8TilesShape, TILE_X_ROWS, TilesEnd, matvec_fp8_tiles_kernel,
-};
 use super::matvec::{
     PlaneSums, RowRead, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel,
     matvec_norm_kernel, split_sum_kernel, staged_rows_kernel,
@@ -17,9 +14,6 @@ use super::matvec::{
 use super::norm::{add_rms_norm_kernel, rms_norm_kernel};
 use super::product::{
     BLOCK, CUBE_COLS, CUBE_ROWS, PLANES, WIDE_BLOCK, shared_bytes, tiles_product_kernel,
-};
-use super::warp_product::{
-    WARP_BLOCK, WARP_CUBE_ROWS, WARP_TILE, warp_product_kernel, warp_product_shared_bytes,
 };
 use super::warp_rows::{CHUNK, GROUP_ROWS, WarpRowsShape, warp_rows_kernel};
 use crate::LaunchTuning;
@@ -66,10 +60,6 @@ pub struct DecoderTuning {
     /// Matrix-vector kernels at one row: output columns a plane (`ROPE_POOL_MATVEC_COLS`, 1 to
     /// 8, at most the accumulators allow; default 1), each load of `x` serving them all.
     pub matvec_cols: Option<usize>,
-    /// fp8-weight matrix-vector products of up to 8 f16 rows on warp-level tensor-core products
-    /// ([`launch_matvec_fp8`]; `ROPE_POOL_MATVEC_TILES=1` every call they take, `=0` never;
-    /// default: never, the plane kernels).
-    pub matvec_tiles: Option<bool>,
     /// Norm-fused matrix-vector kernels: the normalised rows staged in shared memory once a cube
     /// (`ROPE_POOL_NORM_STAGED=1`) or normalised by every plane where it reads them (`=0`);
     /// default: staged where they take at most 16 KiB.
@@ -98,19 +88,10 @@ pub struct DecoderTuning {
     /// accumulators and half the loads, where the device allows the units.
     pub staged_row_planes: Option<usize>,
     /// Staged products of f16 weights on warp-level tensor-core products, the weight loaded
-    /// straight into registers (`warp_rows.rs`; `ROPE_POOL_STAGED_WARP=1` where the device has
-    /// f16 `mma.sync` through CUDA, `=0` never; default: never), with the staged launch's cubes
-    /// and shares.
+    /// straight into registers (`warp_rows.rs`): `ROPE_POOL_STAGED_WARP=1` from 5 rows, `=0`
+    /// never; default: past 32 rows, where the device has f16 `mma.sync`
+    /// through CUDA.
     pub staged_warp: Option<bool>,
-    /// Warp-level staged products: tiles of 16 weight rows a warp (`ROPE_POOL_STAGED_WARP_TILES`,
-    /// 1 or 2; default 1; 2 where the staged planes are even, half the warps a cube).
-    pub staged_warp_tiles: Option<usize>,
-    /// Warp-level staged products: the next block's weight loaded before this block's products
-    /// (`ROPE_POOL_STAGED_WARP_AHEAD=1`; default off).
-    pub staged_warp_ahead: bool,
-    /// Warp-level staged products: `x`'s blocks staged in shared memory by the cube
-    /// (`ROPE_POOL_STAGED_WARP_SHARED=1`; default off: each warp reads them from cache).
-    pub staged_warp_shared: bool,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
@@ -131,11 +112,6 @@ pub struct DecoderTuning {
     /// Inner elements a block of [`launch_tiles_product`] (`ROPE_POOL_TILES_BLOCK`, 64 or 128;
     /// default 64), where the inner size is a multiple of it and shared memory holds it (else 64).
     pub tiles_block: Option<usize>,
-    /// Products [`launch_tiles_product`] takes run on warp-level tensor-core products with
-    /// `ldmatrix` (`warp_product.rs`) where the device has f16 `mma.sync` through CUDA and `k` is
-    /// a multiple of 32: `ROPE_POOL_TILES_WARP=2` cubes of 128 × 128 outputs (4 warps), `=4`
-    /// of 128 × 256 (8 warps; where `n` is a multiple of 256, else 128 × 128); default: off.
-    pub tiles_warp: Option<usize>,
 }
 
 #[cfg(feature = "tuning")]
@@ -156,7 +132,6 @@ impl DecoderTuning {
             matvec_planes: number("ROPE_POOL_MATVEC_PLANES").filter(|n| (1..=32).contains(n)),
             matvec_prefetch: crate::common::tuning::flag("ROPE_POOL_MATVEC_PREFETCH"),
             matvec_cols: number("ROPE_POOL_MATVEC_COLS").filter(|n| (1..=8).contains(n)),
-            matvec_tiles: number::<usize>("ROPE_POOL_MATVEC_TILES").map(|v| v == 1),
             norm_staged: number::<usize>("ROPE_POOL_NORM_STAGED").map(|v| v == 1),
             staged_from: number("ROPE_POOL_STAGED_FROM").filter(|n| *n >= 1),
             staged_block: number("ROPE_POOL_STAGED_BLOCK").filter(|n| (1..=16).contains(n)),
@@ -165,10 +140,6 @@ impl DecoderTuning {
             staged_planes: number("ROPE_POOL_STAGED_PLANES").filter(|n| (1..=8).contains(n)),
             staged_row_planes: number("ROPE_POOL_STAGED_ROW_PLANES").filter(|n| [1, 2].contains(n)),
             staged_warp: number::<usize>("ROPE_POOL_STAGED_WARP").map(|v| v == 1),
-            staged_warp_tiles: number("ROPE_POOL_STAGED_WARP_TILES").filter(|n| [1, 2].contains(n)),
-            staged_warp_ahead: crate::common::tuning::flag("ROPE_POOL_STAGED_WARP_AHEAD"),
-            staged_warp_shared: crate::common::tuning::flag("ROPE_POOL_STAGED_WARP_SHARED"),
-            tiles_warp: number("ROPE_POOL_TILES_WARP").filter(|n| [2, 4].contains(n)),
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
@@ -368,7 +339,7 @@ pub unsafe fn launch_matvec_norm(
     let vector = widest_vector(client, elem_size, |n| k.is_multiple_of(n));
     let (cube_dim, cube_count, cols, unroll, sums) =
         matvec_shape(client, rows, n / pairs, pairs, LOADS);
-    let staged = rows_staged(client, sums, rows * k * elem_size, 0);
+    let staged = rows_staged(client, sums, rows * k * elem_size);
     unsafe {
         matvec_norm_kernel::launch_unchecked(
             client,
@@ -400,15 +371,15 @@ pub unsafe fn launch_matvec_norm(
 const STAGED_ROWS_BYTES: usize = 16 * 1024;
 
 /// Whether a norm-fused matrix-vector launch stages its normalised rows (`bytes` of them) in
-/// shared memory: where they fit beside the kernel's sums (`sums`) and the `beside` bytes it
-/// keeps besides in the device's shared memory, as [`DecoderTuning::norm_staged`] says, else
-/// where they take at most [`STAGED_ROWS_BYTES`].
-fn rows_staged(client: &Client, sums: PlaneSums, bytes: usize, beside: usize) -> bool {
+/// shared memory: where they fit beside the kernel's sums (`sums`) in the device's shared
+/// memory, as [`DecoderTuning::norm_staged`] says, else where they take at most
+/// [`STAGED_ROWS_BYTES`].
+fn rows_staged(client: &Client, sums: PlaneSums, bytes: usize) -> bool {
     let reserved = match sums.shared {
         true => SHARED_SUMS_BYTES,
         false => PLANE_SUMS_BYTES,
     };
-    bytes + reserved + beside <= client.properties().hardware.max_shared_memory_size
+    bytes + reserved <= client.properties().hardware.max_shared_memory_size
         && LaunchTuning::current()
             .decoder
             .norm_staged
@@ -481,18 +452,6 @@ pub unsafe fn launch_matvec_fp8(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
-    if let Some(tiles) = fp8_tiles(
-        client,
-        float,
-        [rows, k],
-        block_words,
-        nan_codes,
-        TilesEnd::Plain,
-    ) {
-        // Safety: as this function's.
-        unsafe { launch_fp8_tiles(client, tiles, n, 0.0, [x, w, scales, out], None, None) };
-        return;
-    }
     let (cube_dim, cube_count, w_vector, shape, sums) =
         fp8_plain_shape(client, [rows, k, n], block_words, nan_codes);
     unsafe {
@@ -539,27 +498,8 @@ pub unsafe fn launch_matvec_fp8_norm(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
-    let end = match silu {
-        true => TilesEnd::Silu,
-        false => TilesEnd::Norm,
-    };
-    if let Some(tiles) = fp8_tiles(client, float, [rows, k], block_words, nan_codes, end) {
-        // Safety: as this function's.
-        unsafe {
-            launch_fp8_tiles(
-                client,
-                tiles,
-                n,
-                eps,
-                [x, w, scales, out],
-                Some(norm_w),
-                None,
-            )
-        };
-        return;
-    }
     let pairs = 1 + silu as usize;
-    let read = match rows_staged(client, plane_sums(client), rows * k * float.size(), 0) {
+    let read = match rows_staged(client, plane_sums(client), rows * k * float.size()) {
         true => RowRead::Staged,
         false => RowRead::Normalised,
     };
@@ -606,18 +546,6 @@ pub unsafe fn launch_matvec_fp8_add(
     [x, w, scales, res, out]: [TensorArg; 5],
 ) {
     if rows == 0 || n == 0 || k == 0 {
-        return;
-    }
-    if let Some(tiles) = fp8_tiles(
-        client,
-        float,
-        [rows, k],
-        block_words,
-        nan_codes,
-        TilesEnd::Add,
-    ) {
-        // Safety: as this function's.
-        unsafe { launch_fp8_tiles(client, tiles, n, 0.0, [x, w, scales, out], None, Some(res)) };
         return;
     }
     let (cube_dim, cube_count, w_vector, shape, sums) =
@@ -681,127 +609,6 @@ fn fp8_plain_shape(
     nan_codes: bool,
 ) -> (CubeDim, CubeCount, usize, Fp8Shape, PlaneSums) {
     fp8_shape(client, dims, block_words, nan_codes, 1, RowRead::Plain)
-}
-
-/// Planes a cube of [`matvec_fp8_tiles_kernel`] at most: each a share of the inner size.
-const TILES_PLANES: usize = 8;
-/// Chunks a plane of [`matvec_fp8_tiles_kernel`] loads at once, at most (two 16-byte loads a
-/// chunk and unit).
-const TILES_UNROLL: usize = 4;
-
-/// The shape of [`matvec_fp8_tiles_kernel`] for `rows` rows of `k` on an fp8 weight with
-/// scale blocks of `block_words` words, ending as `end` says, where the kernel takes the
-/// product: [`DecoderTuning::matvec_tiles`] asks for it, the device has warp-level f16
-/// `mma.sync` through CubeCL's CUDA runtime ([`warp_mma_f16`]), the rows are f16 and at most 8,
-/// `k` a multiple of 64 and the blocks whole chunks (or one block a row); else `None`.
-fn fp8_tiles(
-    client: &Client,
-    float: ElemType,
-    [rows, k]: [usize; 2],
-    block_words: usize,
-    nan_codes: bool,
-    end: TilesEnd,
-) -> Option<Fp8TilesShape> {
-    let k_words = k / FP8_VECTOR;
-    let chunks = k_words / CHUNK_WORDS;
-    let takes = LaunchTuning::current().decoder.matvec_tiles == Some(true)
-        && float == ElemType::Float(FloatKind::F16)
-        && (1..=TILE_X_ROWS).contains(&rows)
-        && k.is_multiple_of(FP8_VECTOR * CHUNK_WORDS)
-        && chunks > 0
-        && block_words > 0
-        && (block_words.is_multiple_of(CHUNK_WORDS) || block_words >= k_words)
-        && warp_mma_f16(client);
-    if !takes {
-        return None;
-    }
-    // The largest power of two up to `most` that divides `of`.
-    let divisor = |most: usize, of: usize| 1usize << of.trailing_zeros().min(most.ilog2());
-    let planes = divisor(TILES_PLANES, chunks);
-    let unroll = divisor(TILES_UNROLL, chunks / planes);
-    let sums = PlaneSums {
-        lanes: 32,
-        planes,
-        shared: false,
-    };
-    Some(Fp8TilesShape {
-        rows,
-        k_words,
-        planes,
-        unroll,
-        block_words,
-        nan_codes: weight_decode(client, block_words, nan_codes).nan_codes,
-        // Beside the norm's sums: the planes' (16 × 8 f32 a plane).
-        staged: rows_staged(
-            client,
-            sums,
-            rows * k * float.size(),
-            planes * 16 * TILE_X_ROWS * 4,
-        ),
-        end,
-    })
-}
-
-/// Enqueues [`matvec_fp8_tiles_kernel`] of `shape` for a weight of `n` rows (`2m` with the
-/// `Silu` end): `x [rows, k]`, `codes [n, k / 4]`, `scales`, `out [rows, n]` (`[rows, m]` with
-/// `Silu`), `norm_w [k]` where `shape.end` normalises and `res [rows, n]` where it adds (`None`
-/// elsewhere: `x` is bound in their place, unread).
-///
-/// # Safety
-/// The tensors must be live and contiguous with those shapes, `out` must not alias an input,
-/// and `shape` must be [`fp8_tiles`]'s for them.
-unsafe fn launch_fp8_tiles(
-    client: &Client,
-    shape: Fp8TilesShape,
-    n: usize,
-    eps: f32,
-    [x, codes, scales, out]: [TensorArg; 4],
-    norm_w: Option<TensorArg>,
-    res: Option<TensorArg>,
-) {
-    let norm_w = norm_w.unwrap_or_else(|| bind_again(&x));
-    let res = res.unwrap_or_else(|| bind_again(&x));
-    let k = shape.k_words * FP8_VECTOR;
-    let cubes = match shape.end {
-        TilesEnd::Silu => (n / 2).div_ceil(TILE_X_ROWS),
-        _ => n.div_ceil(16),
-    };
-    let cube_dim = CubeDim::new_2d(32, shape.planes as u32);
-    unsafe {
-        matvec_fp8_tiles_kernel::launch_unchecked(
-            client,
-            CubeCount::new_1d(cubes as u32),
-            cube_dim,
-            AddressType::from_len((n * k).max(shape.rows * k).max(shape.rows * n)),
-            x,
-            norm_w,
-            codes,
-            scales,
-            res,
-            out,
-            eps,
-            1.0 / k as f32,
-            shape,
-        );
-    }
-}
-
-/// The same tensor bound once more, where a kernel takes an input it does not read.
-fn bind_again(arg: &TensorArg) -> TensorArg {
-    match arg {
-        TensorArg::Handle { handle } => TensorArg::Handle {
-            handle: handle.clone(),
-        },
-        TensorArg::Alias {
-            input_pos,
-            strides,
-            shape,
-        } => TensorArg::Alias {
-            input_pos: *input_pos,
-            strides: strides.clone(),
-            shape: shape.clone(),
-        },
-    }
 }
 
 /// How the fp8-weight kernels read codes on `client`'s device: scales in blocks of `block_words`
@@ -947,13 +754,17 @@ pub struct StagedRows {
     row_planes: usize,
     block: usize,
     splits: usize,
-    /// Float weights through `warp_rows_kernel`: its row tiles a warp, whether it loads a
-    /// block ahead, whether it stages `x`.
-    warp: Option<(usize, bool, bool)>,
+    /// Float weights through `warp_rows_kernel`.
+    warp: bool,
 }
 
 /// Planes (column tiles) of a staged cube.
 const STAGED_PLANES: usize = 4;
+/// Past this many rows the staged launch's float products take `warp_rows_kernel` where the
+/// device has f16 `mma.sync` through CUDA (`benches/results/h100-warp-kernels`, an H100,
+/// alternating processes: decode 6123–6125 tok/s at batch 64 against 5997–6004 with the staged
+/// kernel, 1075–1077 at batch 8 against 1102–1108; between 8 and 64 rows not measured).
+const WARP_ROWS_AFTER: usize = 32;
 /// Cubes the staged launch's shares aim for past [`STAGED_FEW_ROWS`] rows.
 const STAGED_CUBES: usize = 256;
 /// The most shares the staged launch takes past [`STAGED_FEW_ROWS`] rows unless told.
@@ -1055,16 +866,12 @@ impl StagedRows {
                 s
             }
         };
-        let tiles = tuning.staged_warp_tiles.unwrap_or(1);
-        let warp = (tuning.staged_warp == Some(true)
+        let warp = tuning.staged_warp.unwrap_or(rows > WARP_ROWS_AFTER)
             && warp_mma_f16(client)
             && block.is_multiple_of(2)
             && k.is_multiple_of(CHUNK)
-            && planes.is_multiple_of(tiles)
-            && (!tuning.staged_warp_shared
-                || 2 * 16 * WarpRowsShape::x_stage_words_of(rows, TILE * block / CHUNK)
-                    <= hardware.max_shared_memory_size))
-            .then_some((tiles, tuning.staged_warp_ahead, tuning.staged_warp_shared));
+            && 2 * 16 * WarpRowsShape::x_stage_words_of(rows, TILE * block / CHUNK)
+                <= hardware.max_shared_memory_size;
         Some(Self {
             rows,
             k,
@@ -1242,16 +1049,13 @@ impl StagedRows {
             }
         };
         let target_type = if self.splits > 1 { f32 } else { float };
-        if let (Some((tiles, ahead, x_shared)), None) = (self.warp, &fp8) {
+        if self.warp && fp8.is_none() {
             let shape = WarpRowsShape {
                 groups: rows.div_ceil(GROUP_ROWS),
-                warps: self.planes / tiles,
-                tiles,
+                warps: self.planes,
                 k_words: k / 8,
                 block_chunks: TILE * self.block / CHUNK,
                 splits: self.splits,
-                ahead,
-                x_shared,
             };
             let cube_dim = CubeDim::new_2d(32, shape.warps as u32);
             let cubes = n / shape.cube_cols() * self.splits;
@@ -1625,37 +1429,6 @@ pub unsafe fn launch_tiles_product(
     };
     let out = unsafe { TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()) };
     let address = AddressType::from_len((m * k).max(n * k).max(m * n));
-    let warp = crate::LaunchTuning::current().decoder.tiles_warp;
-    if let Some(warps_n) = warp.filter(|_| warp_mma_f16(client) && k.is_multiple_of(WARP_BLOCK)) {
-        let warps_n = if n.is_multiple_of(WARP_TILE * warps_n) {
-            warps_n
-        } else {
-            2
-        };
-        let shared = client.properties().hardware.max_shared_memory_size;
-        if shared >= warp_product_shared_bytes(warps_n) {
-            let cubes = m.div_ceil(WARP_CUBE_ROWS) * (n / (WARP_TILE * warps_n));
-            let cube_dim = CubeDim::new_2d(32, 2 * warps_n as u32);
-            unsafe {
-                warp_product_kernel::launch_unchecked(
-                    client,
-                    // Cubes past the last tile leave at once.
-                    calculate_cube_count_elemwise(
-                        client,
-                        cubes * cube_dim.num_elems() as usize,
-                        cube_dim,
-                    ),
-                    cube_dim,
-                    address,
-                    rows(x, m),
-                    rows(w, n),
-                    out,
-                    warps_n,
-                );
-            }
-            return;
-        }
-    }
     let cubes = m.div_ceil(CUBE_ROWS) * (n / CUBE_COLS);
     let cube_dim = CubeDim::new_2d(32, PLANES as u32);
     let (block, stages) = tiles_plan(client, k);

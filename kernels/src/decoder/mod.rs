@@ -10,8 +10,6 @@
 //! - `norm.rs`: RMSNorm of rows, and the residual add fused with it;
 //! - `fp8.rs`: the matrix-vector products on fp8 weights (e4m3 codes with block scales), decoded
 //!   in registers, and the decoding of such a weight for the products no kernel here takes;
-//! - `fp8_tiles.rs`: the same products for up to 8 f16 rows on warp-level tensor-core products
-//!   (CUDA), each instruction multiplying 256 decoded codes;
 //! - `warp_rows.rs`: the staged kernel's float products on warp-level tensor-core products
 //!   (CUDA), the weight loaded straight into registers (a launch knob, off by default);
 //! - `act.rs`: the MLP activation, SiLU of the gate times the up projection;
@@ -20,12 +18,10 @@
 
 mod act;
 mod fp8;
-mod fp8_tiles;
 mod launch;
 mod matvec;
 mod norm;
 mod product;
-mod warp_product;
 mod warp_rows;
 
 pub use crate::common::launch::has_tiles;

@@ -1,15 +1,16 @@
 //! The staged kernel's products (`out [m, n] = x [m, k] · wᵀ`, `m ≤ 64`, f16) on warp-level
 //! tensor-core products (`mma.sync` m16n8k16, f16 × f16 → f32, through CubeCL's
-//! `MmaDefinition`), with no shared memory and no barrier: the weight's rows are the product's
-//! 16 rows, loaded by each lane straight from global memory in the operand's register layout,
-//! and the rows of `x` its 8 columns, read from global memory (the cube's warps read the same
-//! rows of `x` at the same inner positions, from cache).
+//! `MmaDefinition`): the weight's rows are the product's 16 rows, loaded by each lane straight
+//! from global memory into the operand's registers (the next block's before this block's
+//! products), and the rows of `x` its 8 columns, staged in shared memory by the cube.
 //!
 //! Why (`benches/NOTES.md`, "What binds the staged kernel"): `staged_rows_kernel` at 64 rows
 //! waits on its shared-memory fragment loads (four of `x` and one of the weight for four `wmma`
-//! products a plane and inner tile) with 8–12 warps an SM (164–171 registers a unit). Here a
-//! warp's 16 weight rows take two 16-byte loads a lane per 32 inner elements and serve all of
-//! `x`'s row groups, with no stage, no barrier and 32 accumulator registers at 64 rows.
+//! products a plane and inner tile). Here the weight meets no shared stage and no fragment
+//! load: a warp's 16 weight rows take two 16-byte loads a lane per 32 inner elements and serve
+//! all of `x`'s row groups. Measured on an H100 (`benches/results/h100-warp-kernels`): 2% more
+//! decode tok/s at batch 64 than the staged kernel, 2–3% fewer at batch 8, which is why the
+//! launch takes it past 32 rows only.
 //!
 //! The operand layout: in a chunk of 32 inner elements, lane `(g, t) = (lane / 4, lane % 4)`
 //! loads elements `8t … 8t + 7` (16 bytes) of weight rows `g` and `g + 8`, and of `x`'s row
@@ -17,7 +18,7 @@
 //! `2p + 1` (elements `8t + 4p …`): the first as the operand's inner pair `2t, 2t + 1`, the
 //! second as `2t + 8, 2t + 9`, in both operands, so every product pairs the same elements of
 //! the weight and of `x`, and the two products of a chunk cover its 32 elements once. Rows of
-//! `x` past `m` read as zeros and are not written.
+//! `x` past `m` are staged as zeros and not written.
 
 use cubecl::cmma::MmaDefinition;
 use cubecl::prelude::*;
@@ -33,39 +34,31 @@ pub(crate) const GROUP_ROWS: usize = 8;
 pub(crate) struct WarpRowsShape {
     /// Groups of 8 rows of `x` (`m.div_ceil(8)`, 1 to 8).
     pub(crate) groups: usize,
-    /// Warps a cube.
+    /// Warps a cube, each 16 weight rows.
     pub(crate) warps: usize,
-    /// Tiles of 16 weight rows a warp (1 or 2).
-    pub(crate) tiles: usize,
     /// 16-byte words of a row of `x` and of the weight (`k / 8`).
     pub(crate) k_words: usize,
-    /// Chunks a block: a share of the inner size is whole blocks, and a block's weight words
-    /// are loaded before its products.
+    /// Chunks a block: a share of the inner size is whole blocks; a block of `x` is staged at
+    /// once and a block's weight words are loaded together.
     pub(crate) block_chunks: usize,
     /// Shares of the inner size.
     pub(crate) splits: usize,
-    /// The next block's weight words loaded before this block's products.
-    pub(crate) ahead: bool,
-    /// `x`'s block staged in shared memory by the cube (two stages, one barrier a block; the
-    /// next block's words loaded before this block's products) instead of read by each warp
-    /// from cache.
-    pub(crate) x_shared: bool,
 }
 
 impl WarpRowsShape {
     /// Weight rows (output columns) a cube.
     pub(crate) const fn cube_cols(&self) -> usize {
-        16 * self.tiles * self.warps
+        16 * self.warps
     }
 
-    /// With `x_shared`, the words between rows of a stage: a block's `4 · block_chunks` padded
+    /// The words between rows of a stage of `x`: a block's `4 · block_chunks` padded
     /// to 4 more than a multiple of 8 (the 8 lanes of a quarter plane read rows `g` and `g + 1`
     /// 64 bytes apart in the banks' 128: no bank twice).
     pub(crate) const fn x_row_stride(&self) -> usize {
         padded_row(self.block_chunks)
     }
 
-    /// With `x_shared`, the 16-byte words of a stage of `x` (two stages a cube).
+    /// The 16-byte words of a stage of `x` (two stages a cube).
     pub(crate) const fn x_stage_words(&self) -> usize {
         Self::x_stage_words_of(self.groups * GROUP_ROWS, self.block_chunks)
     }
@@ -84,11 +77,12 @@ const fn padded_row(block_chunks: usize) -> usize {
 }
 
 /// `out = x · wᵀ` (`x [m, k]`, `w [n, k]` f16, both bound as 16-byte words, `k / 8` a row) for
-/// `m ≤ 8 · groups`: the cube of `CUBE_POS` owns `shape.cube_cols()` weight rows and one of
-/// `splits` shares of the inner size (blocks `share · blocks / splits …`, as
-/// `staged_rows_kernel` splits it); warp `UNIT_POS_Y` owns `16 · tiles` of the rows. Written
-/// rounded once to `O` into `out [m, n]` with one share, as f32 into `out [splits · m, n]` (share
-/// `s` at rows `s · m …`) with several. See the module doc.
+/// `m ≤ 8 · groups`: the cube of `CUBE_POS` owns `16 · warps` weight rows and one of `splits`
+/// shares of the inner size (blocks `share · blocks / splits …`, as `staged_rows_kernel` splits
+/// it); warp `UNIT_POS_Y` owns 16 of the rows. Each block of `x`'s rows is read by the cube's
+/// units one block ahead into registers and stored into one of two shared stages (one barrier a
+/// block). Written rounded once to `O` into `out [m, n]` with one share, as f32 into
+/// `out [splits · m, n]` (share `s` at rows `s · m …`) with several. See the module doc.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 pub(crate) fn warp_rows_kernel<O: Float>(
     x: &Tensor<Vector<u32, Const<4>>>,
@@ -97,155 +91,111 @@ pub(crate) fn warp_rows_kernel<O: Float>(
     #[comptime] shape: WarpRowsShape,
     #[define(O)] _dtype: ElemType,
 ) {
-    let (groups, tiles, k_words, block_chunks, splits) = comptime!((
-        shape.groups,
-        shape.tiles,
-        shape.k_words,
-        shape.block_chunks,
-        shape.splits
-    ));
+    let (groups, block_chunks, splits) =
+        comptime!((shape.groups, shape.block_chunks, shape.splits));
     let m = x.shape(0);
     let n = w.shape(0);
     let cube_cols = comptime!(shape.cube_cols());
     let col_groups = n / cube_cols;
     let share = CUBE_POS / col_groups;
+    // The whole cube leaves together: the syncs below stay uniform.
     if share >= splits {
         terminate!();
     }
     let lane = UNIT_POS_X as usize;
     let g = lane / 4;
     let t = lane % 4;
-    let col0 = (CUBE_POS % col_groups) * cube_cols + UNIT_POS_Y as usize * comptime!(16 * tiles);
-    let blocks = comptime!(k_words / (4 * block_chunks));
+    let col0 = (CUBE_POS % col_groups) * cube_cols + UNIT_POS_Y as usize * 16;
+    let blocks = comptime!(shape.k_words / (4 * block_chunks));
     let first = share * blocks / splits;
     let end = (share + 1) * blocks / splits;
 
-    // This lane's rows of `x` (zeros past `m`).
-    let mut x_rows = Array::<usize>::new(groups);
-    let mut x_live = Array::<bool>::new(groups);
-    #[unroll]
-    for j in 0..groups {
-        let row = comptime!(GROUP_ROWS * j) + g;
-        x_live[j] = row < m;
-        x_rows[j] = select(row < m, row, 0usize) * k_words;
-    }
-    let words = comptime!(block_chunks * tiles * 2);
-    let mut cur = Array::<Vector<u32, Const<4>>>::new(words);
-    let mut next = Array::<Vector<u32, Const<4>>>::new(words);
-    // Block `first` lies in the row (`share < splits`) even where the share is empty.
-    if comptime!(shape.ahead) {
-        load_block(w, &mut next, col0, first, g, t, shape);
-    }
-    let def = MmaDefinition::<f16, f16, f32>::new(16usize, 8usize, 16usize);
-    let mut acc = Array::<Vector<f32, Const<2>>>::new(comptime!(tiles * groups * 2));
-    #[unroll]
-    for i in 0..comptime!(tiles * groups * 2) {
-        acc[i] = Vector::new(f32::new(0.0));
-    }
-    let zero = Vector::<u32, Const<4>>::new(0u32);
-
-    // With `x_shared`: the block's rows of `x` (8 · groups, zeros past `m`), two stages
-    // ([`WarpRowsShape::x_stage_words`] words each).
-    let x_shared = comptime!(shape.x_shared);
+    // `x`'s staged rows (8 · groups, zeros past `m`): two stages.
     let row_words = comptime!(4 * block_chunks);
     let ld = comptime!(shape.x_row_stride());
     let stage_words = comptime!(shape.x_stage_words());
     let units = comptime!(32 * shape.warps);
-    let x_loads = comptime!(if x_shared {
-        (GROUP_ROWS * groups * row_words).div_ceil(units)
-    } else {
-        1
-    });
-    let mut x_s = Shared::<[Vector<u32, Const<4>>]>::new_aligned_slice(
-        comptime!(if x_shared { 2 * stage_words } else { 1 }),
-        16usize,
-    );
+    let staged_words = comptime!(GROUP_ROWS * groups * row_words);
+    let x_loads = comptime!(staged_words.div_ceil(units));
+    let mut x_s =
+        Shared::<[Vector<u32, Const<4>>]>::new_aligned_slice(comptime!(2 * stage_words), 16usize);
     let mut x_r = Array::<Vector<u32, Const<4>>>::new(x_loads);
     let unit = UNIT_POS as usize;
-    if comptime!(x_shared) {
-        load_x_block(x, &mut x_r, first, unit, shape);
+    // Block `first` lies in the row (`share < splits`) even where the share is empty.
+    load_x_block(x, &mut x_r, first, unit, shape);
+    let words = comptime!(block_chunks * 2);
+    let mut cur = Array::<Vector<u32, Const<4>>>::new(words);
+    let mut next = Array::<Vector<u32, Const<4>>>::new(words);
+    load_block(w, &mut next, col0, first, g, t, shape);
+
+    let def = MmaDefinition::<f16, f16, f32>::new(16usize, 8usize, 16usize);
+    let mut acc = Array::<Vector<f32, Const<2>>>::new(comptime!(groups * 2));
+    #[unroll]
+    for i in 0..comptime!(groups * 2) {
+        acc[i] = Vector::new(f32::new(0.0));
     }
     for b in first..end {
+        // The stage written here was last read two blocks before, behind the barrier between.
         let stage = ((b - first) % 2) * stage_words;
-        if comptime!(x_shared) {
-            #[unroll]
-            for l in 0..x_loads {
-                let i = unit + l * units;
-                if i < comptime!(GROUP_ROWS * groups * row_words) {
-                    x_s[stage + (i / row_words) * ld + i % row_words] = x_r[l];
-                }
-            }
-            sync_cube();
-            if b + 1 < end {
-                load_x_block(x, &mut x_r, b + 1, unit, shape);
+        #[unroll]
+        for l in 0..x_loads {
+            let i = unit + l * units;
+            if i < staged_words {
+                x_s[stage + (i / row_words) * ld + i % row_words] = x_r[l];
             }
         }
-        if comptime!(shape.ahead) {
-            #[unroll]
-            for i in 0..words {
-                cur[i] = next[i];
-            }
-            if b + 1 < end {
-                load_block(w, &mut next, col0, b + 1, g, t, shape);
-            }
-        } else {
-            load_block(w, &mut cur, col0, b, g, t, shape);
+        sync_cube();
+        #[unroll]
+        for i in 0..words {
+            cur[i] = next[i];
+        }
+        // The next block's loads, in flight while this one is multiplied.
+        if b + 1 < end {
+            load_x_block(x, &mut x_r, b + 1, unit, shape);
+            load_block(w, &mut next, col0, b + 1, g, t, shape);
         }
         #[unroll]
         for u in 0..block_chunks {
-            let word = (b * block_chunks + u) * 4 + t;
             #[unroll]
             for j in 0..groups {
-                let mut xv = zero;
-                if comptime!(x_shared) {
-                    xv = x_s[stage + (comptime!(GROUP_ROWS * j) + g) * ld + u * 4 + t];
-                } else if x_live[j] {
-                    xv = x[x_rows[j] + word];
-                }
+                let xv = x_s[stage + (comptime!(GROUP_ROWS * j) + g) * ld + u * 4 + t];
+                let (w0, w1) = (cur[comptime!(2 * u)], cur[comptime!(2 * u + 1)]);
                 #[unroll]
                 for p in 0..2usize {
+                    let mut af = Array::<Vector<f16, Const<2>>>::new(4usize);
+                    af[0] = Vector::<f16, Const<2>>::reinterpret(w0.extract(2 * p));
+                    af[1] = Vector::<f16, Const<2>>::reinterpret(w1.extract(2 * p));
+                    af[2] = Vector::<f16, Const<2>>::reinterpret(w0.extract(2 * p + 1));
+                    af[3] = Vector::<f16, Const<2>>::reinterpret(w1.extract(2 * p + 1));
                     let mut bf = Array::<Vector<f16, Const<2>>>::new(2usize);
                     bf[0] = Vector::<f16, Const<2>>::reinterpret(xv.extract(2 * p));
                     bf[1] = Vector::<f16, Const<2>>::reinterpret(xv.extract(2 * p + 1));
-                    #[unroll]
-                    for a in 0..tiles {
-                        let w0 = cur[comptime!((u * tiles + a) * 2)];
-                        let w1 = cur[comptime!((u * tiles + a) * 2 + 1)];
-                        let mut af = Array::<Vector<f16, Const<2>>>::new(4usize);
-                        af[0] = Vector::<f16, Const<2>>::reinterpret(w0.extract(2 * p));
-                        af[1] = Vector::<f16, Const<2>>::reinterpret(w1.extract(2 * p));
-                        af[2] = Vector::<f16, Const<2>>::reinterpret(w0.extract(2 * p + 1));
-                        af[3] = Vector::<f16, Const<2>>::reinterpret(w1.extract(2 * p + 1));
-                        let at = comptime!((a * groups + j) * 2);
-                        let mut c = Array::<Vector<f32, Const<2>>>::new(2usize);
-                        c[0] = acc[at];
-                        c[1] = acc[at + 1];
-                        let d = def.execute(&af, &bf, &c);
-                        acc[at] = d[0];
-                        acc[at + 1] = d[1];
-                    }
+                    let at = comptime!(2 * j);
+                    let mut c = Array::<Vector<f32, Const<2>>>::new(2usize);
+                    c[0] = acc[at];
+                    c[1] = acc[at + 1];
+                    let d = def.execute(&af, &bf, &c);
+                    acc[at] = d[0];
+                    acc[at + 1] = d[1];
                 }
             }
         }
     }
 
-    // Accumulator `(a, j, h)` holds weight row `col0 + 16a + g + 8h` times `x`'s rows
-    // `8j + 2t` and `8j + 2t + 1`.
+    // Accumulator `(j, h)` holds weight row `col0 + g + 8h` times `x`'s rows `8j + 2t` and
+    // `8j + 2t + 1`.
     let base = share * m;
     #[unroll]
-    for a in 0..tiles {
+    for j in 0..groups {
         #[unroll]
-        for j in 0..groups {
+        for h in 0..2usize {
+            let col = col0 + comptime!(8 * h) + g;
+            let v = acc[comptime!(2 * j + h)];
             #[unroll]
-            for h in 0..2usize {
-                let col = col0 + comptime!(16 * a + 8 * h) + g;
-                let v = acc[comptime!((a * groups + j) * 2 + h)];
-                #[unroll]
-                for i in 0..2usize {
-                    let row = comptime!(GROUP_ROWS * j + i) + 2 * t;
-                    if row < m {
-                        out[(base + row) * n + col] = O::cast_from(v.extract(i));
-                    }
+            for i in 0..2usize {
+                let row = comptime!(GROUP_ROWS * j + i) + 2 * t;
+                if row < m {
+                    out[(base + row) * n + col] = O::cast_from(v.extract(i));
                 }
             }
         }
@@ -278,11 +228,10 @@ fn load_x_block(
     }
 }
 
-/// Block `b`'s weight words of this lane into `into`: for each chunk `u` and row tile `a`, the
-/// 16 bytes at inner word `(b · block_chunks + u) · 4 + t` of weight rows `col0 + 16a + g`
-/// (`into[(u · tiles + a) · 2]`) and `+ 8` (`… + 1`).
+/// Block `b`'s weight words of this lane into `into`: for each chunk `u`, the 16 bytes at
+/// inner word `(b · block_chunks + u) · 4 + t` of weight rows `col0 + g` (`into[2u]`) and
+/// `col0 + g + 8` (`into[2u + 1]`).
 #[cube]
-#[allow(clippy::too_many_arguments)]
 fn load_block(
     w: &Tensor<Vector<u32, Const<4>>>,
     into: &mut Array<Vector<u32, Const<4>>>,
@@ -292,18 +241,14 @@ fn load_block(
     t: usize,
     #[comptime] shape: WarpRowsShape,
 ) {
-    let (tiles, k_words, block_chunks) =
-        comptime!((shape.tiles, shape.k_words, shape.block_chunks));
+    let (k_words, block_chunks) = comptime!((shape.k_words, shape.block_chunks));
     #[unroll]
     for u in 0..block_chunks {
         let word = (b * block_chunks + u) * 4 + t;
         #[unroll]
-        for a in 0..tiles {
-            #[unroll]
-            for h in 0..2usize {
-                let row = col0 + comptime!(16 * a + 8 * h) + g;
-                into[comptime!((u * tiles + a) * 2 + h)] = w[row * k_words + word];
-            }
+        for h in 0..2usize {
+            let row = col0 + comptime!(8 * h) + g;
+            into[comptime!(2 * u + h)] = w[row * k_words + word];
         }
     }
 }
@@ -316,10 +261,10 @@ mod tests {
     use cubecl::prelude::*;
 
     /// The kernel expanded against CUDA's manual-`mma` register layout and a device listing f16
-    /// `mma.sync` 16 × 8 × 16, and translated to CUDA C++ (no CUDA compiler runs here): one and
-    /// eight row groups, one and two row tiles a warp, one share and several, the next block's
-    /// words loaded ahead or not, `x` read from cache or staged. Its arithmetic is checked by the root crate's projection
-    /// tests through CUDA, with `ROPE_POOL_STAGED_WARP=1`.
+    /// `mma.sync` 16 × 8 × 16, and translated to CUDA C++ (no CUDA compiler runs here): one,
+    /// five and eight row groups, one share and several. Its arithmetic is checked by the root
+    /// crate's projection tests through CUDA, where the launch takes it past 32 rows
+    /// (`ROPE_POOL_STAGED_WARP=1` from 5 rows).
     #[test]
     fn warp_rows_kernel_expands_and_compiles_to_cuda() {
         let Some(client) = common::any_client("warp rows product's CUDA check") else {
@@ -328,22 +273,17 @@ mod tests {
         let (properties, target) = common::warp_mma_properties(&client);
         let (n, k) = (128usize, 1024usize);
         let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
-        for (groups, tiles, splits, ahead, x_shared, out) in [
-            (1usize, 1usize, 1usize, false, false, FloatKind::F16),
-            (8, 1, 4, true, false, FloatKind::F32),
-            (5, 2, 1, true, true, FloatKind::F16),
-            (8, 2, 2, false, false, FloatKind::F32),
-            (8, 1, 4, true, true, FloatKind::F32),
+        for (groups, warps, splits, out) in [
+            (1usize, 4usize, 1usize, FloatKind::F16),
+            (8, 4, 4, FloatKind::F32),
+            (5, 2, 1, FloatKind::F16),
         ] {
             let shape = WarpRowsShape {
                 groups,
-                warps: 4 / tiles,
-                tiles,
+                warps,
                 k_words: k / 8,
                 block_chunks: 4,
                 splits,
-                ahead,
-                x_shared,
             };
             let m = groups * 8 - 3;
             let kernel = warp_rows_kernel::create_dummy_kernel(
@@ -360,9 +300,7 @@ mod tests {
             );
             common::assert_warp_mma_kernel_compiles(
                 kernel,
-                &format!(
-                    "{groups} groups, {tiles} tiles, {splits} shares, ahead {ahead}, shared {x_shared}"
-                ),
+                &format!("{groups} groups, {warps} warps, {splits} shares"),
             );
         }
     }
