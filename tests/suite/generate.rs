@@ -926,8 +926,7 @@ fn projections_match_float64() {
             (16, 512, 1024),
             (48, 512, 640),
             // Row counts that leave a group of 8 rows part-filled, and a long inner size in
-            // shares (the warp-level staged products through CUDA: past 32 rows, or from 5 with
-            // `ROPE_POOL_STAGED_WARP=1`).
+            // shares (the warp-level staged products through CUDA, `ROPE_POOL_STAGED_WARP=1`).
             (5, 256, 64),
             (37, 256, 128),
             (64, 4096, 256),

@@ -88,9 +88,10 @@ pub struct DecoderTuning {
     /// accumulators and half the loads, where the device allows the units.
     pub staged_row_planes: Option<usize>,
     /// Staged products of f16 weights on warp-level tensor-core products, the weight loaded
-    /// straight into registers (`warp_rows.rs`): `ROPE_POOL_STAGED_WARP=1` from 5 rows, `=0`
-    /// never; default: past 32 rows, where the device has f16 `mma.sync`
-    /// through CUDA.
+    /// straight into registers (`warp_rows.rs`), where the device has f16 `mma.sync` through
+    /// CUDA: `ROPE_POOL_STAGED_WARP=1` from 5 rows; default: never (2% faster at batch 64 on an
+    /// H100, `benches/results/h100-warp-kernels`; its float64 tests have not yet run in the form
+    /// measured).
     pub staged_warp: Option<bool>,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
@@ -760,11 +761,6 @@ pub struct StagedRows {
 
 /// Planes (column tiles) of a staged cube.
 const STAGED_PLANES: usize = 4;
-/// Past this many rows the staged launch's float products take `warp_rows_kernel` where the
-/// device has f16 `mma.sync` through CUDA (`benches/results/h100-warp-kernels`, an H100,
-/// alternating processes: decode 6123–6125 tok/s at batch 64 against 5997–6004 with the staged
-/// kernel, 1075–1077 at batch 8 against 1102–1108; between 8 and 64 rows not measured).
-const WARP_ROWS_AFTER: usize = 32;
 /// Cubes the staged launch's shares aim for past [`STAGED_FEW_ROWS`] rows.
 const STAGED_CUBES: usize = 256;
 /// The most shares the staged launch takes past [`STAGED_FEW_ROWS`] rows unless told.
@@ -866,7 +862,7 @@ impl StagedRows {
                 s
             }
         };
-        let warp = tuning.staged_warp.unwrap_or(rows > WARP_ROWS_AFTER)
+        let warp = tuning.staged_warp == Some(true)
             && warp_mma_f16(client)
             && block.is_multiple_of(2)
             && k.is_multiple_of(CHUNK)

@@ -9,8 +9,8 @@
 //! products a plane and inner tile). Here the weight meets no shared stage and no fragment
 //! load: a warp's 16 weight rows take two 16-byte loads a lane per 32 inner elements and serve
 //! all of `x`'s row groups. Measured on an H100 (`benches/results/h100-warp-kernels`): 2% more
-//! decode tok/s at batch 64 than the staged kernel, 2–3% fewer at batch 8, which is why the
-//! launch takes it past 32 rows only.
+//! decode tok/s at batch 64 than the staged kernel, 2–3% fewer at batch 8. A launch knob
+//! (`ROPE_POOL_STAGED_WARP=1`) until its float64 tests run through CUDA in this form.
 //!
 //! The operand layout: in a chunk of 32 inner elements, lane `(g, t) = (lane / 4, lane % 4)`
 //! loads elements `8t … 8t + 7` (16 bytes) of weight rows `g` and `g + 8`, and of `x`'s row
@@ -263,8 +263,7 @@ mod tests {
     /// The kernel expanded against CUDA's manual-`mma` register layout and a device listing f16
     /// `mma.sync` 16 × 8 × 16, and translated to CUDA C++ (no CUDA compiler runs here): one,
     /// five and eight row groups, one share and several. Its arithmetic is checked by the root
-    /// crate's projection tests through CUDA, where the launch takes it past 32 rows
-    /// (`ROPE_POOL_STAGED_WARP=1` from 5 rows).
+    /// crate's projection tests through CUDA with `ROPE_POOL_STAGED_WARP=1` (from 5 rows).
     #[test]
     fn warp_rows_kernel_expands_and_compiles_to_cuda() {
         let Some(client) = common::any_client("warp rows product's CUDA check") else {
