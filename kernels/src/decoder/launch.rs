@@ -264,8 +264,7 @@ fn matvec_shape(
         .unwrap_or(loads);
     let unroll = (loads / (cols * pairs)).max(1);
     let cubes = n.div_ceil(sums.planes * cols);
-    let count =
-        calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim);
+    let count = grid(client, cubes, cube_dim);
     (cube_dim, count, cols, unroll, sums)
 }
 
@@ -730,7 +729,7 @@ pub unsafe fn launch_few_rows(
     unsafe {
         few_rows_kernel::launch_unchecked(
             client,
-            calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
+            grid(client, cubes, cube_dim),
             cube_dim,
             AddressType::from_len((n * k).max(rows * k).max(rows * n)),
             x,
@@ -742,6 +741,12 @@ pub unsafe fn launch_few_rows(
             float,
         );
     }
+}
+
+/// The grid of `cubes` cubes of `cube_dim` on `client`'s device, rounded up to its grid's
+/// shape (the kernels launched on it let the cubes past `cubes` leave).
+fn grid(client: &Client, cubes: usize, cube_dim: CubeDim) -> CubeCount {
+    calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim)
 }
 
 /// The staged kernel's launch for one shape: column tiles a cube (one a plane), inner tiles a
@@ -1067,11 +1072,7 @@ impl StagedRows {
             unsafe {
                 warp_rows_kernel::launch_unchecked(
                     client,
-                    calculate_cube_count_elemwise(
-                        client,
-                        cubes * cube_dim.num_elems() as usize,
-                        cube_dim,
-                    ),
+                    grid(client, cubes, cube_dim),
                     cube_dim,
                     address,
                     words(x, rows),
@@ -1131,11 +1132,7 @@ impl StagedRows {
         unsafe {
             staged_rows_kernel::launch_unchecked(
                 client,
-                calculate_cube_count_elemwise(
-                    client,
-                    cubes * cube_dim.num_elems() as usize,
-                    cube_dim,
-                ),
+                grid(client, cubes, cube_dim),
                 cube_dim,
                 address,
                 vector,
@@ -1436,7 +1433,7 @@ pub unsafe fn launch_tiles_product(
         tiles_product_kernel::launch_unchecked(
             client,
             // Cubes past the last tile (the count rounded to the grid's shape) leave at once.
-            calculate_cube_count_elemwise(client, cubes * cube_dim.num_elems() as usize, cube_dim),
+            grid(client, cubes, cube_dim),
             cube_dim,
             address,
             vector,
