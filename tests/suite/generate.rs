@@ -1244,7 +1244,7 @@ fn fp8_nan_codes_give_nan() {
         );
         let weight = Fp8Weight::new(codes, scales, k);
         // Eight rows of f16: the staged tensor-core kernel's decoding, where it runs.
-        // Two rows of f16: the matrix-vector kernel's decoding into f16 rows.
+        // Two rows of f16: the matrix-vector kernel's decoding with f16 rows.
         for (m, dtype) in [
             (1usize, DType::F32),
             (3, DType::F32),

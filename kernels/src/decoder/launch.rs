@@ -867,13 +867,7 @@ impl StagedRows {
                 s
             }
         };
-        let warp = tuning.staged_warp == Some(true)
-            && warp_mma_f16(client)
-            && block.is_multiple_of(2)
-            && k.is_multiple_of(CHUNK)
-            && 2 * 16 * WarpRowsShape::x_stage_words_of(rows, TILE * block / CHUNK)
-                <= hardware.max_shared_memory_size;
-        Some(Self {
+        let mut staged = Self {
             rows,
             k,
             n,
@@ -881,8 +875,26 @@ impl StagedRows {
             row_planes,
             block,
             splits,
-            warp,
-        })
+            warp: false,
+        };
+        staged.warp = tuning.staged_warp == Some(true)
+            && warp_mma_f16(client)
+            && block.is_multiple_of(2)
+            && k.is_multiple_of(CHUNK)
+            && staged.warp_shape().shared_bytes() <= hardware.max_shared_memory_size;
+        Some(staged)
+    }
+
+    /// The launch shape of `warp_rows_kernel` for this product: the staged launch's cubes,
+    /// shares and blocks (blocks of an even count of inner tiles).
+    fn warp_shape(&self) -> WarpRowsShape {
+        WarpRowsShape {
+            groups: self.rows.div_ceil(GROUP_ROWS),
+            warps: self.planes,
+            k_words: self.k / 8,
+            block_chunks: TILE * self.block / CHUNK,
+            splits: self.splits,
+        }
     }
 
     /// The f32 elements of the scratch buffer [`Self::launch`] needs for the shares' partial
@@ -1051,13 +1063,7 @@ impl StagedRows {
         };
         let target_type = if self.splits > 1 { f32 } else { float };
         if self.warp && fp8.is_none() {
-            let shape = WarpRowsShape {
-                groups: rows.div_ceil(GROUP_ROWS),
-                warps: self.planes,
-                k_words: k / 8,
-                block_chunks: TILE * self.block / CHUNK,
-                splits: self.splits,
-            };
+            let shape = self.warp_shape();
             let cube_dim = CubeDim::new_2d(32, shape.warps as u32);
             let cubes = n / shape.cube_cols() * self.splits;
             // Rows of `k / 8` 16-byte words (contiguous rows, as `Self::launch` requires).
@@ -1083,7 +1089,9 @@ impl StagedRows {
                 );
             }
         } else {
-            unsafe { self.enqueue_staged(client, float, [x, w], fp8, target, target_type) };
+            unsafe {
+                self.enqueue_staged(client, float, address, [x, w], fp8, target, target_type)
+            };
         }
         let Some((partials, out)) = sum else { return };
         let vector = widest_vector(client, 4, |v| n.is_multiple_of(v));
@@ -1104,18 +1112,20 @@ impl StagedRows {
         }
     }
 
-    /// `staged_rows_kernel`'s launch of the product into `target` (of `target_type`).
+    /// `staged_rows_kernel`'s launch of the product into `target` (of `target_type`), indexed
+    /// with `address`.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn enqueue_staged(
         &self,
         client: &Client,
         float: ElemType,
+        address: AddressType,
         [x, w]: [TensorArg; 2],
         fp8: Option<(TensorArg, Fp8Words)>,
         target: TensorArg,
         target_type: ElemType,
     ) {
         let (rows, k, n) = (self.rows, self.k, self.n);
-        let address = AddressType::from_len((n * k).max(rows * k).max(self.splits * rows * n));
         let vector = self.vector(client, fp8.is_some());
         // The weight's elements: `vector` floats a load, or `vector / 4` words of codes.
         let (w_type, w_vector, scales, words) = match fp8 {
@@ -1421,7 +1431,6 @@ pub unsafe fn launch_tiles_product(
         TensorArg::from_raw_parts(h.clone(), [k / 8, 1].into(), [rows, k / 8].into())
     };
     let out = unsafe { TensorArg::from_raw_parts(out.clone(), [n, 1].into(), [m, n].into()) };
-    let address = AddressType::from_len((m * k).max(n * k).max(m * n));
     let cubes = m.div_ceil(CUBE_ROWS) * (n / CUBE_COLS);
     let cube_dim = CubeDim::new_2d(32, PLANES as u32);
     let (block, stages) = tiles_plan(client, k);
@@ -1435,7 +1444,7 @@ pub unsafe fn launch_tiles_product(
             // Cubes past the last tile (the count rounded to the grid's shape) leave at once.
             grid(client, cubes, cube_dim),
             cube_dim,
-            address,
+            AddressType::from_len((m * k).max(n * k).max(m * n)),
             vector,
             rows(x, m),
             rows(w, n),

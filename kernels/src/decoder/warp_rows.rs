@@ -51,29 +51,23 @@ impl WarpRowsShape {
         16 * self.warps
     }
 
-    /// The words between rows of a stage of `x`: a block's `4 · block_chunks` padded
-    /// to 4 more than a multiple of 8 (the 8 lanes of a quarter plane read rows `g` and `g + 1`
-    /// 64 bytes apart in the banks' 128: no bank twice).
+    /// The words between rows of a stage of `x`: a block's `4 · block_chunks` padded to 4 more
+    /// than a multiple of 8 (the 8 lanes of a quarter plane read rows `g` and `g + 1` 64 bytes
+    /// apart in the banks' 128: no bank twice).
     pub(crate) const fn x_row_stride(&self) -> usize {
-        padded_row(self.block_chunks)
+        let words = 4 * self.block_chunks;
+        words + (12 - words % 8) % 8
     }
 
-    /// The 16-byte words of a stage of `x` (two stages a cube).
+    /// The 16-byte words of a stage of `x`.
     pub(crate) const fn x_stage_words(&self) -> usize {
-        Self::x_stage_words_of(self.groups * GROUP_ROWS, self.block_chunks)
+        self.groups * GROUP_ROWS * self.x_row_stride()
     }
 
-    /// [`Self::x_stage_words`] for `rows` rows of `x` and blocks of `block_chunks` chunks.
-    pub(crate) const fn x_stage_words_of(rows: usize, block_chunks: usize) -> usize {
-        rows.div_ceil(GROUP_ROWS) * GROUP_ROWS * padded_row(block_chunks)
+    /// The shared memory a cube takes, bytes: two stages of `x`.
+    pub(crate) const fn shared_bytes(&self) -> usize {
+        2 * 16 * self.x_stage_words()
     }
-}
-
-/// A staged row of `x`'s block of `block_chunks` chunks, 16-byte words: `4 · block_chunks`
-/// padded to 4 more than a multiple of 8.
-const fn padded_row(block_chunks: usize) -> usize {
-    let words = 4 * block_chunks;
-    words + (12 - words % 8) % 8
 }
 
 /// `out = x · wᵀ` (`x [m, k]`, `w [n, k]` f16, both bound as 16-byte words, `k / 8` a row) for
