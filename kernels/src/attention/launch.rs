@@ -1,6 +1,7 @@
 //! Host side of the attention kernels: the room's launch knobs ([`AttentionTuning`]), the launch
 //! shape (which kernel, vector width, cube size, the split of long contexts) and the launches.
 
+use super::flash::{FlashShape, attention_flash_kernel};
 use super::heads::{HEAD_TILE_KEYS, attention_heads_kernel};
 use super::plane::attention_plane_kernel;
 use super::portable::attention_kernel;
@@ -65,7 +66,21 @@ pub struct AttentionTuning {
     /// group has such rows (`ROPE_POOL_ATTENTION_HEADS_LEAN=1`; default off: the same output
     /// bits, fewer registers a unit).
     pub heads_lean: bool,
+    /// The query-tile launch on warp-level tensor-core products, scores and running output in
+    /// registers (`flash.rs`): `Some(true)` wherever the query-tile kernel runs and it can take
+    /// the call (f16 queries and pools through CubeCL's CUDA runtime on a device with f16
+    /// `mma.sync` 16 × 8 × 16, a head a multiple of 32 up to 128, planes of 32), `Some(false)`
+    /// or `None` never (`ROPE_POOL_ATTENTION_FLASH=1` / `0`).
+    pub flash: Option<bool>,
+    /// Its warps a cube (`ROPE_POOL_ATTENTION_FLASH_WARPS`; default [`FLASH_WARPS`]) and keys a
+    /// tile (`ROPE_POOL_ATTENTION_FLASH_KEYS`, a multiple of 16; default [`FLASH_KEYS`]).
+    pub flash_shape: (Option<usize>, Option<usize>),
 }
+
+/// The flash kernel's warps a cube.
+pub const FLASH_WARPS: usize = 4;
+/// The flash kernel's keys a tile.
+pub const FLASH_KEYS: usize = 64;
 
 #[cfg(feature = "tuning")]
 impl AttentionTuning {
@@ -87,6 +102,11 @@ impl AttentionTuning {
             fp8_words: number("ROPE_POOL_ATTENTION_FP8_WORDS").filter(|w| [1, 2, 4].contains(w)),
             head_tiles: number::<usize>("ROPE_POOL_ATTENTION_HEAD_TILES").map(|v| v == 1),
             heads_lean: flag("ROPE_POOL_ATTENTION_HEADS_LEAN"),
+            flash: number::<usize>("ROPE_POOL_ATTENTION_FLASH").map(|v| v == 1),
+            flash_shape: (
+                number("ROPE_POOL_ATTENTION_FLASH_WARPS"),
+                number("ROPE_POOL_ATTENTION_FLASH_KEYS"),
+            ),
         })
     }
 }
@@ -144,6 +164,14 @@ pub(crate) enum AttentionKernel {
         block_keys: usize,
         /// The tile products on `cmma` tensor-core tiles (else in f32 by the units).
         tensor_cores: bool,
+    },
+    /// [`attention_flash_kernel`](fn@super::flash::attention_flash_kernel): the query tiles on
+    /// warp-level products, `warps` warps a cube over tiles of `block_keys` keys, never split.
+    Flash {
+        /// Warps per cube (each 16 (row, head) pairs).
+        warps: usize,
+        /// Keys per key tile (a multiple of 16).
+        block_keys: usize,
     },
     /// [`attention_heads_kernel`](fn@super::heads::attention_heads_kernel): one plane per
     /// (query row, kv head, chunk), the kv head's `group` q heads the rows of its products.
@@ -490,6 +518,9 @@ impl AttentionLaunch {
                 && (!tensor_cores || TILE * planes <= 2 * keys)
         })?;
         let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
+        if let Some(launch) = Self::flash(client, float, geometry, tuning, vector, fp8_decode) {
+            return Some(launch);
+        }
         let heads = largest_divisor(group, |h| planes.is_multiple_of(h));
         let tile_rows = planes / heads * TILE;
         if tuning.query_tiles != Some(true)
@@ -505,6 +536,63 @@ impl AttentionLaunch {
             },
             vector,
             units: LANES * planes,
+            heads,
+            chunks: 1,
+            chunk_keys: geometry.max_keys.max(1),
+            fp8_decode,
+        })
+    }
+}
+
+impl AttentionLaunch {
+    /// The flash launch of `geometry` (see [`AttentionTuning::flash`]) where the query-tile
+    /// kernel would run (asked for, or its normal launch) and the flash kernel takes the call,
+    /// else `None`.
+    fn flash(
+        client: &Client,
+        float: ElemType,
+        geometry: AttentionGeometry,
+        tuning: &AttentionTuning,
+        vector: usize,
+        fp8_decode: Fp8Decode,
+    ) -> Option<Self> {
+        let d = geometry.head_dim;
+        let warps = tuning.flash_shape.0.unwrap_or(FLASH_WARPS);
+        let block_keys = tuning.flash_shape.1.unwrap_or(FLASH_KEYS);
+        let hardware = &client.properties().hardware;
+        let takes = tuning.flash == Some(true)
+            && float == ElemType::Float(FloatKind::F16)
+            && !geometry.fp8_pools
+            && vector == 8
+            && d.is_multiple_of(32)
+            && (32..=128).contains(&d)
+            && block_keys.is_multiple_of(16)
+            && block_keys > 0
+            && warps > 0
+            && warp_mma_f16(client)
+            && LANES * warps <= hardware.max_units_per_cube as usize;
+        if !takes {
+            return None;
+        }
+        let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
+        let heads = largest_divisor(group, |h| warps.is_multiple_of(h));
+        let shape = FlashShape {
+            warps,
+            heads,
+            block_keys,
+            head_dim: d,
+            capped: false,
+        };
+        if shape.shared_bytes() > hardware.max_shared_memory_size
+            || (tuning.query_tiles != Some(true)
+                && !Self::tiles_pay(geometry, shape.tile_rows(), group / heads))
+        {
+            return None;
+        }
+        Some(Self {
+            kernel: AttentionKernel::Flash { warps, block_keys },
+            vector,
+            units: LANES * warps,
             heads,
             chunks: 1,
             chunk_keys: geometry.max_keys.max(1),
@@ -649,12 +737,12 @@ pub unsafe fn launch_attention(
     let head_blocks = num_qo_heads / num_kv_heads / heads;
     let split = chunks > 1;
     let (cubes, cube_dim) = match kernel {
-        AttentionKernel::Tiles { planes, .. } => {
-            let tile_rows = planes / heads * TILE;
+        AttentionKernel::Tiles { planes: warps, .. } | AttentionKernel::Flash { warps, .. } => {
+            let tile_rows = warps / heads * TILE;
             let tiles = num_tokens.div_ceil(tile_rows);
             (
                 tiles * num_kv_heads * head_blocks,
-                CubeDim::new_2d(LANES as u32, planes as u32),
+                CubeDim::new_2d(LANES as u32, warps as u32),
             )
         }
         _ => (
@@ -758,6 +846,32 @@ pub unsafe fn launch_attention(
                 fp8,
                 fp8_decode,
                 [float, pool_elem],
+            );
+        },
+        AttentionKernel::Flash { warps, block_keys } => unsafe {
+            attention_flash_kernel::launch_unchecked(
+                client,
+                cube_count,
+                cube_dim,
+                AddressType::from_len(len),
+                first.q,
+                first.k_pool,
+                first.v_pool,
+                first.kv_indices,
+                first.ranges,
+                first.out,
+                first.lse,
+                scalars.sm_scale,
+                soft_cap,
+                f32::NEG_INFINITY,
+                head_blocks as u32,
+                FlashShape {
+                    warps,
+                    heads,
+                    block_keys,
+                    head_dim,
+                    capped: scalars.soft_cap.is_some(),
+                },
             );
         },
         AttentionKernel::Heads {

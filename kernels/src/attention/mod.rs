@@ -7,6 +7,9 @@
 //!   [`AttentionTuning::portable`]);
 //! - `tiles.rs`: the query-tile kernel for prefill (many rows of a sequence per cube sharing each
 //!   key and value tile; tensor-core products where the device has them);
+//! - `flash.rs`: the query tiles of prefill on warp-level tensor-core products through CUDA,
+//!   scores, weights and running output in registers (flash attention 2's form;
+//!   [`AttentionTuning::flash`]);
 //! - `heads.rs`: the head-tile kernel, f16 decode's through CUDA (a GQA group's heads as the
 //!   rows of warp-level tensor-core products; [`AttentionTuning::head_tiles`] refuses it);
 //! - `split.rs`: the split of long contexts shared by both (each cube's share, the merge of the
@@ -14,6 +17,7 @@
 //! - `launch.rs`: the host side — which kernel and what shape ([`AttentionLaunch`]), the
 //!   launches and the room's knobs ([`AttentionTuning`]).
 
+mod flash;
 mod heads;
 mod launch;
 mod plane;

@@ -64,7 +64,7 @@ pub(crate) const P_PAD: usize = 8;
 /// The pool row of entry `e` of `kv_indices`, or -1 when `e` is at or past `end` or the row is
 /// outside the pool (masked, never read).
 #[cube]
-fn entry_row(kv_indices: &Tensor<i32>, e: usize, end: usize, pool_size: usize) -> i32 {
+pub(super) fn entry_row(kv_indices: &Tensor<i32>, e: usize, end: usize, pool_size: usize) -> i32 {
     let mut row = i32::new(-1);
     if e < end {
         let r = kv_indices[e];

@@ -1,0 +1,486 @@
+//! Attention over the token-slot pool in query tiles for prefill on warp-level tensor-core
+//! products (`mma.sync` m16n8k16, f16 × f16 → f32, through CubeCL's `MmaDefinition`), the
+//! scores, weights and running output held in registers the whole walk (flash-attention 2's
+//! form): f16 queries over f16 pools through CubeCL's CUDA runtime.
+//!
+//! One cube owns one (tile of query rows, block of `heads` q heads of one kv head), as
+//! [`super::tiles`]'s: warp `w` takes head `w % heads` of 16 rows, `16 · (w / heads)` onwards,
+//! so the heads of a GQA group share the cube's key and value tiles. The cube walks the union of
+//! its rows' key ranges (entries of `kv_indices`) in tiles of `block_keys` keys:
+//! 1. the tile's key and value rows, read as 16-byte vectors by all units and stored in shared
+//!    memory (rows one vector longer than the head: the 8 rows an `ldmatrix` phase reads start
+//!    in 8 different 16-byte bank groups); a row outside the pool or past the walk as zeros;
+//! 2. scores `S = Q · Kᵀ`: the warp's queries are the first operand, loaded once from `q` into
+//!    registers; the keys are read by `ldmatrix` (four 8 × 8 matrices: a key tile's 32
+//!    elements of the head) as the second; `block_keys / 8` accumulators of 16 × 8;
+//! 3. online softmax in registers: lane `(g, t) = (lane / 4, lane % 4)` holds keys `8j + 2t`,
+//!    `8j + 2t + 1` of rows `g` and `g + 8`; scale, soft cap, the row's own range as the mask
+//!    (causal, sliding window, the sequence's keys); the row's maximum over its four lanes (two
+//!    shuffles); the running output rescaled where a maximum moved; the weights rounded to f16
+//!    (as flash attention does: CONTRACT, `pool_attention`, Math);
+//! 4. values `O += P · V`: the score accumulators are the next product's first operand (the
+//!    register layouts agree: two score tiles make a 16-key step), the values read by
+//!    `ldmatrix.trans` (pairs along the keys) as the second.
+//!
+//! Rows of one tile may belong to different sequences (each row is masked by its own range);
+//! the launch takes this kernel where [`super::tiles`]'s would run (every sequence with queries
+//! has a tile's worth of rows). A key in the walk that a row does not see meets that row's zero
+//! weight in the values' product, as in [`super::tiles`]. The fragments' register layout is
+//! CUDA's: the launch takes this kernel through CubeCL's CUDA runtime only.
+
+use super::tiles::entry_row;
+use crate::common::fragment::TILE;
+use cubecl::cmma::{MatrixIdent, MmaDefinition};
+use cubecl::prelude::*;
+use half::f16;
+
+/// Units a warp.
+const LANES: usize = 32;
+/// Elements of a 16-byte vector of f16.
+const VECTOR: usize = 8;
+
+/// The launch shape of [`attention_flash_kernel`] (comptime).
+#[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct FlashShape {
+    /// Warps a cube (a multiple of `heads`).
+    pub(crate) warps: usize,
+    /// q heads a cube (a divisor of the GQA group).
+    pub(crate) heads: usize,
+    /// Keys a tile (a multiple of 16).
+    pub(crate) block_keys: usize,
+    /// Elements a head (a multiple of 32, at most 128).
+    pub(crate) head_dim: usize,
+    /// Scores soft-capped (`soft_cap · tanh(s / soft_cap)`).
+    pub(crate) capped: bool,
+}
+
+impl FlashShape {
+    /// Query rows a cube.
+    pub(crate) const fn tile_rows(&self) -> usize {
+        self.warps / self.heads * TILE
+    }
+
+    /// 16-byte vectors between staged key (or value) rows: the head's and one more.
+    pub(crate) const fn row_stride(&self) -> usize {
+        self.head_dim / VECTOR + 1
+    }
+
+    /// The shared memory a cube takes, bytes: the key and value tiles, the tile's pool rows (two
+    /// sets), the warps' range bounds.
+    pub(crate) const fn shared_bytes(&self) -> usize {
+        2 * self.block_keys * self.row_stride() * 16 + 2 * 4 * self.block_keys + 8 * self.warps
+    }
+}
+
+/// The attention of one (tile of query rows, head block) per cube (see the module doc). Shapes:
+/// `q [T, Hq, D]` and `out [T, Hq, D]` f16, pools `[P, Hkv, D / 8]` (vectors of 8 f16),
+/// `kv_indices [nnz]` i32, `ranges [T, 2]` i32 (first entry in `kv_indices`, visible keys),
+/// `lse [T, Hq]` f32; `head_blocks` blocks of `heads` q heads make a kv head's group. The cube
+/// is `32 × warps` units. `neg_inf` is `f32::NEG_INFINITY`, passed at run time.
+#[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_flash_kernel(
+    q: &Tensor<f16>,
+    k_pool: &Tensor<Vector<f16, Const<8>>>,
+    v_pool: &Tensor<Vector<f16, Const<8>>>,
+    kv_indices: &Tensor<i32>,
+    ranges: &Tensor<i32>,
+    out: &mut Tensor<f16>,
+    lse: &mut Tensor<f32>,
+    sm_scale: f32,
+    soft_cap: f32,
+    neg_inf: f32,
+    head_blocks: u32,
+    #[comptime] shape: FlashShape,
+) {
+    let (warps, heads, block_keys, head_dim, capped) = comptime!((
+        shape.warps,
+        shape.heads,
+        shape.block_keys,
+        shape.head_dim,
+        shape.capped
+    ));
+    let num_tokens = q.shape(0);
+    let num_qo_heads = q.shape(1);
+    let pool_size = k_pool.shape(0);
+    let num_kv_heads = k_pool.shape(1);
+    let tile_rows = comptime!(shape.tile_rows());
+    let tiles = num_tokens.div_ceil(tile_rows);
+    // The whole cube leaves together: the syncs below stay uniform.
+    if CUBE_POS >= tiles * num_kv_heads * head_blocks as usize {
+        terminate!();
+    }
+    // The last row tiles (the most keys, causal) first.
+    let tile = tiles - 1 - CUBE_POS % tiles;
+    let block = CUBE_POS / tiles;
+    let kv = block / head_blocks as usize;
+    let lane = UNIT_POS_X as usize;
+    let warp = UNIT_POS_Y as usize;
+    let unit = warp * LANES + lane;
+    let gl = lane / 4;
+    let tl = lane % 4;
+    let head = block * heads + warp % heads;
+    let t0 = tile * tile_rows + warp / heads * TILE;
+
+    let row_vectors = comptime!(head_dim / VECTOR);
+    let ld = comptime!(shape.row_stride());
+    let stage = comptime!(block_keys * ld);
+    let key_tiles = comptime!(block_keys / 8);
+    let key_steps = comptime!(block_keys / 16);
+    let d_steps = comptime!(head_dim / 16);
+    let out_tiles = comptime!(head_dim / 8);
+    let units = comptime!(warps * LANES);
+    let mut kv_s =
+        Shared::<[Vector<f16, Const<8>>]>::new_aligned_slice(comptime!(2 * stage), 16usize);
+    let mut rows_s = Shared::<[i32]>::new_slice(comptime!(2 * block_keys));
+    let mut bounds_s = Shared::<[u32]>::new_slice(comptime!(2 * warps));
+
+    // Rows `gl` and `gl + 8` of the warp: their key ranges (entries of `kv_indices`).
+    let mut lo = Array::<usize>::new(2usize);
+    let mut hi = Array::<usize>::new(2usize);
+    #[unroll]
+    for r in 0..2usize {
+        let t = t0 + gl + comptime!(8 * r);
+        lo[r] = 0;
+        hi[r] = 0;
+        if t < num_tokens {
+            lo[r] = usize::cast_from(ranges[2 * t]);
+            hi[r] = lo[r] + usize::cast_from(ranges[2 * t + 1]);
+        }
+    }
+    // A row that sees no key widens nothing.
+    let mut first = select(hi[0] > lo[0], u32::cast_from(lo[0]), u32::MAX);
+    let mut last = select(hi[0] > lo[0], u32::cast_from(hi[0]), 0u32);
+    first = first.min(select(hi[1] > lo[1], u32::cast_from(lo[1]), u32::MAX));
+    last = last.max(select(hi[1] > lo[1], u32::cast_from(hi[1]), 0u32));
+    // The cube's walk: the union of its rows' ranges.
+    first = plane_min(first);
+    last = plane_max(last);
+    if lane == 0 {
+        bounds_s[2 * warp] = first;
+        bounds_s[2 * warp + 1] = last;
+    }
+
+    // The warp's queries as the first operand of the scores: step `s` (elements `16s…`) in
+    // slots `4s…4s + 3` — rows `gl`, `gl + 8`, elements `2tl, 2tl + 1`, then `2tl + 8, 2tl + 9`.
+    let mut qf = Array::<Vector<f16, Const<2>>>::new(comptime!(4 * d_steps));
+    #[unroll]
+    for s in 0..d_steps {
+        #[unroll]
+        for i in 0..4usize {
+            let r = comptime!(i % 2);
+            let e = comptime!(16 * s + 8 * (i / 2)) + 2 * tl;
+            let t = t0 + gl + comptime!(8 * r);
+            let mut x = Vector::<f16, Const<2>>::new(f16::new(0.0));
+            if t < num_tokens {
+                let at = (t * num_qo_heads + head) * head_dim + e;
+                x.insert(0usize, q[at]);
+                x.insert(1usize, q[at + 1]);
+            }
+            qf[comptime!(4 * s + i)] = x;
+        }
+    }
+    sync_cube();
+    #[unroll]
+    for w in 0..warps {
+        first = first.min(bounds_s[comptime!(2 * w)]);
+        last = last.max(bounds_s[comptime!(2 * w + 1)]);
+    }
+    let end = last as usize;
+
+    let def = MmaDefinition::<f16, f16, f32>::new(16usize, 8usize, 16usize);
+    // Running output: tile `j` (elements `8j…`) in slots `2j` (row `gl`) and `2j + 1` (row
+    // `gl + 8`), columns `2tl`, `2tl + 1`.
+    let mut o = Array::<Vector<f32, Const<2>>>::new(comptime!(2 * out_tiles));
+    #[unroll]
+    for a in 0..comptime!(2 * out_tiles) {
+        o[a] = Vector::new(f32::new(0.0));
+    }
+    // Per row: the running maximum (its four lanes') and this lane's share of the sum.
+    let mut m = Array::<f32>::new(2usize);
+    let mut l = Array::<f32>::new(2usize);
+    #[unroll]
+    for r in 0..2usize {
+        m[r] = neg_inf;
+        l[r] = f32::new(0.0);
+    }
+
+    // The first tile's pool rows; each tile writes the next one's into the other set.
+    let mut base = first as usize;
+    if unit < block_keys {
+        rows_s[unit] = entry_row(kv_indices, base + unit, end, pool_size);
+    }
+    sync_cube();
+    let mut set = 0usize;
+    let loads = comptime!((block_keys * row_vectors).div_ceil(units));
+    while base < end {
+        // 1. The tile's key and value rows: every load first, then the stores.
+        let rows_at = set * block_keys;
+        let mut ks = Array::<Vector<f16, Const<8>>>::new(loads);
+        let mut vs = Array::<Vector<f16, Const<8>>>::new(loads);
+        #[unroll]
+        for it in 0..loads {
+            let x = unit + it * units;
+            let mut kx = Vector::<f16, Const<8>>::new(f16::new(0.0));
+            let mut vx = Vector::<f16, Const<8>>::new(f16::new(0.0));
+            if x < comptime!(block_keys * row_vectors) {
+                let row = rows_s[rows_at + x / row_vectors];
+                if row >= 0 {
+                    let at =
+                        (usize::cast_from(row) * num_kv_heads + kv) * row_vectors + x % row_vectors;
+                    kx = k_pool[at];
+                    vx = v_pool[at];
+                }
+            }
+            ks[it] = kx;
+            vs[it] = vx;
+        }
+        let next_at = (1 - set) * block_keys;
+        if unit < block_keys {
+            rows_s[next_at + unit] =
+                entry_row(kv_indices, base + block_keys + unit, end, pool_size);
+        }
+        #[unroll]
+        for it in 0..loads {
+            let x = unit + it * units;
+            if x < comptime!(block_keys * row_vectors) {
+                let at = x / row_vectors * ld + x % row_vectors;
+                kv_s[at] = ks[it];
+                kv_s[stage + at] = vs[it];
+            }
+        }
+        sync_cube();
+
+        // 2. Scores: key tile `j` (keys `8j…`) in slots `2j` (row `gl`) and `2j + 1`.
+        let mut sc = Array::<Vector<f32, Const<2>>>::new(comptime!(2 * key_tiles));
+        #[unroll]
+        for j in 0..key_tiles {
+            let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
+            acc[0] = Vector::new(f32::new(0.0));
+            acc[1] = Vector::new(f32::new(0.0));
+            #[unroll]
+            for c in 0..comptime!(head_dim / 32) {
+                // Matrix `lane / 8`: elements `32c + 8 · (lane / 8)…` of keys `8j…8j + 7`.
+                let at = (comptime!(8 * j) + lane % 8) * ld + comptime!(4 * c) + lane / 8;
+                let b4 = def.load_matrix::<Vector<f16, Const<8>>, Const<2>>(
+                    &kv_s[at..at + 1],
+                    MatrixIdent::B,
+                    4usize,
+                    false,
+                );
+                #[unroll]
+                for h in 0..2usize {
+                    let s = comptime!(2 * c + h);
+                    let mut a = Array::<Vector<f16, Const<2>>>::new(4usize);
+                    #[unroll]
+                    for i in 0..4usize {
+                        a[i] = qf[comptime!(4 * s + i)];
+                    }
+                    let mut b = Array::<Vector<f16, Const<2>>>::new(2usize);
+                    b[0] = b4[comptime!(2 * h)];
+                    b[1] = b4[comptime!(2 * h + 1)];
+                    let next = def.execute(&a, &b, &acc);
+                    acc[0] = next[0];
+                    acc[1] = next[1];
+                }
+            }
+            sc[comptime!(2 * j)] = acc[0];
+            sc[comptime!(2 * j + 1)] = acc[1];
+        }
+
+        // 3. Online softmax per row: scale, cap, mask; the four lanes' maximum; the weights.
+        let mut valid = Array::<bool>::new(comptime!(2 * key_tiles));
+        #[unroll]
+        for j in 0..key_tiles {
+            #[unroll]
+            for i in 0..2usize {
+                valid[comptime!(2 * j + i)] = rows_s[rows_at + comptime!(8 * j + i) + 2 * tl] >= 0;
+            }
+        }
+        let mut rescale = Array::<f32>::new(2usize);
+        let mut pf = Array::<Vector<f16, Const<2>>>::new(comptime!(2 * key_tiles));
+        #[unroll]
+        for r in 0..2usize {
+            let mut top = m[r];
+            #[unroll]
+            for j in 0..key_tiles {
+                let mut v = sc[comptime!(2 * j + r)];
+                #[unroll]
+                for i in 0..2usize {
+                    let e = base + comptime!(8 * j + i) + 2 * tl;
+                    let mut x = v.extract(i) * sm_scale;
+                    if capped {
+                        x = soft_cap * f32::tanh(x / soft_cap);
+                    }
+                    let x = select(
+                        valid[comptime!(2 * j + i)] && e >= lo[r] && e < hi[r],
+                        x,
+                        neg_inf,
+                    );
+                    v.insert(i, x);
+                    top = select(x > top, x, top);
+                }
+                sc[comptime!(2 * j + r)] = v;
+            }
+            let other = plane_shuffle_xor(top, 1u32);
+            top = select(other > top, other, top);
+            let other = plane_shuffle_xor(top, 2u32);
+            top = select(other > top, other, top);
+            rescale[r] = select(top == neg_inf, f32::new(1.0), f32::exp(m[r] - top));
+            m[r] = top;
+            let mut sum = l[r] * rescale[r];
+            #[unroll]
+            for j in 0..key_tiles {
+                let mut w = Vector::<f32, Const<2>>::new(f32::new(0.0));
+                #[unroll]
+                for i in 0..2usize {
+                    let x = sc[comptime!(2 * j + r)].extract(i);
+                    let e = select(x == neg_inf, f32::new(0.0), f32::exp(x - top));
+                    w.insert(i, e);
+                    sum += e;
+                }
+                pf[comptime!(2 * j + r)] = Vector::<f16, Const<2>>::cast_from(w);
+            }
+            l[r] = sum;
+        }
+        // The running output rescaled where a row's maximum moved (a factor of exactly 1
+        // elsewhere: skipped when no row of the warp moved, the same bits).
+        if !plane_all(rescale[0] == f32::new(1.0) && rescale[1] == f32::new(1.0)) {
+            #[unroll]
+            for j in 0..out_tiles {
+                o[comptime!(2 * j)] *= Vector::new(rescale[0]);
+                o[comptime!(2 * j + 1)] *= Vector::new(rescale[1]);
+            }
+        }
+
+        // 4. Values: step `kk` (keys `16kk…`) takes score tiles `2kk` and `2kk + 1` as its
+        // first operand; matrices of `ldmatrix.trans`: keys `16kk…` and `16kk + 8…` of
+        // elements `16c…`, then of `16c + 8…`.
+        #[unroll]
+        for kk in 0..key_steps {
+            let mut a = Array::<Vector<f16, Const<2>>>::new(4usize);
+            a[0] = pf[comptime!(4 * kk)];
+            a[1] = pf[comptime!(4 * kk + 1)];
+            a[2] = pf[comptime!(4 * kk + 2)];
+            a[3] = pf[comptime!(4 * kk + 3)];
+            #[unroll]
+            for c in 0..d_steps {
+                let key = comptime!(16 * kk) + lane % 8 + 8 * ((lane / 8) % 2);
+                let at = stage + key * ld + comptime!(2 * c) + lane / 16;
+                let b4 = def.load_matrix::<Vector<f16, Const<8>>, Const<2>>(
+                    &kv_s[at..at + 1],
+                    MatrixIdent::B,
+                    4usize,
+                    true,
+                );
+                #[unroll]
+                for h in 0..2usize {
+                    let j = comptime!(2 * c + h);
+                    let mut b = Array::<Vector<f16, Const<2>>>::new(2usize);
+                    b[0] = b4[comptime!(2 * h)];
+                    b[1] = b4[comptime!(2 * h + 1)];
+                    let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
+                    acc[0] = o[comptime!(2 * j)];
+                    acc[1] = o[comptime!(2 * j + 1)];
+                    let next = def.execute(&a, &b, &acc);
+                    o[comptime!(2 * j)] = next[0];
+                    o[comptime!(2 * j + 1)] = next[1];
+                }
+            }
+        }
+        // Every warp is done with this tile's rows before the next tile's are stored.
+        sync_cube();
+        set = 1 - set;
+        base += block_keys;
+    }
+
+    // Each row's sum over its four lanes, its log-sum-exp, the normalised output.
+    #[unroll]
+    for r in 0..2usize {
+        let mut total = l[r];
+        total += plane_shuffle_xor(total, 1u32);
+        total += plane_shuffle_xor(total, 2u32);
+        let t = t0 + gl + comptime!(8 * r);
+        if t < num_tokens {
+            let seen = total > 0.0;
+            let norm = select(
+                seen,
+                f32::new(1.0) / select(seen, total, f32::new(1.0)),
+                f32::new(0.0),
+            );
+            let row = (t * num_qo_heads + head) * head_dim;
+            #[unroll]
+            for j in 0..out_tiles {
+                let v = o[comptime!(2 * j + r)];
+                #[unroll]
+                for i in 0..2usize {
+                    out[row + comptime!(8 * j + i) + 2 * tl] = f16::cast_from(v.extract(i) * norm);
+                }
+            }
+            if tl == 0 {
+                lse[t * num_qo_heads + head] = select(
+                    seen,
+                    m[r] + f32::ln(select(seen, total, f32::new(1.0))),
+                    neg_inf,
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FlashShape, attention_flash_kernel};
+    use crate::test_common as common;
+    use cubecl::ir::AddressType;
+    use cubecl::prelude::*;
+
+    /// The kernel expanded against CUDA's manual-`mma` register layout and a device listing f16
+    /// `mma.sync` 16 × 8 × 16, and translated to CUDA C++ (no CUDA compiler runs here): Llama's
+    /// head of 128 with its group of 4, a head of 64 on 8 warps of 2 heads, a capped head of 96.
+    /// Its arithmetic is checked by the root crate's query-tile tests through CUDA.
+    #[test]
+    fn attention_flash_kernel_expands_and_compiles_to_cuda() {
+        let Some(client) = common::any_client("flash attention's CUDA check") else {
+            return;
+        };
+        let (properties, target) = common::warp_mma_properties(&client);
+        let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
+        for (warps, heads, block_keys, head_dim, capped) in [
+            (4usize, 4usize, 64usize, 128usize, false),
+            (8, 2, 32, 64, false),
+            (4, 1, 64, 96, true),
+        ] {
+            let shape = FlashShape {
+                warps,
+                heads,
+                block_keys,
+                head_dim,
+                capped,
+            };
+            let kernel = attention_flash_kernel::create_dummy_kernel(
+                properties.clone(),
+                target.clone(),
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_2d(32, warps as u32),
+                AddressType::U32,
+                tensor(&[40, 8, head_dim]),
+                tensor(&[64, 2, head_dim / 8]),
+                tensor(&[64, 2, head_dim / 8]),
+                tensor(&[100]),
+                tensor(&[40, 2]),
+                tensor(&[40, 8, head_dim]),
+                tensor(&[40, 8]),
+                0.1,
+                30.0,
+                f32::NEG_INFINITY,
+                (4 / heads) as u32,
+                shape,
+            );
+            common::assert_warp_mma_kernel_compiles(
+                kernel,
+                &format!("attention_flash_kernel, {warps} warps, head {head_dim}"),
+            );
+        }
+    }
+}
