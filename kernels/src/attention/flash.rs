@@ -52,6 +52,9 @@ pub(crate) struct FlashShape {
     pub(crate) head_dim: usize,
     /// Scores soft-capped (`soft_cap · tanh(s / soft_cap)`).
     pub(crate) capped: bool,
+    /// Each tile's loads of the next tile's keys and values issued before its products, stored
+    /// after them into a second stage (one barrier a tile instead of two).
+    pub(crate) ahead: bool,
 }
 
 impl FlashShape {
@@ -65,10 +68,17 @@ impl FlashShape {
         self.head_dim / VECTOR + 1
     }
 
-    /// The shared memory a cube takes, bytes: the key and value tiles, the tile's pool rows (two
-    /// sets), the warps' range bounds.
+    /// Stages of key and value tiles: two with [`Self::ahead`].
+    pub(crate) const fn stages(&self) -> usize {
+        if self.ahead { 2 } else { 1 }
+    }
+
+    /// The shared memory a cube takes, bytes: the stages of key and value tiles, three sets of
+    /// a tile's pool rows, the warps' range bounds.
     pub(crate) const fn shared_bytes(&self) -> usize {
-        2 * self.block_keys * self.row_stride() * 16 + 2 * 4 * self.block_keys + 8 * self.warps
+        self.stages() * 2 * self.block_keys * self.row_stride() * 16
+            + 3 * 4 * self.block_keys
+            + 8 * self.warps
     }
 }
 
@@ -78,7 +88,7 @@ impl FlashShape {
 /// `lse [T, Hq]` f32; `head_blocks` blocks of `heads` q heads make a kv head's group. The cube
 /// is `32 × warps` units. `neg_inf` is `f32::NEG_INFINITY`, passed at run time.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::collapsible_if)]
 pub(crate) fn attention_flash_kernel(
     q: &Tensor<f16>,
     k_pool: &Tensor<Vector<f16, Const<8>>>,
@@ -93,12 +103,13 @@ pub(crate) fn attention_flash_kernel(
     head_blocks: u32,
     #[comptime] shape: FlashShape,
 ) {
-    let (warps, heads, block_keys, head_dim, capped) = comptime!((
+    let (warps, heads, block_keys, head_dim, capped, ahead) = comptime!((
         shape.warps,
         shape.heads,
         shape.block_keys,
         shape.head_dim,
-        shape.capped
+        shape.capped,
+        shape.ahead
     ));
     let num_tokens = q.shape(0);
     let num_qo_heads = q.shape(1);
@@ -124,15 +135,18 @@ pub(crate) fn attention_flash_kernel(
 
     let row_vectors = comptime!(head_dim / VECTOR);
     let ld = comptime!(shape.row_stride());
-    let stage = comptime!(block_keys * ld);
+    // A stage: the key tile, then the value tile (`kv_stage` vectors each).
+    let kv_stage = comptime!(block_keys * ld);
+    let stage = comptime!(2 * kv_stage);
     let key_tiles = comptime!(block_keys / 8);
     let key_steps = comptime!(block_keys / 16);
     let d_steps = comptime!(head_dim / 16);
     let out_tiles = comptime!(head_dim / 8);
-    let units = comptime!(warps * LANES);
-    let mut kv_s =
-        Shared::<[Vector<f16, Const<8>>]>::new_aligned_slice(comptime!(2 * stage), 16usize);
-    let mut rows_s = Shared::<[i32]>::new_slice(comptime!(2 * block_keys));
+    let mut kv_s = Shared::<[Vector<f16, Const<8>>]>::new_aligned_slice(
+        comptime!(shape.stages() * stage),
+        16usize,
+    );
+    let mut rows_s = Shared::<[i32]>::new_slice(comptime!(3 * block_keys));
     let mut bounds_s = Shared::<[u32]>::new_slice(comptime!(2 * warps));
 
     // Rows `gl` and `gl + 8` of the warp: their key ranges (entries of `kv_indices`).
@@ -205,51 +219,58 @@ pub(crate) fn attention_flash_kernel(
         l[r] = f32::new(0.0);
     }
 
-    // The first tile's pool rows; each tile writes the next one's into the other set.
+    // The pool rows of tile `n` are in set `n % 3` of `rows_s`, written a tile or two ahead;
+    // its keys and values in stage `n % stages` of `kv_s`.
     let mut base = first as usize;
     if unit < block_keys {
         rows_s[unit] = entry_row(kv_indices, base + unit, end, pool_size);
     }
     sync_cube();
-    let mut set = 0usize;
-    let loads = comptime!((block_keys * row_vectors).div_ceil(units));
-    while base < end {
-        // 1. The tile's key and value rows: every load first, then the stores.
-        let rows_at = set * block_keys;
-        let mut ks = Array::<Vector<f16, Const<8>>>::new(loads);
-        let mut vs = Array::<Vector<f16, Const<8>>>::new(loads);
-        #[unroll]
-        for it in 0..loads {
-            let x = unit + it * units;
-            let mut kx = Vector::<f16, Const<8>>::new(f16::new(0.0));
-            let mut vx = Vector::<f16, Const<8>>::new(f16::new(0.0));
-            if x < comptime!(block_keys * row_vectors) {
-                let row = rows_s[rows_at + x / row_vectors];
-                if row >= 0 {
-                    let at =
-                        (usize::cast_from(row) * num_kv_heads + kv) * row_vectors + x % row_vectors;
-                    kx = k_pool[at];
-                    vx = v_pool[at];
-                }
-            }
-            ks[it] = kx;
-            vs[it] = vx;
-        }
-        let next_at = (1 - set) * block_keys;
+    let loads = comptime!((block_keys * row_vectors).div_ceil(warps * LANES));
+    let mut ks = Array::<Vector<f16, Const<8>>>::new(loads);
+    let mut vs = Array::<Vector<f16, Const<8>>>::new(loads);
+    if comptime!(ahead) {
+        // Tile 0 staged before the walk; each tile then loads the next one's.
+        load_tile(
+            k_pool, v_pool, &rows_s, 0, kv, unit, &mut ks, &mut vs, shape,
+        );
         if unit < block_keys {
-            rows_s[next_at + unit] =
+            rows_s[block_keys + unit] =
                 entry_row(kv_indices, base + block_keys + unit, end, pool_size);
         }
-        #[unroll]
-        for it in 0..loads {
-            let x = unit + it * units;
-            if x < comptime!(block_keys * row_vectors) {
-                let at = x / row_vectors * ld + x % row_vectors;
-                kv_s[at] = ks[it];
-                kv_s[stage + at] = vs[it];
-            }
-        }
+        store_tile(&mut kv_s, 0, unit, &ks, &vs, shape);
         sync_cube();
+    }
+    let mut n = 0usize;
+    while base < end {
+        let rows_at = (n % 3) * block_keys;
+        let mut stage_at = 0usize;
+        let more = base + block_keys < end;
+        if comptime!(ahead) {
+            stage_at = (n % 2) * stage;
+            // The next tile's keys and values, in flight during this tile's products.
+            if more {
+                let next_rows = ((n + 1) % 3) * block_keys;
+                load_tile(
+                    k_pool, v_pool, &rows_s, next_rows, kv, unit, &mut ks, &mut vs, shape,
+                );
+                if unit < block_keys {
+                    rows_s[((n + 2) % 3) * block_keys + unit] =
+                        entry_row(kv_indices, base + 2 * block_keys + unit, end, pool_size);
+                }
+            }
+        } else {
+            // 1. The tile's key and value rows: every load first, then the stores.
+            load_tile(
+                k_pool, v_pool, &rows_s, rows_at, kv, unit, &mut ks, &mut vs, shape,
+            );
+            if unit < block_keys {
+                rows_s[((n + 1) % 3) * block_keys + unit] =
+                    entry_row(kv_indices, base + block_keys + unit, end, pool_size);
+            }
+            store_tile(&mut kv_s, 0, unit, &ks, &vs, shape);
+            sync_cube();
+        }
 
         // 2. Scores: key tile `j` (keys `8j…`) in slots `2j` (row `gl`) and `2j + 1`.
         let mut sc = Array::<Vector<f32, Const<2>>>::new(comptime!(2 * key_tiles));
@@ -261,7 +282,8 @@ pub(crate) fn attention_flash_kernel(
             #[unroll]
             for c in 0..comptime!(head_dim / 32) {
                 // Matrix `lane / 8`: elements `32c + 8 · (lane / 8)…` of keys `8j…8j + 7`.
-                let at = (comptime!(8 * j) + lane % 8) * ld + comptime!(4 * c) + lane / 8;
+                let at =
+                    stage_at + (comptime!(8 * j) + lane % 8) * ld + comptime!(4 * c) + lane / 8;
                 let b4 = def.load_matrix::<Vector<f16, Const<8>>, Const<2>>(
                     &kv_s[at..at + 1],
                     MatrixIdent::B,
@@ -366,7 +388,7 @@ pub(crate) fn attention_flash_kernel(
             #[unroll]
             for c in 0..d_steps {
                 let key = comptime!(16 * kk) + lane % 8 + 8 * ((lane / 8) % 2);
-                let at = stage + key * ld + comptime!(2 * c) + lane / 16;
+                let at = stage_at + kv_stage + key * ld + comptime!(2 * c) + lane / 16;
                 let b4 = def.load_matrix::<Vector<f16, Const<8>>, Const<2>>(
                     &kv_s[at..at + 1],
                     MatrixIdent::B,
@@ -388,9 +410,14 @@ pub(crate) fn attention_flash_kernel(
                 }
             }
         }
+        if comptime!(ahead) {
+            if more {
+                store_tile(&mut kv_s, (1 - n % 2) * stage, unit, &ks, &vs, shape);
+            }
+        }
         // Every warp is done with this tile's rows before the next tile's are stored.
         sync_cube();
-        set = 1 - set;
+        n += 1;
         base += block_keys;
     }
 
@@ -428,6 +455,71 @@ pub(crate) fn attention_flash_kernel(
     }
 }
 
+/// The key and value vectors of the tile whose pool rows are at `rows_at` in `rows_s` into
+/// `ks` and `vs` (vector `unit + i · units` of the tile at `[i]`; a masked row as zeros).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn load_tile(
+    k_pool: &Tensor<Vector<f16, Const<8>>>,
+    v_pool: &Tensor<Vector<f16, Const<8>>>,
+    rows_s: &Shared<[i32]>,
+    rows_at: usize,
+    kv: usize,
+    unit: usize,
+    ks: &mut Array<Vector<f16, Const<8>>>,
+    vs: &mut Array<Vector<f16, Const<8>>>,
+    #[comptime] shape: FlashShape,
+) {
+    let row_vectors = comptime!(shape.head_dim / VECTOR);
+    let total = comptime!(shape.block_keys * row_vectors);
+    let units = comptime!(shape.warps * LANES);
+    let num_kv_heads = k_pool.shape(1);
+    #[unroll]
+    for it in 0..comptime!(total.div_ceil(units)) {
+        let x = unit + it * units;
+        let mut kx = Vector::<f16, Const<8>>::new(f16::new(0.0));
+        let mut vx = Vector::<f16, Const<8>>::new(f16::new(0.0));
+        if x < total {
+            let row = rows_s[rows_at + x / row_vectors];
+            if row >= 0 {
+                let at =
+                    (usize::cast_from(row) * num_kv_heads + kv) * row_vectors + x % row_vectors;
+                kx = k_pool[at];
+                vx = v_pool[at];
+            }
+        }
+        ks[it] = kx;
+        vs[it] = vx;
+    }
+}
+
+/// `ks` and `vs` (as [`load_tile`] loaded them) into the stage at `stage_at` of `kv_s`: the key
+/// rows, then the value rows, `row_stride` vectors apart.
+#[cube]
+fn store_tile(
+    kv_s: &mut Shared<[Vector<f16, Const<8>>]>,
+    stage_at: usize,
+    unit: usize,
+    ks: &Array<Vector<f16, Const<8>>>,
+    vs: &Array<Vector<f16, Const<8>>>,
+    #[comptime] shape: FlashShape,
+) {
+    let row_vectors = comptime!(shape.head_dim / VECTOR);
+    let total = comptime!(shape.block_keys * row_vectors);
+    let units = comptime!(shape.warps * LANES);
+    let ld = comptime!(shape.row_stride());
+    let kv_stage = comptime!(shape.block_keys * ld);
+    #[unroll]
+    for it in 0..comptime!(total.div_ceil(units)) {
+        let x = unit + it * units;
+        if x < total {
+            let at = stage_at + x / row_vectors * ld + x % row_vectors;
+            kv_s[at] = ks[it];
+            kv_s[at + kv_stage] = vs[it];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{FlashShape, attention_flash_kernel};
@@ -446,10 +538,11 @@ mod tests {
         };
         let (properties, target) = common::warp_mma_properties(&client);
         let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
-        for (warps, heads, block_keys, head_dim, capped) in [
-            (4usize, 4usize, 64usize, 128usize, false),
-            (8, 2, 32, 64, false),
-            (4, 1, 64, 96, true),
+        for (warps, heads, block_keys, head_dim, capped, ahead) in [
+            (4usize, 4usize, 64usize, 128usize, false, false),
+            (4, 4, 64, 128, false, true),
+            (8, 2, 32, 64, false, true),
+            (4, 1, 64, 96, true, false),
         ] {
             let shape = FlashShape {
                 warps,
@@ -457,6 +550,7 @@ mod tests {
                 block_keys,
                 head_dim,
                 capped,
+                ahead,
             };
             let kernel = attention_flash_kernel::create_dummy_kernel(
                 properties.clone(),

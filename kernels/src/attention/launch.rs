@@ -72,15 +72,19 @@ pub struct AttentionTuning {
     /// `mma.sync` 16 × 8 × 16, a head a multiple of 32 up to 128, planes of 32), `Some(false)`
     /// or `None` never (`ROPE_POOL_ATTENTION_FLASH=1` / `0`).
     pub flash: Option<bool>,
-    /// Its warps a cube (`ROPE_POOL_ATTENTION_FLASH_WARPS`; default [`FLASH_WARPS`]) and keys a
-    /// tile (`ROPE_POOL_ATTENTION_FLASH_KEYS`, a multiple of 16; default [`FLASH_KEYS`]).
-    pub flash_shape: (Option<usize>, Option<usize>),
+    /// Its warps a cube (`ROPE_POOL_ATTENTION_FLASH_WARPS`; default [`FLASH_WARPS`]), keys a
+    /// tile (`ROPE_POOL_ATTENTION_FLASH_KEYS`, a multiple of 16; default [`FLASH_KEYS`]), and
+    /// whether each tile loads the next one's keys and values before its products
+    /// (`ROPE_POOL_ATTENTION_FLASH_AHEAD=1` / `0`; default [`FLASH_AHEAD`]).
+    pub flash_shape: (Option<usize>, Option<usize>, Option<bool>),
 }
 
 /// The flash kernel's warps a cube.
 pub const FLASH_WARPS: usize = 4;
 /// The flash kernel's keys a tile.
 pub const FLASH_KEYS: usize = 64;
+/// Whether the flash kernel loads the next tile ahead.
+pub const FLASH_AHEAD: bool = false;
 
 #[cfg(feature = "tuning")]
 impl AttentionTuning {
@@ -106,6 +110,7 @@ impl AttentionTuning {
             flash_shape: (
                 number("ROPE_POOL_ATTENTION_FLASH_WARPS"),
                 number("ROPE_POOL_ATTENTION_FLASH_KEYS"),
+                number::<usize>("ROPE_POOL_ATTENTION_FLASH_AHEAD").map(|v| v == 1),
             ),
         })
     }
@@ -172,6 +177,8 @@ pub(crate) enum AttentionKernel {
         warps: usize,
         /// Keys per key tile (a multiple of 16).
         block_keys: usize,
+        /// The next tile's keys and values loaded before this tile's products.
+        ahead: bool,
     },
     /// [`attention_heads_kernel`](fn@super::heads::attention_heads_kernel): one plane per
     /// (query row, kv head, chunk), the kv head's `group` q heads the rows of its products.
@@ -559,6 +566,7 @@ impl AttentionLaunch {
         let d = geometry.head_dim;
         let warps = tuning.flash_shape.0.unwrap_or(FLASH_WARPS);
         let block_keys = tuning.flash_shape.1.unwrap_or(FLASH_KEYS);
+        let ahead = tuning.flash_shape.2.unwrap_or(FLASH_AHEAD);
         let hardware = &client.properties().hardware;
         let takes = tuning.flash == Some(true)
             && float == ElemType::Float(FloatKind::F16)
@@ -582,6 +590,7 @@ impl AttentionLaunch {
             block_keys,
             head_dim: d,
             capped: false,
+            ahead,
         };
         if shape.shared_bytes() > hardware.max_shared_memory_size
             || (tuning.query_tiles != Some(true)
@@ -590,7 +599,11 @@ impl AttentionLaunch {
             return None;
         }
         Some(Self {
-            kernel: AttentionKernel::Flash { warps, block_keys },
+            kernel: AttentionKernel::Flash {
+                warps,
+                block_keys,
+                ahead,
+            },
             vector,
             units: LANES * warps,
             heads,
@@ -848,7 +861,11 @@ pub unsafe fn launch_attention(
                 [float, pool_elem],
             );
         },
-        AttentionKernel::Flash { warps, block_keys } => unsafe {
+        AttentionKernel::Flash {
+            warps,
+            block_keys,
+            ahead,
+        } => unsafe {
             attention_flash_kernel::launch_unchecked(
                 client,
                 cube_count,
@@ -871,6 +888,7 @@ pub unsafe fn launch_attention(
                     block_keys,
                     head_dim,
                     capped: scalars.soft_cap.is_some(),
+                    ahead,
                 },
             );
         },
