@@ -67,10 +67,11 @@ pub struct AttentionTuning {
     /// bits, fewer registers a unit).
     pub heads_lean: bool,
     /// The query-tile launch on warp-level tensor-core products, scores and running output in
-    /// registers (`flash.rs`): `Some(true)` wherever the query-tile kernel runs and it can take
-    /// the call (f16 queries and pools through CubeCL's CUDA runtime on a device with f16
-    /// `mma.sync` 16 × 8 × 16, a head a multiple of 32 up to 128, planes of 32), `Some(false)`
-    /// or `None` never (`ROPE_POOL_ATTENTION_FLASH=1` / `0`).
+    /// registers (`flash.rs`): `None` (the normal launch) or `Some(true)` wherever the query-tile
+    /// kernel runs and it can take the call (f16 queries and pools through CubeCL's CUDA runtime
+    /// on a device with f16 `mma.sync` 16 × 8 × 16, a head a multiple of 32 up to 128, planes of
+    /// 32), `Some(false)` never: the `cmma` query tiles instead (`ROPE_POOL_ATTENTION_FLASH=1` /
+    /// `0`).
     pub flash: Option<bool>,
     /// Its warps a cube (`ROPE_POOL_ATTENTION_FLASH_WARPS`; default [`FLASH_WARPS`]), keys a
     /// tile (`ROPE_POOL_ATTENTION_FLASH_KEYS`, a multiple of 16; default [`FLASH_KEYS`]), and
@@ -79,11 +80,14 @@ pub struct AttentionTuning {
     pub flash_shape: (Option<usize>, Option<usize>, Option<bool>),
 }
 
-/// The flash kernel's warps a cube.
+/// The flash kernel's warps a cube. With [`FLASH_KEYS`] and no loads ahead, the fastest shape
+/// at 64 prompts of 512 on an H100 (1355–1375 µs a Llama-3-8B layer against 1433–1592 with 8
+/// warps, 32 keys or the loads ahead); 8 warps with the loads ahead were the fastest at one
+/// 4096-token prompt (833 µs against 903–918; `benches/NOTES.md`, "Flash-form query tiles").
 pub const FLASH_WARPS: usize = 4;
-/// The flash kernel's keys a tile.
+/// The flash kernel's keys a tile (see [`FLASH_WARPS`]).
 pub const FLASH_KEYS: usize = 64;
-/// Whether the flash kernel loads the next tile ahead.
+/// Whether the flash kernel loads the next tile ahead (see [`FLASH_WARPS`]).
 pub const FLASH_AHEAD: bool = false;
 
 #[cfg(feature = "tuning")]
@@ -332,7 +336,8 @@ fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {
 impl AttentionLaunch {
     /// The launch of `geometry` for queries of `float` on `client`'s device, with `tuning`'s
     /// overrides ([`AttentionTuning::default`] in normal use: the query-tile kernel for f16
-    /// prefill where the device has f16 tensor-core tiles, else the head-tile kernel for f16
+    /// prefill where the device has f16 tensor-core tiles — in its flash form where it takes the
+    /// call (see [`AttentionTuning::flash`]) — else the head-tile kernel for f16
     /// queries through CUDA (see [`AttentionTuning::head_tiles`]), else the plane kernel where
     /// the device has plane operations, the portable one elsewhere).
     pub fn tuned(
@@ -568,7 +573,7 @@ impl AttentionLaunch {
         let block_keys = tuning.flash_shape.1.unwrap_or(FLASH_KEYS);
         let ahead = tuning.flash_shape.2.unwrap_or(FLASH_AHEAD);
         let hardware = &client.properties().hardware;
-        let takes = tuning.flash == Some(true)
+        let takes = tuning.flash != Some(false)
             && float == ElemType::Float(FloatKind::F16)
             && !geometry.fp8_pools
             && vector == 8
