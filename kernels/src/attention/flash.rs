@@ -57,15 +57,18 @@ pub(crate) struct FlashShape {
     /// Each tile's loads of the next tile's keys and values issued before its products, stored
     /// after them into a second stage (one barrier a tile instead of two).
     pub(crate) ahead: bool,
+    /// Row tiles of 16 a warp (1 or 2): with 2, each key and value operand serves two products
+    /// and the queries are read from shared memory each tile instead of held in registers.
+    pub(crate) row_tiles: usize,
 }
 
 impl FlashShape {
     /// Query rows a cube.
     pub(crate) const fn tile_rows(&self) -> usize {
-        self.warps / self.heads * TILE
+        self.warps / self.heads * TILE * self.row_tiles
     }
 
-    /// 16-byte vectors between staged key (or value) rows: the head's and one more.
+    /// 16-byte vectors between staged key, value (or query) rows: the head's and one more.
     pub(crate) const fn row_stride(&self) -> usize {
         self.head_dim / VECTOR + 1
     }
@@ -75,10 +78,19 @@ impl FlashShape {
         if self.ahead { 2 } else { 1 }
     }
 
-    /// The shared memory a cube takes, bytes: the stages of key and value tiles, three sets of
-    /// a tile's pool rows, the warps' range bounds.
+    /// 16-byte vectors of the warps' staged queries (several row tiles a warp; else none).
+    pub(crate) const fn query_vectors(&self) -> usize {
+        if self.row_tiles > 1 {
+            self.warps * TILE * self.row_tiles * self.row_stride()
+        } else {
+            0
+        }
+    }
+
+    /// The shared memory a cube takes, bytes: the stages of key and value tiles, the staged
+    /// queries, three sets of a tile's pool rows, the warps' range bounds.
     pub(crate) const fn shared_bytes(&self) -> usize {
-        self.stages() * 2 * self.block_keys * self.row_stride() * 16
+        (self.stages() * 2 * self.block_keys * self.row_stride() + self.query_vectors()) * 16
             + 3 * 4 * self.block_keys
             + 8 * self.warps
     }
@@ -93,6 +105,7 @@ impl FlashShape {
 #[allow(clippy::too_many_arguments, clippy::collapsible_if)]
 pub(crate) fn attention_flash_kernel(
     q: &Tensor<f16>,
+    q_vectors: &Tensor<Vector<f16, Const<8>>>,
     k_pool: &Tensor<Vector<f16, Const<8>>>,
     v_pool: &Tensor<Vector<f16, Const<8>>>,
     kv_indices: &Tensor<i32>,
@@ -105,13 +118,14 @@ pub(crate) fn attention_flash_kernel(
     head_blocks: u32,
     #[comptime] shape: FlashShape,
 ) {
-    let (warps, heads, block_keys, head_dim, capped, ahead) = comptime!((
+    let (warps, heads, block_keys, head_dim, capped, ahead, row_tiles) = comptime!((
         shape.warps,
         shape.heads,
         shape.block_keys,
         shape.head_dim,
         shape.capped,
-        shape.ahead
+        shape.ahead,
+        shape.row_tiles
     ));
     let num_tokens = q.shape(0);
     let num_qo_heads = q.shape(1);
@@ -133,42 +147,49 @@ pub(crate) fn attention_flash_kernel(
     let gl = lane / 4;
     let tl = lane % 4;
     let head = block * heads + warp % heads;
-    let t0 = tile * tile_rows + warp / heads * TILE;
+    let warp_rows = comptime!(TILE * row_tiles);
+    let t0 = tile * tile_rows + warp / heads * warp_rows;
 
     let row_vectors = comptime!(head_dim / VECTOR);
     let ld = comptime!(shape.row_stride());
-    // A stage: the key tile, then the value tile (`kv_stage` vectors each).
+    // A stage: the key tile, then the value tile (`kv_stage` vectors each); past the stages,
+    // with several row tiles, each warp's queries.
     let kv_stage = comptime!(block_keys * ld);
     let stage = comptime!(2 * kv_stage);
     let key_tiles = comptime!(block_keys / 8);
     let key_steps = comptime!(block_keys / 16);
     let d_steps = comptime!(head_dim / 16);
     let out_tiles = comptime!(head_dim / 8);
+    let q_shared = comptime!(row_tiles > 1);
+    let q_at = comptime!(shape.stages() * stage) + warp * comptime!(warp_rows * ld);
     let mut kv_s = Shared::<[Vector<f16, Const<8>>]>::new_aligned_slice(
-        comptime!(shape.stages() * stage),
+        comptime!(shape.stages() * stage + shape.query_vectors()),
         16usize,
     );
     let mut rows_s = Shared::<[i32]>::new_slice(comptime!(3 * block_keys));
     let mut bounds_s = Shared::<[u32]>::new_slice(comptime!(2 * warps));
 
-    // Rows `gl` and `gl + 8` of the warp: their key ranges (entries of `kv_indices`).
-    let mut lo = Array::<usize>::new(2usize);
-    let mut hi = Array::<usize>::new(2usize);
+    // The lane's rows `16rt + gl` and `16rt + gl + 8` (slot `2rt + r`): their key ranges.
+    let mut lo = Array::<usize>::new(comptime!(2 * row_tiles));
+    let mut hi = Array::<usize>::new(comptime!(2 * row_tiles));
     #[unroll]
-    for r in 0..2usize {
-        let t = t0 + gl + comptime!(8 * r);
-        lo[r] = 0;
-        hi[r] = 0;
+    for x in 0..comptime!(2 * row_tiles) {
+        let t = t0 + gl + comptime!(TILE * (x / 2) + 8 * (x % 2));
+        lo[x] = 0;
+        hi[x] = 0;
         if t < num_tokens {
-            lo[r] = usize::cast_from(ranges[2 * t]);
-            hi[r] = lo[r] + usize::cast_from(ranges[2 * t + 1]);
+            lo[x] = usize::cast_from(ranges[2 * t]);
+            hi[x] = lo[x] + usize::cast_from(ranges[2 * t + 1]);
         }
     }
     // A row that sees no key widens nothing.
     let mut first = select(hi[0] > lo[0], u32::cast_from(lo[0]), u32::MAX);
     let mut last = select(hi[0] > lo[0], u32::cast_from(hi[0]), 0u32);
-    first = first.min(select(hi[1] > lo[1], u32::cast_from(lo[1]), u32::MAX));
-    last = last.max(select(hi[1] > lo[1], u32::cast_from(hi[1]), 0u32));
+    #[unroll]
+    for x in 1..comptime!(2 * row_tiles) {
+        first = first.min(select(hi[x] > lo[x], u32::cast_from(lo[x]), u32::MAX));
+        last = last.max(select(hi[x] > lo[x], u32::cast_from(hi[x]), 0u32));
+    }
     // The cube's walk: the union of its rows' ranges.
     first = plane_min(first);
     last = plane_max(last);
@@ -177,23 +198,38 @@ pub(crate) fn attention_flash_kernel(
         bounds_s[2 * warp + 1] = last;
     }
 
-    // The warp's queries as the first operand of the scores: step `s` (elements `16s…`) in
-    // slots `4s…4s + 3` — rows `gl`, `gl + 8`, elements `2tl, 2tl + 1`, then `2tl + 8, 2tl + 9`.
-    let mut qf = Array::<Vector<f16, Const<2>>>::new(comptime!(4 * d_steps));
-    #[unroll]
-    for s in 0..d_steps {
+    // The warp's queries as the first operand of the scores. One row tile: held in registers,
+    // step `s` (elements `16s…`) in slots `4s…4s + 3` — rows `gl`, `gl + 8`, elements `2tl,
+    // 2tl + 1`, then `2tl + 8, 2tl + 9`. Several: staged in shared memory, read by `ldmatrix`.
+    let mut qf =
+        Array::<Vector<f16, Const<2>>>::new(comptime!(if q_shared { 1 } else { 4 * d_steps }));
+    if comptime!(q_shared) {
         #[unroll]
-        for i in 0..4usize {
-            let r = comptime!(i % 2);
-            let e = comptime!(16 * s + 8 * (i / 2)) + 2 * tl;
-            let t = t0 + gl + comptime!(8 * r);
-            let mut x = Vector::<f16, Const<2>>::new(f16::new(0.0));
+        for it in 0..comptime!(warp_rows * row_vectors / LANES) {
+            let x = lane + it * LANES;
+            let t = t0 + x / row_vectors;
+            let mut v = Vector::<f16, Const<8>>::new(f16::new(0.0));
             if t < num_tokens {
-                let at = (t * num_qo_heads + head) * head_dim + e;
-                x.insert(0usize, q[at]);
-                x.insert(1usize, q[at + 1]);
+                v = q_vectors[(t * num_qo_heads + head) * row_vectors + x % row_vectors];
             }
-            qf[comptime!(4 * s + i)] = x;
+            kv_s[q_at + x / row_vectors * ld + x % row_vectors] = v;
+        }
+    } else {
+        #[unroll]
+        for s in 0..d_steps {
+            #[unroll]
+            for i in 0..4usize {
+                let r = comptime!(i % 2);
+                let e = comptime!(16 * s + 8 * (i / 2)) + 2 * tl;
+                let t = t0 + gl + comptime!(8 * r);
+                let mut x = Vector::<f16, Const<2>>::new(f16::new(0.0));
+                if t < num_tokens {
+                    let at = (t * num_qo_heads + head) * head_dim + e;
+                    x.insert(0usize, q[at]);
+                    x.insert(1usize, q[at + 1]);
+                }
+                qf[comptime!(4 * s + i)] = x;
+            }
         }
     }
     sync_cube();
@@ -205,20 +241,21 @@ pub(crate) fn attention_flash_kernel(
     let end = last as usize;
 
     let def = MmaDefinition::<f16, f16, f32>::new(16usize, 8usize, 16usize);
-    // Running output: tile `j` (elements `8j…`) in slots `2j` (row `gl`) and `2j + 1` (row
-    // `gl + 8`), columns `2tl`, `2tl + 1`.
-    let mut o = Array::<Vector<f32, Const<2>>>::new(comptime!(2 * out_tiles));
+    // Running output: row tile `rt`, tile `j` (elements `8j…`) in slots `2(rt · out_tiles + j)`
+    // (row `gl`) and the next (row `gl + 8`), columns `2tl`, `2tl + 1`.
+    let mut o = Array::<Vector<f32, Const<2>>>::new(comptime!(2 * row_tiles * out_tiles));
     #[unroll]
-    for a in 0..comptime!(2 * out_tiles) {
+    for a in 0..comptime!(2 * row_tiles * out_tiles) {
         o[a] = Vector::new(f32::new(0.0));
     }
-    // Per row: the running maximum (its four lanes') and this lane's share of the sum.
-    let mut m = Array::<f32>::new(2usize);
-    let mut l = Array::<f32>::new(2usize);
+    // Per row (slot `2rt + r`): the running maximum (its four lanes') and this lane's share of
+    // the sum.
+    let mut m = Array::<f32>::new(comptime!(2 * row_tiles));
+    let mut l = Array::<f32>::new(comptime!(2 * row_tiles));
     #[unroll]
-    for r in 0..2usize {
-        m[r] = neg_inf;
-        l[r] = f32::new(0.0);
+    for x in 0..comptime!(2 * row_tiles) {
+        m[x] = neg_inf;
+        l[x] = f32::new(0.0);
     }
 
     // The pool rows of tile `n` are in set `n % 3` of `rows_s`, written a tile or two ahead;
@@ -274,15 +311,48 @@ pub(crate) fn attention_flash_kernel(
             sync_cube();
         }
 
-        // 2. Scores: key tile `j` (keys `8j…`) in slots `2j` (row `gl`) and `2j + 1`.
-        let mut sc = Array::<Vector<f32, Const<2>>>::new(comptime!(2 * key_tiles));
+        // 2. Scores: row tile `rt`, key tile `j` (keys `8j…`) in slots `2(rt · key_tiles + j)`
+        // (row `gl`) and the next (row `gl + 8`). Each chunk `c` of 32 elements: the queries'
+        // operands of its two steps, then each key tile's (one `ldmatrix` for all row tiles).
+        let mut sc = Array::<Vector<f32, Const<2>>>::new(comptime!(2 * row_tiles * key_tiles));
         #[unroll]
-        for j in 0..key_tiles {
-            let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
-            acc[0] = Vector::new(f32::new(0.0));
-            acc[1] = Vector::new(f32::new(0.0));
+        for x in 0..comptime!(2 * row_tiles * key_tiles) {
+            sc[x] = Vector::new(f32::new(0.0));
+        }
+        #[unroll]
+        for c in 0..comptime!(head_dim / 32) {
+            // Step `2c + h` of row tile `rt` in slots `4(2rt + h)…`.
+            let mut a = Array::<Vector<f16, Const<2>>>::new(comptime!(8 * row_tiles));
             #[unroll]
-            for c in 0..comptime!(head_dim / 32) {
+            for rt in 0..row_tiles {
+                #[unroll]
+                for h in 0..2usize {
+                    let at = comptime!(4 * (2 * rt + h));
+                    if comptime!(q_shared) {
+                        // Matrices: rows `16rt…` and `16rt + 8…` of elements `16(2c + h)…`,
+                        // then of `16(2c + h) + 8…`.
+                        let row = comptime!(TILE * rt) + lane % 8 + 8 * ((lane / 8) % 2);
+                        let q4 = def.load_matrix::<Vector<f16, Const<8>>, Const<2>>(
+                            &kv_s[q_at + row * ld + comptime!(2 * (2 * c + h)) + lane / 16
+                                ..q_at + row * ld + comptime!(2 * (2 * c + h)) + lane / 16 + 1],
+                            MatrixIdent::A,
+                            4usize,
+                            false,
+                        );
+                        #[unroll]
+                        for i in 0..4usize {
+                            a[at + i] = q4[i];
+                        }
+                    } else {
+                        #[unroll]
+                        for i in 0..4usize {
+                            a[at + i] = qf[comptime!(4 * (2 * c + h) + i)];
+                        }
+                    }
+                }
+            }
+            #[unroll]
+            for j in 0..key_tiles {
                 // Matrix `lane / 8`: elements `32c + 8 · (lane / 8)…` of keys `8j…8j + 7`.
                 let at =
                     stage_at + (comptime!(8 * j) + lane % 8) * ld + comptime!(4 * c) + lane / 8;
@@ -293,23 +363,27 @@ pub(crate) fn attention_flash_kernel(
                     false,
                 );
                 #[unroll]
-                for h in 0..2usize {
-                    let s = comptime!(2 * c + h);
-                    let mut a = Array::<Vector<f16, Const<2>>>::new(4usize);
+                for rt in 0..row_tiles {
+                    let slot = comptime!(2 * (rt * key_tiles + j));
                     #[unroll]
-                    for i in 0..4usize {
-                        a[i] = qf[comptime!(4 * s + i)];
+                    for h in 0..2usize {
+                        let mut af = Array::<Vector<f16, Const<2>>>::new(4usize);
+                        #[unroll]
+                        for i in 0..4usize {
+                            af[i] = a[comptime!(4 * (2 * rt + h) + i)];
+                        }
+                        let mut b = Array::<Vector<f16, Const<2>>>::new(2usize);
+                        b[0] = b4[comptime!(2 * h)];
+                        b[1] = b4[comptime!(2 * h + 1)];
+                        let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
+                        acc[0] = sc[slot];
+                        acc[1] = sc[slot + 1];
+                        let next = def.execute(&af, &b, &acc);
+                        sc[slot] = next[0];
+                        sc[slot + 1] = next[1];
                     }
-                    let mut b = Array::<Vector<f16, Const<2>>>::new(2usize);
-                    b[0] = b4[comptime!(2 * h)];
-                    b[1] = b4[comptime!(2 * h + 1)];
-                    let next = def.execute(&a, &b, &acc);
-                    acc[0] = next[0];
-                    acc[1] = next[1];
                 }
             }
-            sc[comptime!(2 * j)] = acc[0];
-            sc[comptime!(2 * j + 1)] = acc[1];
         }
 
         // 3. Online softmax per row: scale, cap, mask; the four lanes' maximum; the weights.
@@ -321,72 +395,84 @@ pub(crate) fn attention_flash_kernel(
                 valid[comptime!(2 * j + i)] = rows_s[rows_at + comptime!(8 * j + i) + 2 * tl] >= 0;
             }
         }
-        let mut rescale = Array::<f32>::new(2usize);
-        let mut pf = Array::<Vector<f16, Const<2>>>::new(comptime!(2 * key_tiles));
+        let mut rescale = Array::<f32>::new(comptime!(2 * row_tiles));
+        let mut pf = Array::<Vector<f16, Const<2>>>::new(comptime!(2 * row_tiles * key_tiles));
+        let mut moved = false;
         #[unroll]
-        for r in 0..2usize {
-            let mut top = m[r];
+        for x in 0..comptime!(2 * row_tiles) {
+            let (rt, r) = comptime!((x / 2, x % 2));
+            let mut top = m[x];
             #[unroll]
             for j in 0..key_tiles {
-                let mut v = sc[comptime!(2 * j + r)];
+                let slot = comptime!(2 * (rt * key_tiles + j) + r);
+                let mut v = sc[slot];
                 #[unroll]
                 for i in 0..2usize {
                     let e = base + comptime!(8 * j + i) + 2 * tl;
-                    let mut x = v.extract(i) * sm_scale;
+                    let mut y = v.extract(i) * sm_scale;
                     if capped {
-                        x = soft_cap * f32::tanh(x / soft_cap);
+                        y = soft_cap * f32::tanh(y / soft_cap);
                     }
-                    let x = select(
-                        valid[comptime!(2 * j + i)] && e >= lo[r] && e < hi[r],
-                        x,
+                    let y = select(
+                        valid[comptime!(2 * j + i)] && e >= lo[x] && e < hi[x],
+                        y,
                         neg_inf,
                     );
-                    v.insert(i, x);
-                    top = select(x > top, x, top);
+                    v.insert(i, y);
+                    top = select(y > top, y, top);
                 }
-                sc[comptime!(2 * j + r)] = v;
+                sc[slot] = v;
             }
             let other = plane_shuffle_xor(top, 1u32);
             top = select(other > top, other, top);
             let other = plane_shuffle_xor(top, 2u32);
             top = select(other > top, other, top);
-            rescale[r] = select(top == neg_inf, f32::new(1.0), f32::exp(m[r] - top));
-            m[r] = top;
-            let mut sum = l[r] * rescale[r];
+            rescale[x] = select(top == neg_inf, f32::new(1.0), f32::exp(m[x] - top));
+            moved = moved || rescale[x] != f32::new(1.0);
+            m[x] = top;
+            let mut sum = l[x] * rescale[x];
             #[unroll]
             for j in 0..key_tiles {
+                let slot = comptime!(2 * (rt * key_tiles + j) + r);
                 let mut w = Vector::<f32, Const<2>>::new(f32::new(0.0));
                 #[unroll]
                 for i in 0..2usize {
-                    let x = sc[comptime!(2 * j + r)].extract(i);
-                    let e = select(x == neg_inf, f32::new(0.0), f32::exp(x - top));
+                    let y = sc[slot].extract(i);
+                    let e = select(y == neg_inf, f32::new(0.0), f32::exp(y - top));
                     w.insert(i, e);
                     sum += e;
                 }
-                pf[comptime!(2 * j + r)] = Vector::<f16, Const<2>>::cast_from(w);
+                pf[slot] = Vector::<f16, Const<2>>::cast_from(w);
             }
-            l[r] = sum;
+            l[x] = sum;
         }
         // The running output rescaled where a row's maximum moved (a factor of exactly 1
         // elsewhere: skipped when no row of the warp moved, the same bits).
-        if !plane_all(rescale[0] == f32::new(1.0) && rescale[1] == f32::new(1.0)) {
+        if plane_any(moved) {
             #[unroll]
-            for j in 0..out_tiles {
-                o[comptime!(2 * j)] *= Vector::new(rescale[0]);
-                o[comptime!(2 * j + 1)] *= Vector::new(rescale[1]);
+            for rt in 0..row_tiles {
+                #[unroll]
+                for j in 0..out_tiles {
+                    let slot = comptime!(2 * (rt * out_tiles + j));
+                    o[slot] *= Vector::new(rescale[comptime!(2 * rt)]);
+                    o[slot + 1] *= Vector::new(rescale[comptime!(2 * rt + 1)]);
+                }
             }
         }
 
-        // 4. Values: step `kk` (keys `16kk…`) takes score tiles `2kk` and `2kk + 1` as its
-        // first operand; matrices of `ldmatrix.trans`: keys `16kk…` and `16kk + 8…` of
-        // elements `16c…`, then of `16c + 8…`.
+        // 4. Values: step `kk` (keys `16kk…`) takes score tiles `2kk` and `2kk + 1` of each row
+        // tile as its first operand; matrices of `ldmatrix.trans`: keys `16kk…` and `16kk + 8…`
+        // of elements `16c…`, then of `16c + 8…` (one load for all row tiles).
         #[unroll]
         for kk in 0..key_steps {
-            let mut a = Array::<Vector<f16, Const<2>>>::new(4usize);
-            a[0] = pf[comptime!(4 * kk)];
-            a[1] = pf[comptime!(4 * kk + 1)];
-            a[2] = pf[comptime!(4 * kk + 2)];
-            a[3] = pf[comptime!(4 * kk + 3)];
+            let mut a = Array::<Vector<f16, Const<2>>>::new(comptime!(4 * row_tiles));
+            #[unroll]
+            for rt in 0..row_tiles {
+                #[unroll]
+                for i in 0..4usize {
+                    a[comptime!(4 * rt + i)] = pf[comptime!(2 * (rt * key_tiles + 2 * kk) + i)];
+                }
+            }
             #[unroll]
             for c in 0..d_steps {
                 let key = comptime!(16 * kk) + lane % 8 + 8 * ((lane / 8) % 2);
@@ -398,17 +484,25 @@ pub(crate) fn attention_flash_kernel(
                     true,
                 );
                 #[unroll]
-                for h in 0..2usize {
-                    let j = comptime!(2 * c + h);
-                    let mut b = Array::<Vector<f16, Const<2>>>::new(2usize);
-                    b[0] = b4[comptime!(2 * h)];
-                    b[1] = b4[comptime!(2 * h + 1)];
-                    let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
-                    acc[0] = o[comptime!(2 * j)];
-                    acc[1] = o[comptime!(2 * j + 1)];
-                    let next = def.execute(&a, &b, &acc);
-                    o[comptime!(2 * j)] = next[0];
-                    o[comptime!(2 * j + 1)] = next[1];
+                for rt in 0..row_tiles {
+                    let mut af = Array::<Vector<f16, Const<2>>>::new(4usize);
+                    #[unroll]
+                    for i in 0..4usize {
+                        af[i] = a[comptime!(4 * rt + i)];
+                    }
+                    #[unroll]
+                    for h in 0..2usize {
+                        let slot = comptime!(2 * (rt * out_tiles + 2 * c + h));
+                        let mut b = Array::<Vector<f16, Const<2>>>::new(2usize);
+                        b[0] = b4[comptime!(2 * h)];
+                        b[1] = b4[comptime!(2 * h + 1)];
+                        let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
+                        acc[0] = o[slot];
+                        acc[1] = o[slot + 1];
+                        let next = def.execute(&af, &b, &acc);
+                        o[slot] = next[0];
+                        o[slot + 1] = next[1];
+                    }
                 }
             }
         }
@@ -425,11 +519,12 @@ pub(crate) fn attention_flash_kernel(
 
     // Each row's sum over its four lanes, its log-sum-exp, the normalised output.
     #[unroll]
-    for r in 0..2usize {
-        let mut total = l[r];
+    for x in 0..comptime!(2 * row_tiles) {
+        let (rt, r) = comptime!((x / 2, x % 2));
+        let mut total = l[x];
         total += plane_shuffle_xor(total, 1u32);
         total += plane_shuffle_xor(total, 2u32);
-        let t = t0 + gl + comptime!(8 * r);
+        let t = t0 + gl + comptime!(TILE * rt + 8 * r);
         if t < num_tokens {
             let seen = total > 0.0;
             let norm = select(
@@ -440,7 +535,7 @@ pub(crate) fn attention_flash_kernel(
             let row = (t * num_qo_heads + head) * head_dim;
             #[unroll]
             for j in 0..out_tiles {
-                let v = o[comptime!(2 * j + r)];
+                let v = o[comptime!(2 * (rt * out_tiles + j) + r)];
                 #[unroll]
                 for i in 0..2usize {
                     out[row + comptime!(8 * j + i) + 2 * tl] = f16::cast_from(v.extract(i) * norm);
@@ -449,7 +544,7 @@ pub(crate) fn attention_flash_kernel(
             if tl == 0 {
                 lse[t * num_qo_heads + head] = select(
                     seen,
-                    m[r] + f32::ln(select(seen, total, f32::new(1.0))),
+                    m[x] + f32::ln(select(seen, total, f32::new(1.0))),
                     neg_inf,
                 );
             }
@@ -540,11 +635,12 @@ mod tests {
         };
         let (properties, target) = common::warp_mma_properties(&client);
         let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
-        for (warps, heads, block_keys, head_dim, capped, ahead) in [
-            (4usize, 4usize, 64usize, 128usize, false, false),
-            (4, 4, 64, 128, false, true),
-            (8, 2, 32, 64, false, true),
-            (4, 1, 64, 96, true, false),
+        for (warps, heads, block_keys, head_dim, capped, ahead, row_tiles) in [
+            (4usize, 4usize, 64usize, 128usize, false, false, 1usize),
+            (4, 4, 64, 128, false, true, 1),
+            (4, 4, 32, 128, false, false, 2),
+            (8, 2, 32, 64, false, true, 2),
+            (4, 1, 64, 96, true, false, 1),
         ] {
             let shape = FlashShape {
                 warps,
@@ -553,6 +649,7 @@ mod tests {
                 head_dim,
                 capped,
                 ahead,
+                row_tiles,
             };
             let kernel = attention_flash_kernel::create_dummy_kernel(
                 properties.clone(),
@@ -561,6 +658,7 @@ mod tests {
                 CubeDim::new_2d(32, warps as u32),
                 AddressType::U32,
                 tensor(&[40, 8, head_dim]),
+                tensor(&[40, 8, head_dim / 8]),
                 tensor(&[64, 2, head_dim / 8]),
                 tensor(&[64, 2, head_dim / 8]),
                 tensor(&[100]),

@@ -77,7 +77,9 @@ pub struct AttentionTuning {
     /// tile (`ROPE_POOL_ATTENTION_FLASH_KEYS`, a multiple of 16; default [`FLASH_KEYS`]), and
     /// whether each tile loads the next one's keys and values before its products
     /// (`ROPE_POOL_ATTENTION_FLASH_AHEAD=1` / `0`; default [`FLASH_AHEAD`]).
-    pub flash_shape: (Option<usize>, Option<usize>, Option<bool>),
+    /// and row tiles of 16 a warp (`ROPE_POOL_ATTENTION_FLASH_ROWS`, 1 or 2; default
+    /// [`FLASH_ROW_TILES`]).
+    pub flash_shape: (Option<usize>, Option<usize>, Option<bool>, Option<usize>),
 }
 
 /// The flash kernel's warps a cube. With [`FLASH_KEYS`] and no loads ahead, the fastest shape
@@ -89,6 +91,8 @@ pub const FLASH_WARPS: usize = 4;
 pub const FLASH_KEYS: usize = 64;
 /// Whether the flash kernel loads the next tile ahead (see [`FLASH_WARPS`]).
 pub const FLASH_AHEAD: bool = false;
+/// The flash kernel's row tiles a warp (see [`FLASH_WARPS`]).
+pub const FLASH_ROW_TILES: usize = 1;
 
 #[cfg(feature = "tuning")]
 impl AttentionTuning {
@@ -115,6 +119,7 @@ impl AttentionTuning {
                 number("ROPE_POOL_ATTENTION_FLASH_WARPS"),
                 number("ROPE_POOL_ATTENTION_FLASH_KEYS"),
                 number::<usize>("ROPE_POOL_ATTENTION_FLASH_AHEAD").map(|v| v == 1),
+                number("ROPE_POOL_ATTENTION_FLASH_ROWS"),
             ),
         })
     }
@@ -183,6 +188,8 @@ pub(crate) enum AttentionKernel {
         block_keys: usize,
         /// The next tile's keys and values loaded before this tile's products.
         ahead: bool,
+        /// Row tiles of 16 a warp.
+        row_tiles: usize,
     },
     /// [`attention_heads_kernel`](fn@super::heads::attention_heads_kernel): one plane per
     /// (query row, kv head, chunk), the kv head's `group` q heads the rows of its products.
@@ -572,6 +579,7 @@ impl AttentionLaunch {
         let warps = tuning.flash_shape.0.unwrap_or(FLASH_WARPS);
         let block_keys = tuning.flash_shape.1.unwrap_or(FLASH_KEYS);
         let ahead = tuning.flash_shape.2.unwrap_or(FLASH_AHEAD);
+        let row_tiles = tuning.flash_shape.3.unwrap_or(FLASH_ROW_TILES);
         let hardware = &client.properties().hardware;
         let takes = tuning.flash != Some(false)
             && float == ElemType::Float(FloatKind::F16)
@@ -582,6 +590,7 @@ impl AttentionLaunch {
             && block_keys.is_multiple_of(16)
             && block_keys > 0
             && warps > 0
+            && (1..=2).contains(&row_tiles)
             && warp_mma_f16(client)
             && LANES * warps <= hardware.max_units_per_cube as usize;
         if !takes {
@@ -596,6 +605,7 @@ impl AttentionLaunch {
             head_dim: d,
             capped: false,
             ahead,
+            row_tiles,
         };
         if shape.shared_bytes() > hardware.max_shared_memory_size
             || (tuning.query_tiles != Some(true)
@@ -608,6 +618,7 @@ impl AttentionLaunch {
                 warps,
                 block_keys,
                 ahead,
+                row_tiles,
             },
             vector,
             units: LANES * warps,
@@ -754,16 +765,20 @@ pub unsafe fn launch_attention(
     let row_vectors = head_dim / vector;
     let head_blocks = num_qo_heads / num_kv_heads / heads;
     let split = chunks > 1;
-    let (cubes, cube_dim) = match kernel {
-        AttentionKernel::Tiles { planes: warps, .. } | AttentionKernel::Flash { warps, .. } => {
-            let tile_rows = warps / heads * TILE;
-            let tiles = num_tokens.div_ceil(tile_rows);
-            (
-                tiles * num_kv_heads * head_blocks,
-                CubeDim::new_2d(LANES as u32, warps as u32),
-            )
-        }
-        _ => (
+    // The query-tile kernels: warps a cube and query rows a cube.
+    let query_tiles = match kernel {
+        AttentionKernel::Tiles { planes, .. } => Some((planes, planes / heads * TILE)),
+        AttentionKernel::Flash {
+            warps, row_tiles, ..
+        } => Some((warps, warps / heads * TILE * row_tiles)),
+        _ => None,
+    };
+    let (cubes, cube_dim) = match query_tiles {
+        Some((warps, tile_rows)) => (
+            num_tokens.div_ceil(tile_rows) * num_kv_heads * head_blocks,
+            CubeDim::new_2d(LANES as u32, warps as u32),
+        ),
+        None => (
             num_tokens * num_kv_heads * head_blocks * chunks,
             CubeDim::new_1d(units as u32),
         ),
@@ -870,6 +885,7 @@ pub unsafe fn launch_attention(
             warps,
             block_keys,
             ahead,
+            row_tiles,
         } => unsafe {
             attention_flash_kernel::launch_unchecked(
                 client,
@@ -877,6 +893,7 @@ pub unsafe fn launch_attention(
                 cube_dim,
                 AddressType::from_len(len),
                 first.q,
+                args().q,
                 first.k_pool,
                 first.v_pool,
                 first.kv_indices,
@@ -894,6 +911,7 @@ pub unsafe fn launch_attention(
                     head_dim,
                     capped: scalars.soft_cap.is_some(),
                     ahead,
+                    row_tiles,
                 },
             );
         },
