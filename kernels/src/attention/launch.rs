@@ -91,7 +91,8 @@ pub const FLASH_WARPS: usize = 4;
 pub const FLASH_KEYS: usize = 64;
 /// Whether the flash kernel loads the next tile ahead (see [`FLASH_WARPS`]).
 pub const FLASH_AHEAD: bool = false;
-/// The flash kernel's row tiles a warp (see [`FLASH_WARPS`]).
+/// The flash kernel's row tiles a warp: two were 5–11% faster at 64 prompts of 512 and 8–16%
+/// slower at one of 4096 on an H100 (`benches/NOTES.md`, "Flash-form query tiles").
 pub const FLASH_ROW_TILES: usize = 1;
 
 #[cfg(feature = "tuning")]
