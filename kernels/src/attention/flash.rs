@@ -1,13 +1,15 @@
 //! Attention over the token-slot pool in query tiles for prefill on warp-level tensor-core
 //! products (`mma.sync` m16n8k16, f16 × f16 → f32, through CubeCL's `MmaDefinition`), the
 //! scores, weights and running output held in registers the whole walk (flash-attention 2's
-//! form): f16 queries over f16 pools through CubeCL's CUDA runtime.
+//! form): f16 queries over f16 or fp8 pools through CubeCL's CUDA runtime.
 //!
 //! One cube owns one (tile of query rows, block of `heads` q heads of one kv head), as
 //! [`super::tiles`]'s: warp `w` takes head `w % heads` of 16 rows, `16 · (w / heads)` onwards,
 //! so the heads of a GQA group share the cube's key and value tiles. The cube walks the union of
 //! its rows' key ranges (entries of `kv_indices`) in tiles of `block_keys` keys:
-//! 1. the tile's key and value rows, read as 16-byte vectors by all units and stored in shared
+//! 1. the tile's key and value rows, read as 16-byte vectors by all units (fp8 pools: 8-byte
+//!    vectors of codes, decoded exactly to f16 halves, `2^-8` times their values; the factor and
+//!    the pools' scales multiply the scores and the output in f32) and stored in shared
 //!    memory (rows one vector longer than the head: the 8 rows an `ldmatrix` phase reads start
 //!    in 8 different 16-byte bank groups); a row outside the pool or past the walk as zeros;
 //! 2. scores `S = Q · Kᵀ`: the warp's queries are the first operand, loaded once from `q` into
@@ -31,6 +33,7 @@
 //! CUDA's: the launch takes this kernel through CubeCL's CUDA runtime only.
 
 use super::tiles::entry_row;
+use crate::common::fp8::halves_words;
 use crate::common::fragment::TILE;
 use cubecl::cmma::{MatrixIdent, MmaDefinition};
 use cubecl::prelude::*;
@@ -60,6 +63,8 @@ pub(crate) struct FlashShape {
     /// Row tiles of 16 a warp (1 or 2): with 2, each key and value operand serves two products
     /// and the queries are read from shared memory each tile instead of held in registers.
     pub(crate) row_tiles: usize,
+    /// Pools of e4m3 codes (words of four), decoded as f16 halves when staged.
+    pub(crate) fp8: bool,
 }
 
 impl FlashShape {
@@ -97,17 +102,20 @@ impl FlashShape {
 }
 
 /// The attention of one (tile of query rows, head block) per cube (see the module doc). Shapes:
-/// `q [T, Hq, D]` and `out [T, Hq, D]` f16, pools `[P, Hkv, D / 8]` (vectors of 8 f16),
+/// `q [T, Hq, D]` and `out [T, Hq, D]` f16 (`q_vectors` the same queries as 16-byte vectors),
+/// pools `[P, Hkv, D / 8]` vectors of `M` words (4: 8 f16; 2, `fp8`: 8 e4m3 codes) — their
+/// values times `k_factor` and `v_factor` (1 for f16; an fp8 pool's scale times `2^8`, the
+/// halves' factor) are the keys and values —
 /// `kv_indices [nnz]` i32, `ranges [T, 2]` i32 (first entry in `kv_indices`, visible keys),
 /// `lse [T, Hq]` f32; `head_blocks` blocks of `heads` q heads make a kv head's group. The cube
 /// is `32 × warps` units. `neg_inf` is `f32::NEG_INFINITY`, passed at run time.
 #[cube(launch_unchecked, create_dummy_kernel, address_type = "dynamic")]
 #[allow(clippy::too_many_arguments, clippy::collapsible_if)]
-pub(crate) fn attention_flash_kernel(
+pub(crate) fn attention_flash_kernel<M: Size>(
     q: &Tensor<f16>,
     q_vectors: &Tensor<Vector<f16, Const<8>>>,
-    k_pool: &Tensor<Vector<f16, Const<8>>>,
-    v_pool: &Tensor<Vector<f16, Const<8>>>,
+    k_pool: &Tensor<Vector<u32, M>>,
+    v_pool: &Tensor<Vector<u32, M>>,
     kv_indices: &Tensor<i32>,
     ranges: &Tensor<i32>,
     out: &mut Tensor<f16>,
@@ -116,6 +124,8 @@ pub(crate) fn attention_flash_kernel(
     soft_cap: f32,
     neg_inf: f32,
     head_blocks: u32,
+    k_factor: f32,
+    v_factor: f32,
     #[comptime] shape: FlashShape,
 ) {
     let (warps, heads, block_keys, head_dim, capped, ahead, row_tiles) = comptime!((
@@ -409,7 +419,7 @@ pub(crate) fn attention_flash_kernel(
                 #[unroll]
                 for i in 0..2usize {
                     let e = base + comptime!(8 * j + i) + 2 * tl;
-                    let mut y = v.extract(i) * sm_scale;
+                    let mut y = v.extract(i) * sm_scale * k_factor;
                     if capped {
                         y = soft_cap * f32::tanh(y / soft_cap);
                     }
@@ -529,7 +539,7 @@ pub(crate) fn attention_flash_kernel(
             let seen = total > 0.0;
             let norm = select(
                 seen,
-                f32::new(1.0) / select(seen, total, f32::new(1.0)),
+                v_factor / select(seen, total, f32::new(1.0)),
                 f32::new(0.0),
             );
             let row = (t * num_qo_heads + head) * head_dim;
@@ -553,12 +563,14 @@ pub(crate) fn attention_flash_kernel(
 }
 
 /// The key and value vectors of the tile whose pool rows are at `rows_at` in `rows_s` into
-/// `ks` and `vs` (vector `unit + i · units` of the tile at `[i]`; a masked row as zeros).
+/// `ks` and `vs` as f16 (vector `unit + i · units` of the tile at `[i]`; a masked row as zeros):
+/// 16-byte vectors of f16 pools, or words of e4m3 codes (8 to a vector) decoded as f16 halves,
+/// exact at `2^-8` times the codes' values.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn load_tile(
-    k_pool: &Tensor<Vector<f16, Const<8>>>,
-    v_pool: &Tensor<Vector<f16, Const<8>>>,
+fn load_tile<M: Size>(
+    k_pool: &Tensor<Vector<u32, M>>,
+    v_pool: &Tensor<Vector<u32, M>>,
     rows_s: &Shared<[i32]>,
     rows_at: usize,
     kv: usize,
@@ -574,8 +586,8 @@ fn load_tile(
     #[unroll]
     for it in 0..comptime!(total.div_ceil(units)) {
         let x = unit + it * units;
-        let mut kx = Vector::<f16, Const<8>>::new(f16::new(0.0));
-        let mut vx = Vector::<f16, Const<8>>::new(f16::new(0.0));
+        let mut kx = Vector::<u32, M>::new(0u32);
+        let mut vx = Vector::<u32, M>::new(0u32);
         if x < total {
             let row = rows_s[rows_at + x / row_vectors];
             if row >= 0 {
@@ -585,9 +597,31 @@ fn load_tile(
                 vx = v_pool[at];
             }
         }
-        ks[it] = kx;
-        vs[it] = vx;
+        ks[it] = as_halves::<M>(kx, shape.fp8);
+        vs[it] = as_halves::<M>(vx, shape.fp8);
     }
+}
+
+/// A 16-byte vector of f16 (`M` = 4 words), or two words of e4m3 codes (`M` = 2, `fp8`) as the
+/// 8 f16 halves of their codes in order.
+#[cube]
+fn as_halves<M: Size>(raw: Vector<u32, M>, #[comptime] fp8: bool) -> Vector<f16, Const<8>> {
+    let mut words = Vector::<u32, Const<4>>::new(0u32);
+    if comptime!(fp8) {
+        #[unroll]
+        for w in 0..2usize {
+            // Codes (0, 2) and (1, 3) of the word, then pairs (0, 1) and (2, 3).
+            let (even, odd) = halves_words(raw.extract(w), true);
+            words.insert(comptime!(2 * w), (even & 0xFFFF) | (odd << 16));
+            words.insert(comptime!(2 * w + 1), (even >> 16) | (odd & 0xFFFF_0000));
+        }
+    } else {
+        #[unroll]
+        for w in 0..4usize {
+            words.insert(w, raw.extract(w));
+        }
+    }
+    Vector::<f16, Const<8>>::reinterpret(words)
 }
 
 /// `ks` and `vs` (as [`load_tile`] loaded them) into the stage at `stage_at` of `kv_s`: the key
@@ -626,7 +660,8 @@ mod tests {
 
     /// The kernel expanded against CUDA's manual-`mma` register layout and a device listing f16
     /// `mma.sync` 16 × 8 × 16, and translated to CUDA C++ (no CUDA compiler runs here): Llama's
-    /// head of 128 with its group of 4, a head of 64 on 8 warps of 2 heads, a capped head of 96.
+    /// head of 128 with its group of 4, a head of 64 on 8 warps of 2 heads, a capped head of 96;
+    /// f16 and fp8 pools, one and two row tiles, loads ahead or not.
     /// Its arithmetic is checked by the root crate's query-tile tests through CUDA.
     #[test]
     fn attention_flash_kernel_expands_and_compiles_to_cuda() {
@@ -635,12 +670,14 @@ mod tests {
         };
         let (properties, target) = common::warp_mma_properties(&client);
         let tensor = |dims: &[usize]| common::dummy_tensor(&client, dims);
-        for (warps, heads, block_keys, head_dim, capped, ahead, row_tiles) in [
-            (4usize, 4usize, 64usize, 128usize, false, false, 1usize),
-            (4, 4, 64, 128, false, true, 1),
-            (4, 4, 32, 128, false, false, 2),
-            (8, 2, 32, 64, false, true, 2),
-            (4, 1, 64, 96, true, false, 1),
+        for (warps, heads, block_keys, head_dim, capped, ahead, row_tiles, fp8) in [
+            (
+                4usize, 4usize, 64usize, 128usize, false, false, 1usize, false,
+            ),
+            (4, 4, 64, 128, false, true, 1, true),
+            (4, 4, 32, 128, false, false, 2, false),
+            (8, 2, 32, 64, false, true, 2, true),
+            (4, 1, 64, 96, true, false, 1, false),
         ] {
             let shape = FlashShape {
                 warps,
@@ -650,13 +687,16 @@ mod tests {
                 capped,
                 ahead,
                 row_tiles,
+                fp8,
             };
+            let words = if fp8 { 2 } else { 4 };
             let kernel = attention_flash_kernel::create_dummy_kernel(
                 properties.clone(),
                 target.clone(),
                 CubeCount::Static(1, 1, 1),
                 CubeDim::new_2d(32, warps as u32),
                 AddressType::U32,
+                words,
                 tensor(&[40, 8, head_dim]),
                 tensor(&[40, 8, head_dim / 8]),
                 tensor(&[64, 2, head_dim / 8]),
@@ -669,6 +709,8 @@ mod tests {
                 30.0,
                 f32::NEG_INFINITY,
                 (4 / heads) as u32,
+                1.0,
+                1.0,
                 shape,
             );
             common::assert_warp_mma_kernel_compiles(

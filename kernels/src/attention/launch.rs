@@ -584,8 +584,7 @@ impl AttentionLaunch {
         let hardware = &client.properties().hardware;
         let takes = tuning.flash != Some(false)
             && float == ElemType::Float(FloatKind::F16)
-            && !geometry.fp8_pools
-            && vector == 8
+            && vector == if geometry.fp8_pools { FP8_VECTOR } else { 8 }
             && d.is_multiple_of(32)
             && (32..=128).contains(&d)
             && block_keys.is_multiple_of(16)
@@ -607,6 +606,7 @@ impl AttentionLaunch {
             capped: false,
             ahead,
             row_tiles,
+            fp8: geometry.fp8_pools,
         };
         if shape.shared_bytes() > hardware.max_shared_memory_size
             || (tuning.query_tiles != Some(true)
@@ -888,11 +888,18 @@ pub unsafe fn launch_attention(
             ahead,
             row_tiles,
         } => unsafe {
+            // fp8 codes are staged as f16 halves, `2^-8` times their values.
+            let fp8_factor = if fp8 {
+                Fp8Decode::Halves.raw_factor()
+            } else {
+                1.0
+            };
             attention_flash_kernel::launch_unchecked(
                 client,
                 cube_count,
                 cube_dim,
                 AddressType::from_len(len),
+                if fp8 { 2 } else { 4 },
                 first.q,
                 args().q,
                 first.k_pool,
@@ -905,6 +912,8 @@ pub unsafe fn launch_attention(
                 soft_cap,
                 f32::NEG_INFINITY,
                 head_blocks as u32,
+                k_scale * fp8_factor,
+                v_scale * fp8_factor,
                 FlashShape {
                     warps,
                     heads,
@@ -913,6 +922,7 @@ pub unsafe fn launch_attention(
                     capped: scalars.soft_cap.is_some(),
                     ahead,
                     row_tiles,
+                    fp8,
                 },
             );
         },

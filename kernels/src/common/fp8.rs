@@ -205,17 +205,25 @@ pub(crate) fn halves_pairs(
     word: u32,
     #[comptime] nan_codes: bool,
 ) -> (Vector<f16, Const<2>>, Vector<f16, Const<2>>) {
+    let (even, odd) = halves_words(word, nan_codes);
+    (
+        Vector::<f16, Const<2>>::reinterpret(even),
+        Vector::<f16, Const<2>>::reinterpret(odd),
+    )
+}
+
+/// [`halves_pairs`]' two pairs as the bits of two f16 each (the first code in the low half).
+#[cube]
+pub(crate) fn halves_words(word: u32, #[comptime] nan_codes: bool) -> (u32, u32) {
     let mut even = word & 0x007F_007F;
     let mut odd = word & 0x7F00_7F00;
     if comptime!(nan_codes) {
         even |= (even + 0x0001_0001) & 0x0080_0080;
         odd |= (odd + 0x0100_0100) & 0x8000_8000;
     }
-    let even = (even << 7) | ((word & 0x0080_0080) << 8);
-    let odd = (odd >> 1) | (word & 0x8000_8000);
     (
-        Vector::<f16, Const<2>>::reinterpret(even),
-        Vector::<f16, Const<2>>::reinterpret(odd),
+        (even << 7) | ((word & 0x0080_0080) << 8),
+        (odd >> 1) | (word & 0x8000_8000),
     )
 }
 
