@@ -68,9 +68,9 @@ pub struct AttentionTuning {
     pub heads_lean: bool,
     /// The query-tile launch on warp-level tensor-core products, scores and running output in
     /// registers (`flash.rs`): `None` (the normal launch) or `Some(true)` wherever the query-tile
-    /// kernel runs and it can take the call (f16 queries and pools through CubeCL's CUDA runtime
-    /// on a device with f16 `mma.sync` 16 × 8 × 16, a head a multiple of 32 up to 128, planes of
-    /// 32), `Some(false)` never: the `cmma` query tiles instead (`ROPE_POOL_ATTENTION_FLASH=1` /
+    /// kernel runs and it can take the call (f16 queries over f16 or fp8 pools through CubeCL's
+    /// CUDA runtime on a device with f16 `mma.sync` 16 × 8 × 16, a head a multiple of 32 up to
+    /// 128, planes of 32), `Some(false)` never: the `cmma` query tiles instead (`ROPE_POOL_ATTENTION_FLASH=1` /
     /// `0`).
     pub flash: Option<bool>,
     /// Its warps a cube (`ROPE_POOL_ATTENTION_FLASH_WARPS`; default [`FLASH_WARPS`]), keys a

@@ -54,7 +54,7 @@ pub struct PoolAttentionConfig {
     /// queries on devices with f16 16 × 16 × 16 tiles and planes of 32, in f32 by the GPU's units
     /// otherwise), `Some(false)` never; `None`, the normal launch, runs it for f16 prefill on
     /// such devices (the conditions: CONTRACT, `pool_attention`, Math). Through CubeCL's CUDA
-    /// runtime, f16 queries over f16 pools with a head a multiple of 32 up to 128 take its flash
+    /// runtime, f16 queries over f16 or fp8 pools with a head a multiple of 32 up to 128 take its flash
     /// form (warp-level `mma.sync` products, the softmax in registers). `portable_kernel` wins
     /// over it. Flex has one path and ignores it.
     pub query_tiles: Option<bool>,
