@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Binaries of the commit after dbeb330 that gave the flash kernel fp8 pools. The flash kernel on fp8 pools (codes staged as f16 halves): the suite's query-tile and fp8 attention tests through
+# Binaries of e8126f8. The flash kernel on fp8 pools (codes staged as f16 halves): the suite's query-tile and fp8 attention tests through
 # CUDA, then pool_attention's prefill rows on fp8 and f16 pools, flash against the cmma query tiles.
 for b in pool_attention-cuda suite-cuda; do xz -T8 -d -c target/go22/$b.xz > /tmp/$b && chmod +x /tmp/$b; done
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $OUT/smi.txt 2>&1
