@@ -70,15 +70,15 @@ pub struct AttentionTuning {
     /// registers (`flash.rs`): `None` (the normal launch) or `Some(true)` wherever the query-tile
     /// kernel runs and it can take the call (f16 queries over f16 or fp8 pools through CubeCL's
     /// CUDA runtime on a device with f16 `mma.sync` 16 × 8 × 16, a head a multiple of 32 up to
-    /// 128, planes of 32), `Some(false)` never: the `cmma` query tiles instead (`ROPE_POOL_ATTENTION_FLASH=1` /
-    /// `0`).
+    /// 128, planes of 32), `Some(false)` never: the `cmma` query tiles instead
+    /// (`ROPE_POOL_ATTENTION_FLASH=1` / `0`).
     pub flash: Option<bool>,
-    /// Its warps a cube (`ROPE_POOL_ATTENTION_FLASH_WARPS`; default [`FLASH_WARPS`]), keys a
-    /// tile (`ROPE_POOL_ATTENTION_FLASH_KEYS`, a multiple of 16; default [`FLASH_KEYS`]), and
-    /// whether each tile loads the next one's keys and values before its products
-    /// (`ROPE_POOL_ATTENTION_FLASH_AHEAD=1` / `0`; default [`FLASH_AHEAD`]).
-    /// and row tiles of 16 a warp (`ROPE_POOL_ATTENTION_FLASH_ROWS`, 1 or 2; default
-    /// [`FLASH_ROW_TILES`]).
+    /// Its warps a cube (`ROPE_POOL_ATTENTION_FLASH_WARPS`; default 4), keys a tile
+    /// (`ROPE_POOL_ATTENTION_FLASH_KEYS`, a multiple of 16; default 64), whether each tile loads
+    /// the next one's keys and values before its products (`ROPE_POOL_ATTENTION_FLASH_AHEAD=1` /
+    /// `0`; default no), and row tiles of 16 a warp (`ROPE_POOL_ATTENTION_FLASH_ROWS`, 1 or 2;
+    /// default 1): the shape measured fastest at 64 prompts of 512 (`benches/NOTES.md`,
+    /// "Flash-form query tiles").
     pub flash_shape: (Option<usize>, Option<usize>, Option<bool>, Option<usize>),
 }
 
@@ -86,14 +86,14 @@ pub struct AttentionTuning {
 /// at 64 prompts of 512 on an H100 (1355–1375 µs a Llama-3-8B layer against 1433–1592 with 8
 /// warps, 32 keys or the loads ahead); 8 warps with the loads ahead were the fastest at one
 /// 4096-token prompt (833 µs against 903–918; `benches/NOTES.md`, "Flash-form query tiles").
-pub const FLASH_WARPS: usize = 4;
+const FLASH_WARPS: usize = 4;
 /// The flash kernel's keys a tile (see [`FLASH_WARPS`]).
-pub const FLASH_KEYS: usize = 64;
+const FLASH_KEYS: usize = 64;
 /// Whether the flash kernel loads the next tile ahead (see [`FLASH_WARPS`]).
-pub const FLASH_AHEAD: bool = false;
+const FLASH_AHEAD: bool = false;
 /// The flash kernel's row tiles a warp: two were 5–11% faster at 64 prompts of 512 and 8–16%
 /// slower at one of 4096 on an H100 (`benches/NOTES.md`, "Flash-form query tiles").
-pub const FLASH_ROW_TILES: usize = 1;
+const FLASH_ROW_TILES: usize = 1;
 
 #[cfg(feature = "tuning")]
 impl AttentionTuning {
