@@ -28,9 +28,10 @@
 //! the launch takes this kernel where [`super::tiles`]'s would run (every sequence with queries
 //! has a tile's worth of rows) and this one takes the call (`AttentionTuning::flash`). On an H100
 //! it took 806 µs for one 4096-token Llama-3-8B prompt (170 TFLOPS) against 1736 µs with the
-//! `cmma` query tiles (Nsight Compute; `benches/NOTES.md`, "Flash-form query tiles"). A key in the walk that a row does not see meets that row's zero
-//! weight in the values' product, as in [`super::tiles`]. The fragments' register layout is
-//! CUDA's: the launch takes this kernel through CubeCL's CUDA runtime only.
+//! `cmma` query tiles (Nsight Compute; `benches/NOTES.md`, "Flash-form query tiles"). A key in
+//! the walk that a row does not see meets that row's zero weight in the values' product, as in
+//! [`super::tiles`]. The fragments' register layout is CUDA's: the launch takes this kernel
+//! through CubeCL's CUDA runtime only.
 
 use super::tiles::entry_row;
 use crate::common::fp8::halves_words;
