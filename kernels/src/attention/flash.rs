@@ -4,8 +4,9 @@
 //! form): f16 queries over f16 or fp8 pools through CubeCL's CUDA runtime.
 //!
 //! One cube owns one (tile of query rows, block of `heads` q heads of one kv head), as
-//! [`super::tiles`]'s: warp `w` takes head `w % heads` of 16 rows, `16 · (w / heads)` onwards,
-//! so the heads of a GQA group share the cube's key and value tiles. The cube walks the union of
+//! [`super::tiles`]'s: warp `w` takes head `w % heads` of `16 · row_tiles` rows,
+//! `16 · row_tiles · (w / heads)` onwards, so the heads of a GQA group share the cube's key and
+//! value tiles. The cube walks the union of
 //! its rows' key ranges (entries of `kv_indices`) in tiles of `block_keys` keys:
 //! 1. the tile's key and value rows, read as 16-byte vectors by all units (fp8 pools: 8-byte
 //!    vectors of codes, decoded exactly to f16 halves, `2^-8` times their values; the factor and
@@ -13,7 +14,8 @@
 //!    memory (rows one vector longer than the head: the 8 rows an `ldmatrix` phase reads start
 //!    in 8 different 16-byte bank groups); a row outside the pool or past the walk as zeros;
 //! 2. scores `S = Q · Kᵀ`: the warp's queries are the first operand, loaded once from `q` into
-//!    registers; the keys are read by `ldmatrix` (four 8 × 8 matrices: a key tile's 32
+//!    registers (with two row tiles a warp: staged in shared memory once and read by `ldmatrix`
+//!    each tile); the keys are read by `ldmatrix` (four 8 × 8 matrices: a key tile's 32
 //!    elements of the head) as the second; `block_keys / 8` accumulators of 16 × 8;
 //! 3. online softmax in registers: lane `(g, t) = (lane / 4, lane % 4)` holds keys `8j + 2t`,
 //!    `8j + 2t + 1` of rows `g` and `g + 8`; scale, soft cap, the row's own range as the mask

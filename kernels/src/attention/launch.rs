@@ -49,8 +49,8 @@ pub struct AttentionTuning {
     pub query_tiles: Option<bool>,
     /// fp8 pools: how their words are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE=0` integers, `1` CubeCL's fp8 type, `2`
-    /// f16 halves). Devices without f16 always take the integer codec; the head-tile kernel
-    /// always decodes to f16 halves.
+    /// f16 halves). Devices without f16 always take the integer codec; the head-tile kernel and
+    /// the flash form of the query tiles always decode to f16 halves.
     pub fp8_decode: Option<Fp8Decode>,
     /// Plane kernel on fp8 pools: words a load (`ROPE_POOL_ATTENTION_FP8_WORDS`, 1, 2 or 4;
     /// default `PLANE_FP8_WORDS`; fewer where a head row's words are not a multiple).
@@ -77,13 +77,14 @@ pub struct AttentionTuning {
     /// (`ROPE_POOL_ATTENTION_FLASH_KEYS`, a multiple of 16; default 64), whether each tile loads
     /// the next one's keys and values before its products (`ROPE_POOL_ATTENTION_FLASH_AHEAD=1` /
     /// `0`; default no), and row tiles of 16 a warp (`ROPE_POOL_ATTENTION_FLASH_ROWS`, 1 or 2;
-    /// default 1): the shape measured fastest at 64 prompts of 512 (`benches/NOTES.md`,
-    /// "Flash-form query tiles").
+    /// default 1): of the one-row-tile shapes, the one measured fastest at 64 prompts of 512
+    /// (`benches/NOTES.md`, "Flash-form query tiles"). Taken only up to 8 warps and
+    /// `32 · warps` keys a tile.
     pub flash_shape: (Option<usize>, Option<usize>, Option<bool>, Option<usize>),
 }
 
 /// The flash kernel's warps a cube. With [`FLASH_KEYS`] and no loads ahead, the fastest shape
-/// at 64 prompts of 512 on an H100 (1355–1375 µs a Llama-3-8B layer against 1433–1592 with 8
+/// of one row tile a warp at 64 prompts of 512 on an H100 (1355–1375 µs a Llama-3-8B layer against 1433–1592 with 8
 /// warps, 32 keys or the loads ahead); 8 warps with the loads ahead were the fastest at one
 /// 4096-token prompt (833 µs against 903–918; `benches/NOTES.md`, "Flash-form query tiles").
 const FLASH_WARPS: usize = 4;
@@ -91,8 +92,9 @@ const FLASH_WARPS: usize = 4;
 const FLASH_KEYS: usize = 64;
 /// Whether the flash kernel loads the next tile ahead (see [`FLASH_WARPS`]).
 const FLASH_AHEAD: bool = false;
-/// The flash kernel's row tiles a warp: two were 5–11% faster at 64 prompts of 512 and 8–16%
-/// slower at one of 4096 on an H100 (`benches/NOTES.md`, "Flash-form query tiles").
+/// The flash kernel's row tiles a warp: two, with 32 keys a tile, were 5–11% faster at 64
+/// prompts of 512 and 8–16% slower at one of 4096 on an H100 (with 64 keys 2% faster and 16%
+/// slower; `benches/NOTES.md`, "Flash-form query tiles").
 const FLASH_ROW_TILES: usize = 1;
 
 #[cfg(feature = "tuning")]
@@ -181,17 +183,8 @@ pub(crate) enum AttentionKernel {
         tensor_cores: bool,
     },
     /// [`attention_flash_kernel`](fn@super::flash::attention_flash_kernel): the query tiles on
-    /// warp-level products, `warps` warps a cube over tiles of `block_keys` keys, never split.
-    Flash {
-        /// Warps per cube (each 16 (row, head) pairs).
-        warps: usize,
-        /// Keys per key tile (a multiple of 16).
-        block_keys: usize,
-        /// The next tile's keys and values loaded before this tile's products.
-        ahead: bool,
-        /// Row tiles of 16 a warp.
-        row_tiles: usize,
-    },
+    /// warp-level products, never split; its shape (`capped` set at launch).
+    Flash(FlashShape),
     /// [`attention_heads_kernel`](fn@super::heads::attention_heads_kernel): one plane per
     /// (query row, kv head, chunk), the kv head's `group` q heads the rows of its products.
     Heads {
@@ -538,7 +531,15 @@ impl AttentionLaunch {
                 && (!tensor_cores || TILE * planes <= 2 * keys)
         })?;
         let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
-        if let Some(launch) = Self::flash(client, float, geometry, tuning, vector, fp8_decode) {
+        if let Some(launch) = Self::flash(
+            client,
+            float,
+            geometry,
+            tuning,
+            vector,
+            fp8_decode,
+            tensor_cores,
+        ) {
             return Some(launch);
         }
         let heads = largest_divisor(group, |h| planes.is_multiple_of(h));
@@ -566,8 +567,8 @@ impl AttentionLaunch {
 
 impl AttentionLaunch {
     /// The flash launch of `geometry` (see [`AttentionTuning::flash`]) where the query-tile
-    /// kernel would run (asked for, or its normal launch) and the flash kernel takes the call,
-    /// else `None`.
+    /// kernel would run (asked for, or its normal launch on a device with `cmma` tiles:
+    /// `tensor_cores`) and the flash kernel takes the call, else `None`.
     fn flash(
         client: &Client,
         float: ElemType,
@@ -575,6 +576,7 @@ impl AttentionLaunch {
         tuning: &AttentionTuning,
         vector: usize,
         fp8_decode: Fp8Decode,
+        tensor_cores: bool,
     ) -> Option<Self> {
         let d = geometry.head_dim;
         let warps = tuning.flash_shape.0.unwrap_or(FLASH_WARPS);
@@ -582,14 +584,17 @@ impl AttentionLaunch {
         let ahead = tuning.flash_shape.2.unwrap_or(FLASH_AHEAD);
         let row_tiles = tuning.flash_shape.3.unwrap_or(FLASH_ROW_TILES);
         let hardware = &client.properties().hardware;
+        // Each unit writes at most one pool row of a tile; past 8 warps a cube the registers a
+        // unit (231–255 measured) pass what a cube may hold.
         let takes = tuning.flash != Some(false)
+            && (1..=8).contains(&warps)
+            && block_keys <= LANES * warps
             && float == ElemType::Float(FloatKind::F16)
             && vector == if geometry.fp8_pools { FP8_VECTOR } else { 8 }
             && d.is_multiple_of(32)
             && (32..=128).contains(&d)
             && block_keys.is_multiple_of(16)
             && block_keys > 0
-            && warps > 0
             && (1..=2).contains(&row_tiles)
             && warp_mma_f16(client)
             && LANES * warps <= hardware.max_units_per_cube as usize;
@@ -610,17 +615,12 @@ impl AttentionLaunch {
         };
         if shape.shared_bytes() > hardware.max_shared_memory_size
             || (tuning.query_tiles != Some(true)
-                && !Self::tiles_pay(geometry, shape.tile_rows(), group / heads))
+                && !(tensor_cores && Self::tiles_pay(geometry, shape.tile_rows(), group / heads)))
         {
             return None;
         }
         Some(Self {
-            kernel: AttentionKernel::Flash {
-                warps,
-                block_keys,
-                ahead,
-                row_tiles,
-            },
+            kernel: AttentionKernel::Flash(shape),
             vector,
             units: LANES * warps,
             heads,
@@ -729,7 +729,8 @@ pub struct AttentionScalars {
 }
 
 /// Enqueues the attention of `geometry` as `launch` describes (and, when split, the merge),
-/// on the tensors `args` names (called once per launch: a `TensorArg` is used up by one).
+/// on the tensors `args` names (called once per launch, twice for the flash form, which binds
+/// the queries twice: a `TensorArg` is used up by one).
 /// Does nothing for an empty batch.
 ///
 /// # Safety
@@ -769,9 +770,7 @@ pub unsafe fn launch_attention(
     // The query-tile kernels: warps a cube and query rows a cube.
     let query_tiles = match kernel {
         AttentionKernel::Tiles { planes, .. } => Some((planes, planes / heads * TILE)),
-        AttentionKernel::Flash {
-            warps, row_tiles, ..
-        } => Some((warps, warps / heads * TILE * row_tiles)),
+        AttentionKernel::Flash(shape) => Some((shape.warps, shape.tile_rows())),
         _ => None,
     };
     let (cubes, cube_dim) = match query_tiles {
@@ -882,12 +881,7 @@ pub unsafe fn launch_attention(
                 [float, pool_elem],
             );
         },
-        AttentionKernel::Flash {
-            warps,
-            block_keys,
-            ahead,
-            row_tiles,
-        } => unsafe {
+        AttentionKernel::Flash(shape) => unsafe {
             // fp8 codes are staged as f16 halves, `2^-8` times their values.
             let fp8_factor = if fp8 {
                 Fp8Decode::Halves.raw_factor()
@@ -915,14 +909,8 @@ pub unsafe fn launch_attention(
                 k_scale * fp8_factor,
                 v_scale * fp8_factor,
                 FlashShape {
-                    warps,
-                    heads,
-                    block_keys,
-                    head_dim,
                     capped: scalars.soft_cap.is_some(),
-                    ahead,
-                    row_tiles,
-                    fp8,
+                    ..shape
                 },
             );
         },

@@ -70,7 +70,8 @@ pub struct PoolAttentionConfig {
     /// a hardware conversion), else f16 halves on NVIDIA GPUs through SPIR-V, else integer
     /// arithmetic (CONTRACT, `pool_attention`, Math). A device without f16 always takes
     /// integers, and halves asked of another device take integers. The same values every way.
-    /// The head-tile kernel always decodes to f16 halves; Flex has one path. Both ignore it.
+    /// The head-tile kernel and the query tiles' flash form always decode to f16 halves; Flex
+    /// has one path. They ignore it.
     pub fp8_decode: Option<Fp8Decode>,
 }
 

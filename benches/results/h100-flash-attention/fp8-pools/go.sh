@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Binaries of e8126f8. The flash kernel on fp8 pools (codes staged as f16 halves): the suite's query-tile and fp8 attention tests through
-# CUDA, then pool_attention's prefill rows on fp8 and f16 pools, flash against the cmma query tiles.
+# CUDA, then pool_attention's prefill rows on fp8 pools, flash against the cmma query tiles.
 for b in pool_attention-cuda suite-cuda; do xz -T8 -d -c target/go22/$b.xz > /tmp/$b && chmod +x /tmp/$b; done
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $OUT/smi.txt 2>&1
 run() { local f=$1; local name=$2; shift 2; if [ $SECONDS -gt ${LIMIT:-300} ]; then echo "== $name: skipped at ${SECONDS}s" >> $OUT/$f; return; fi; echo "== $name: $*" >> $OUT/$f; local t=${T:-40}; timeout $t env "$@" >> $OUT/$f 2>&1; echo "rc $? at ${SECONDS}s" >> $OUT/$f; }

@@ -15,7 +15,8 @@ run att.txt "flash, ahead, 32 keys" ROPE_POOL_ATTENTION_FLASH=1 ROPE_POOL_ATTENT
 run att.txt "cmma query tiles 2" X=1 $A
 run att.txt "flash 2" ROPE_POOL_ATTENTION_FLASH=1 $A
 grep -E "^==|^\||rc |-> |panicked" $OUT/att.txt | cut -c1-220
-T=240 run suite.txt "query-tile tests, flash" ROPE_POOL_ATTENTION_FLASH=1 /tmp/suite-cuda --test-threads=1 pool_attention::the_query_tile_kernel pool_attention::climbing_scores
+# Not run (commented out on the machine: the same tests had passed with the launch's shape in ../prefill/):
+#T=240 run suite.txt "query-tile tests, flash" ROPE_POOL_ATTENTION_FLASH=1 /tmp/suite-cuda --test-threads=1 pool_attention::the_query_tile_kernel pool_attention::climbing_scores
 LIMIT=420 T=200 run suite.txt "query-tile tests, flash ahead, 8 warps, 32 keys" ROPE_POOL_ATTENTION_FLASH=1 ROPE_POOL_ATTENTION_FLASH_AHEAD=1 ROPE_POOL_ATTENTION_FLASH_WARPS=8 ROPE_POOL_ATTENTION_FLASH_KEYS=32 /tmp/suite-cuda --test-threads=1 pool_attention::the_query_tile_kernel pool_attention::climbing_scores
 grep -E "^==|^test |test result|rc |panicked" $OUT/suite.txt | cut -c1-400 | head -20
 M=gpu__time_duration.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,launch__occupancy_limit_registers
