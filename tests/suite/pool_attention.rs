@@ -160,42 +160,50 @@ fn fp8_pools_decode_alike_through_either_codec() {
 }
 
 /// Every e4m3 code, read through each decode and each kernel: one query over one key whose value
-/// row holds codes 0 to 255 (scale 1), so the output is the value row itself — each code's exact
-/// value (NaN for the NaN codes; ±0 alike), f32 queries. Where a device does not take a decode
-/// (`Fp8Decode`'s rules), the launch falls back to integers and the case checks those.
+/// rows hold codes 0 to 255 (scale 1), so the output is the value rows themselves — each code's
+/// exact value (NaN for the NaN codes; ±0 alike): f32 queries over one head of 256, and f16
+/// queries (where the device has f16) over two heads of 128, the shape the query tiles' flash
+/// form takes through CUDA (every e4m3 value is exact in f16). Where a device does not take a
+/// decode (`Fp8Decode`'s rules), the launch falls back to integers and the case checks those.
 #[test]
 fn every_fp8_code_decodes_exactly() {
     for (device_name, device) in devices() {
-        let d = 256;
         let plan = PoolAttentionPlan::new(
             TensorData::from([0i32, 1].as_slice()),
             TensorData::from([0i32, 1].as_slice()),
             TensorData::from([0i32].as_slice()),
             &device,
         );
-        let codes: Vec<u32> = (0..d / 4)
+        let codes: Vec<u32> = (0..64)
             .map(|w| (0..4).map(|i| ((4 * w + i) as u32) << (8 * i)).sum())
             .collect();
-        let words = |w: Vec<u32>| fp8_pool(&w, [1, 1, d], 1.0, &device);
-        for decode in [Fp8Decode::Integer, Fp8Decode::Halves, Fp8Decode::Native] {
-            for kernel in Kernel::decoding_fp8() {
-                let config =
-                    kernel.config(PoolAttentionConfig::new(1, 1, d).with_fp8_decode(Some(decode)));
-                let inputs = PoolAttentionInputs::new(
-                    float_tensor(&vec![0.0; d], [1, 1, d], &device, DType::F32),
-                    words(vec![0; d / 4]),
-                    words(codes.clone()),
-                );
-                let what = format!("{device_name} {decode:?} {config:?}");
-                let out = pool_attention(inputs, &plan, &config)
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
-                let got: Vec<f32> = out.out.into_data().iter::<f32>().collect();
-                for (code, got) in got.iter().enumerate() {
-                    let want = e4m3_value(code as u8) as f32;
-                    assert!(
-                        got == &want || (got.is_nan() && want.is_nan()),
-                        "{what}: code {code:#04x} read {got:e}, want {want:e}"
+        for (dtype, heads, d) in [(DType::F32, 1usize, 256usize), (DType::F16, 2, 128)] {
+            if !device.supports_dtype(dtype) {
+                continue;
+            }
+            let words = |w: Vec<u32>| fp8_pool(&w, [1, heads, d], 1.0, &device);
+            for decode in [Fp8Decode::Integer, Fp8Decode::Halves, Fp8Decode::Native] {
+                for kernel in Kernel::decoding_fp8() {
+                    let config = kernel.config(
+                        PoolAttentionConfig::new(heads, heads, d).with_fp8_decode(Some(decode)),
                     );
+                    let inputs = PoolAttentionInputs::new(
+                        float_tensor(&vec![0.0; heads * d], [1, heads, d], &device, dtype),
+                        words(vec![0; 64]),
+                        words(codes.clone()),
+                    );
+                    let what = format!("{device_name} {dtype:?} {decode:?} {config:?}");
+                    let out = pool_attention(inputs, &plan, &config)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let got: Vec<f32> = out.out.into_data().iter::<f32>().collect();
+                    assert_eq!(got.len(), 256, "{what}");
+                    for (code, got) in got.iter().enumerate() {
+                        let want = e4m3_value(code as u8) as f32;
+                        assert!(
+                            got == &want || (got.is_nan() && want.is_nan()),
+                            "{what}: code {code:#04x} read {got:e}, want {want:e}"
+                        );
+                    }
                 }
             }
         }
