@@ -37,7 +37,7 @@
 
 use super::tiles::entry_row;
 use crate::common::fp8::halves_words;
-use crate::common::fragment::TILE;
+use crate::common::fragment::{TILE, mma_accumulate};
 use cubecl::cmma::{MatrixIdent, MmaDefinition};
 use cubecl::prelude::*;
 use half::f16;
@@ -388,12 +388,7 @@ pub(crate) fn attention_flash_kernel<M: Size>(
                         let mut b = Array::<Vector<f16, Const<2>>>::new(2usize);
                         b[0] = b4[comptime!(2 * h)];
                         b[1] = b4[comptime!(2 * h + 1)];
-                        let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
-                        acc[0] = sc[slot];
-                        acc[1] = sc[slot + 1];
-                        let next = def.execute(&af, &b, &acc);
-                        sc[slot] = next[0];
-                        sc[slot + 1] = next[1];
+                        mma_accumulate(&af, &b, &mut sc, slot);
                     }
                 }
             }
@@ -509,12 +504,7 @@ pub(crate) fn attention_flash_kernel<M: Size>(
                         let mut b = Array::<Vector<f16, Const<2>>>::new(2usize);
                         b[0] = b4[comptime!(2 * h)];
                         b[1] = b4[comptime!(2 * h + 1)];
-                        let mut acc = Array::<Vector<f32, Const<2>>>::new(2usize);
-                        acc[0] = o[slot];
-                        acc[1] = o[slot + 1];
-                        let next = def.execute(&af, &b, &acc);
-                        o[slot] = next[0];
-                        o[slot + 1] = next[1];
+                        mma_accumulate(&af, &b, &mut o, slot);
                     }
                 }
             }
@@ -718,7 +708,10 @@ mod tests {
             );
             common::assert_warp_mma_kernel_compiles(
                 kernel,
-                &format!("attention_flash_kernel, {warps} warps, head {head_dim}"),
+                &format!(
+                    "attention_flash_kernel, {warps} warps, head {head_dim}, {block_keys} keys, \
+                     ahead {ahead}, {row_tiles} row tiles, fp8 {fp8}"
+                ),
             );
         }
     }

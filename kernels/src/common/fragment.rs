@@ -43,3 +43,23 @@ pub(crate) fn half_pair(a: half::f16, b: half::f16) -> Vector<half::f16, Const<2
     x.insert(1usize, b);
     x
 }
+
+/// One warp-level product (`mma.sync` m16n8k16, f16 × f16 → f32) added to the accumulator held
+/// in slots `slot` (row `g`) and `slot + 1` (row `g + 8`) of `acc`: `a` the first operand's four
+/// f16 pairs, `b` the second's two, in CUDA's register layout.
+#[cube]
+pub(crate) fn mma_accumulate(
+    a: &Array<Vector<half::f16, Const<2>>>,
+    b: &Array<Vector<half::f16, Const<2>>>,
+    acc: &mut Array<Vector<f32, Const<2>>>,
+    #[comptime] slot: usize,
+) {
+    let def =
+        cubecl::cmma::MmaDefinition::<half::f16, half::f16, f32>::new(16usize, 8usize, 16usize);
+    let mut c = Array::<Vector<f32, Const<2>>>::new(2usize);
+    c[0] = acc[slot];
+    c[1] = acc[slot + 1];
+    let d = def.execute(a, b, &c);
+    acc[slot] = d[0];
+    acc[slot + 1] = d[1];
+}

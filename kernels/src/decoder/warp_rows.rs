@@ -20,7 +20,7 @@
 //! the weight and of `x`, and the two products of a chunk cover its 32 elements once. Rows of
 //! `x` past `m` are staged as zeros and not written.
 
-use cubecl::cmma::MmaDefinition;
+use crate::common::fragment::mma_accumulate;
 use cubecl::prelude::*;
 use half::f16;
 
@@ -122,7 +122,6 @@ pub(crate) fn warp_rows_kernel<O: Float>(
     let mut next = Array::<Vector<u32, Const<4>>>::new(words);
     load_block(w, &mut next, col0, first, g, t, shape);
 
-    let def = MmaDefinition::<f16, f16, f32>::new(16usize, 8usize, 16usize);
     let mut acc = Array::<Vector<f32, Const<2>>>::new(comptime!(groups * 2));
     #[unroll]
     for i in 0..comptime!(groups * 2) {
@@ -164,13 +163,7 @@ pub(crate) fn warp_rows_kernel<O: Float>(
                     let mut bf = Array::<Vector<f16, Const<2>>>::new(2usize);
                     bf[0] = Vector::<f16, Const<2>>::reinterpret(xv.extract(2 * p));
                     bf[1] = Vector::<f16, Const<2>>::reinterpret(xv.extract(2 * p + 1));
-                    let at = comptime!(2 * j);
-                    let mut c = Array::<Vector<f32, Const<2>>>::new(2usize);
-                    c[0] = acc[at];
-                    c[1] = acc[at + 1];
-                    let d = def.execute(&af, &bf, &c);
-                    acc[at] = d[0];
-                    acc[at + 1] = d[1];
+                    mma_accumulate(&af, &bf, &mut acc, comptime!(2 * j));
                 }
             }
         }
