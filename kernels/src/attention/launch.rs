@@ -73,20 +73,27 @@ pub struct AttentionTuning {
     /// 128, planes of 32), `Some(false)` never: the `cmma` query tiles instead
     /// (`ROPE_POOL_ATTENTION_FLASH=1` / `0`).
     pub flash: Option<bool>,
-    /// Its warps a cube (`ROPE_POOL_ATTENTION_FLASH_WARPS`; default 4), keys a tile
-    /// (`ROPE_POOL_ATTENTION_FLASH_KEYS`, a multiple of 16; default 64), whether each tile loads
-    /// the next one's keys and values before its products (`ROPE_POOL_ATTENTION_FLASH_AHEAD=1` /
-    /// `0`; default no), and row tiles of 16 a warp (`ROPE_POOL_ATTENTION_FLASH_ROWS`, 1 or 2;
-    /// default 1): of the one-row-tile shapes, the one measured fastest at 64 prompts of 512
-    /// (`benches/NOTES.md`, "Flash-form query tiles"). Taken only up to 8 warps and
+    /// The flash form's warps a cube (`ROPE_POOL_ATTENTION_FLASH_WARPS`; default 4). Its
+    /// defaults are, of the one-row-tile shapes, the one measured fastest at 64 prompts of 512
+    /// (`benches/NOTES.md`, "Flash-form query tiles"); it is taken only up to 8 warps and
     /// `32 · warps` keys a tile.
-    pub flash_shape: (Option<usize>, Option<usize>, Option<bool>, Option<usize>),
+    pub flash_warps: Option<usize>,
+    /// The flash form's keys a tile (`ROPE_POOL_ATTENTION_FLASH_KEYS`, a multiple of 16;
+    /// default 64).
+    pub flash_keys: Option<usize>,
+    /// Whether the flash form loads each tile's next keys and values before its products
+    /// (`ROPE_POOL_ATTENTION_FLASH_AHEAD=1` / `0`; default no).
+    pub flash_ahead: Option<bool>,
+    /// The flash form's row tiles of 16 a warp (`ROPE_POOL_ATTENTION_FLASH_ROWS`, 1 or 2;
+    /// default 1).
+    pub flash_rows: Option<usize>,
 }
 
 /// The flash kernel's warps a cube. With [`FLASH_KEYS`] and no loads ahead, the fastest shape
-/// of one row tile a warp at 64 prompts of 512 on an H100 (1355–1375 µs a Llama-3-8B layer against 1433–1592 with 8
-/// warps, 32 keys or the loads ahead); 8 warps with the loads ahead were the fastest at one
-/// 4096-token prompt (833 µs against 903–918; `benches/NOTES.md`, "Flash-form query tiles").
+/// of one row tile a warp at 64 prompts of 512 on an H100 (1355–1375 µs a Llama-3-8B layer
+/// against 1433–1592 with 8 warps, 32 keys or the loads ahead); 8 warps with the loads ahead
+/// were the fastest at one 4096-token prompt (833 µs against 903–918; `benches/NOTES.md`,
+/// "Flash-form query tiles").
 const FLASH_WARPS: usize = 4;
 /// The flash kernel's keys a tile (see [`FLASH_WARPS`]).
 const FLASH_KEYS: usize = 64;
@@ -118,12 +125,10 @@ impl AttentionTuning {
             head_tiles: number::<usize>("ROPE_POOL_ATTENTION_HEAD_TILES").map(|v| v == 1),
             heads_lean: flag("ROPE_POOL_ATTENTION_HEADS_LEAN"),
             flash: number::<usize>("ROPE_POOL_ATTENTION_FLASH").map(|v| v == 1),
-            flash_shape: (
-                number("ROPE_POOL_ATTENTION_FLASH_WARPS"),
-                number("ROPE_POOL_ATTENTION_FLASH_KEYS"),
-                number::<usize>("ROPE_POOL_ATTENTION_FLASH_AHEAD").map(|v| v == 1),
-                number("ROPE_POOL_ATTENTION_FLASH_ROWS"),
-            ),
+            flash_warps: number("ROPE_POOL_ATTENTION_FLASH_WARPS"),
+            flash_keys: number("ROPE_POOL_ATTENTION_FLASH_KEYS"),
+            flash_ahead: number::<usize>("ROPE_POOL_ATTENTION_FLASH_AHEAD").map(|v| v == 1),
+            flash_rows: number("ROPE_POOL_ATTENTION_FLASH_ROWS"),
         })
     }
 }
@@ -579,10 +584,10 @@ impl AttentionLaunch {
         tensor_cores: bool,
     ) -> Option<Self> {
         let d = geometry.head_dim;
-        let warps = tuning.flash_shape.0.unwrap_or(FLASH_WARPS);
-        let block_keys = tuning.flash_shape.1.unwrap_or(FLASH_KEYS);
-        let ahead = tuning.flash_shape.2.unwrap_or(FLASH_AHEAD);
-        let row_tiles = tuning.flash_shape.3.unwrap_or(FLASH_ROW_TILES);
+        let warps = tuning.flash_warps.unwrap_or(FLASH_WARPS);
+        let block_keys = tuning.flash_keys.unwrap_or(FLASH_KEYS);
+        let ahead = tuning.flash_ahead.unwrap_or(FLASH_AHEAD);
+        let row_tiles = tuning.flash_rows.unwrap_or(FLASH_ROW_TILES);
         let hardware = &client.properties().hardware;
         // Each unit writes at most one pool row of a tile; past 8 warps a cube the registers a
         // unit (231–255 measured) pass what a cube may hold.
