@@ -89,9 +89,9 @@ pub struct DecoderTuning {
     pub staged_row_planes: Option<usize>,
     /// Staged products of f16 weights on warp-level tensor-core products, the weight loaded
     /// straight into registers (`warp_rows.rs`), where the device has f16 `mma.sync` through
-    /// CUDA: `ROPE_POOL_STAGED_WARP=1` from 5 rows; default: never (2% faster at batch 64 on an
-    /// H100, `benches/results/h100-warp-kernels`; its float64 tests have not yet run in the form
-    /// measured).
+    /// CUDA: `ROPE_POOL_STAGED_WARP=1` from 5 rows; default: never (on an H100, 2% faster at
+    /// batch 64 in one machine start and 0.6–2.1% slower in another:
+    /// `benches/results/h100-warp-kernels`, `benches/results/h100-warp-rows-tests`).
     pub staged_warp: Option<bool>,
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).

@@ -8,9 +8,11 @@
 //! waits on its shared-memory fragment loads (four of `x` and one of the weight for four `wmma`
 //! products a plane and inner tile). Here the weight meets no shared stage and no fragment
 //! load: a warp's 16 weight rows take two 16-byte loads a lane per 32 inner elements and serve
-//! all of `x`'s row groups. Measured on an H100 (`benches/results/h100-warp-kernels`): 2% more
-//! decode tok/s at batch 64 than the staged kernel, 2–3% fewer at batch 8. A launch knob
-//! (`ROPE_POOL_STAGED_WARP=1`) until its float64 tests run through CUDA in this form.
+//! all of `x`'s row groups. Measured on an H100: 2% more decode tok/s at batch 64 than the
+//! staged kernel, 2–3% fewer at batch 8 (`benches/results/h100-warp-kernels`), then 0.6–2.1%
+//! fewer at batch 64 in another machine start (`benches/results/h100-warp-rows-tests`, where its
+//! float64 tests passed through CUDA). A launch knob (`ROPE_POOL_STAGED_WARP=1`), not the
+//! launch.
 //!
 //! The operand layout: in a chunk of 32 inner elements, lane `(g, t) = (lane / 4, lane % 4)`
 //! loads elements `8t … 8t + 7` (16 bytes) of weight rows `g` and `g + 8`, and of `x`'s row
