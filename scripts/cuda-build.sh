@@ -17,6 +17,8 @@ cd "$(dirname "$0")/.."
 pack=${ROPE_POOL_PACK_DIR:-target/h200}
 mkdir -p "$pack"
 if ! [ -x /usr/lib/llvm-22/bin/llvm-config ]; then
+  # A fresh machine's package lists may not know LLVM 22 yet.
+  apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq llvm-22-dev libpolly-22-dev libzstd-dev >/dev/null
 fi
 export XDG_DATA_HOME="$PWD/target/cuda/xdg"
