@@ -5,7 +5,7 @@
 //!
 //! `cargo bench --bench decode -- [--device wgpu] [--dtype f16] [--batches 1,8,64] [--prompt 512]
 //!  [--steps 64] [--layers 32] [--fp8-cache K,V] [--fp8-weights] [--profile] [--json OUT]
-//!  [--tp N] [--model 8b|70b]`
+//!  [--tp N] [--model 8b|70b] [--long-prompt 32768 --prefill-chunks 0,2048,8192]`
 
 #[cfg(feature = "profile")]
 #[path = "host_profile/mod.rs"]
@@ -16,9 +16,11 @@ mod instruments;
 
 use burn::tensor::DType;
 use burn_rope_pool::model::{
-    Collective, Decoder, DecoderConfig, GenerateError, GenerateOptions, Generated, Model, Request,
-    Stats, StepToken, generate,
+    Collective, Decoder, DecoderConfig, Engine, EngineOptions, Event, GenerateError,
+    GenerateOptions, Generated, GenerationRequest, Model, Request, SamplingParams, Stats,
+    StepToken, StopConditions, generate,
 };
+use std::time::Instant;
 use burn_rope_pool::testing::{
     Rng, argmax_rows, device_by_name, generate_unfused, llama3_8b, llama3_70b, llama32_1b,
     random_decoder, random_fp8_decoder, random_sharded_decoder, ranks_by_name, step_graph_counts,
@@ -98,6 +100,19 @@ struct Args {
     /// one GPU) or `1b` (Llama-3.2-1B; with `--vocab 2048` it fits a software Vulkan device).
     #[arg(long, default_value = "8b")]
     model: String,
+    /// After the table, a prompt of this many tokens joins `--long-batch` requests that are
+    /// decoding (prompts of `--prompt`) in an [`Engine`], once for each of `--prefill-chunks`:
+    /// its time to first token, and how long the decoding requests waited between their tokens
+    /// meanwhile against before it came.
+    #[arg(long)]
+    long_prompt: Option<usize>,
+    /// Requests decoding when the long prompt comes.
+    #[arg(long, default_value_t = 8)]
+    long_batch: usize,
+    /// `--long-prompt`: the engine's `prefill_chunk` settings to run, 0 for none (each prompt
+    /// whole in its first step).
+    #[arg(long, value_delimiter = ',', default_values_t = [0usize, 2048, 8192])]
+    prefill_chunks: Vec<usize>,
     /// Write the rows as JSON here.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -222,6 +237,10 @@ fn main() {
             rows.push(report(path, batch, dtype, config.num_layers, &stats, &args));
         }
     }
+    if let Some(long) = args.long_prompt {
+        model = model.with_fp8_cache(None).with_step_graphs(true);
+        long_prompt(&model, long, &args);
+    }
     let (captured, replayed, _) = step_graph_counts(&model);
     println!("\ndecode steps captured: {captured}, replayed: {replayed}");
     if args.profile {
@@ -238,6 +257,104 @@ fn main() {
     }
     if let Some(path) = &args.json {
         std::fs::write(path, format!("[\n{}\n]\n", rows.join(",\n"))).expect("write json");
+    }
+}
+
+/// `--long-prompt`: for each `--prefill-chunks` setting, a warm-up then a timed run of
+/// [`long_prompt_run`]; one row each.
+fn long_prompt(model: &Decoder, long: usize, args: &Args) {
+    println!(
+        "\n{long}-token prompt joining {} decoding requests (prompts of {}):",
+        args.long_batch, args.prompt
+    );
+    println!(
+        "| prefill_chunk | time to first token ms | steps | decode step ms before: median | \
+         while prefilling: median / longest |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    for &chunk in &args.prefill_chunks {
+        long_prompt_run(model, long, chunk, args); // kernels compiled, shapes tuned
+        let run = long_prompt_run(model, long, chunk, args);
+        let chunk = if chunk == 0 { "none".to_string() } else { chunk.to_string() };
+        println!(
+            "| {chunk} | {:.1} | {} | {:.2} | {:.2} / {:.2} |",
+            run.ttft_ms, run.steps, run.before_ms, run.during_median_ms, run.during_max_ms
+        );
+    }
+}
+
+/// What [`long_prompt_run`] measured.
+struct LongPromptRun {
+    /// From the long prompt's submission to its first token.
+    ttft_ms: f64,
+    /// Engine steps until then.
+    steps: usize,
+    /// Median step before the long prompt came (decode tokens only).
+    before_ms: f64,
+    /// Median and longest step until its first token: what each decoding request waited
+    /// between two of its tokens.
+    during_median_ms: f64,
+    during_max_ms: f64,
+}
+
+/// `long_batch` requests prefilled and decoding (16 steps timed), then one prompt of `long`
+/// tokens submitted; every step timed until its first token. Each step reads its ids back.
+fn long_prompt_run(model: &Decoder, long: usize, chunk: usize, args: &Args) -> LongPromptRun {
+    let vocab = model.config.vocab_size;
+    let per_step = if chunk == 0 { long } else { chunk.min(long) };
+    let steps_after = long.div_ceil(per_step) + 8;
+    let max_new_tokens = 32 + steps_after;
+    let options = EngineOptions {
+        pool_rows: args.long_batch * (args.prompt + max_new_tokens) + long + 64,
+        max_batch: args.long_batch + 1,
+        prefill_chunk: (chunk > 0).then_some(chunk),
+        ..Default::default()
+    };
+    let mut engine = Engine::new(model, None, options).expect("engine");
+    let request = |prompt: Vec<u32>, max_new_tokens| GenerationRequest {
+        prompt,
+        max_new_tokens,
+        sampling: SamplingParams::greedy(),
+        stop: StopConditions::default(),
+    };
+    for r in requests(args.long_batch, args.prompt, 0, vocab) {
+        engine.submit(request(r.prompt, max_new_tokens)).expect("submit");
+    }
+    let timed_step = |engine: &mut Engine<'_>| {
+        let start = Instant::now();
+        let events = engine.step().expect("step");
+        (start.elapsed().as_secs_f64() * 1e3, events)
+    };
+    // The prefill step, then 16 decode steps timed.
+    timed_step(&mut engine);
+    let mut before: Vec<f64> = (0..16).map(|_| timed_step(&mut engine).0).collect();
+    let mut rng = Rng::from_state(0x9e37_79b9_7f4a_7c15);
+    let prompt = (0..long).map(|_| rng.below(vocab as u64) as u32).collect();
+    let submitted = Instant::now();
+    let id = engine.submit(request(prompt, 1)).expect("submit the long prompt");
+    let mut during = Vec::new();
+    loop {
+        let (ms, events) = timed_step(&mut engine);
+        during.push(ms);
+        let first = events
+            .iter()
+            .any(|e| matches!(e, Event::Token { id: t, .. } if *t == id));
+        if first {
+            break;
+        }
+        assert!(during.len() <= steps_after, "no first token after {steps_after} steps");
+    }
+    let ttft_ms = submitted.elapsed().as_secs_f64() * 1e3;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    LongPromptRun {
+        ttft_ms,
+        steps: during.len(),
+        before_ms: median(&mut before),
+        during_max_ms: during.iter().copied().fold(0.0, f64::max),
+        during_median_ms: median(&mut during),
     }
 }
 

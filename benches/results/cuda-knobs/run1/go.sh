@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Binaries of 3dc9a7c (the kernels of 3bc539e) (ROPE_POOL_CUDA_FUSION=0 scripts/cuda-build.sh suite|pool_attention|decode).
+# The knobs built and not yet run on a GPU, and the fp8 attention cases not yet run through CUDA:
+# decode A/B with the staged kernel's row planes (ROPE_POOL_STAGED_ROW_PLANES=2) in alternating
+# processes, fp8 weights at batch 1 with more loads a unit, a batch-64 profile, the anchor; then
+# the suite's fp8 tests (flash kernel over many key tiles), the head-tile test with lean rows and
+# the projection tests with row planes; Nsight Compute of the head-tile kernel lean or not.
+for b in decode-cuda; do xz -T8 -d -c target/go23/$b.xz > /tmp/$b && chmod +x /tmp/$b; done
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $OUT/smi.txt 2>&1
+run() { local f=$1; local name=$2; shift 2; if [ $SECONDS -gt ${LIMIT:-540} ]; then echo "== $name: skipped at ${SECONDS}s" >> $OUT/$f; return; fi; echo "== $name: $*" >> $OUT/$f; local t=${T:-60}; timeout $t env "$@" >> $OUT/$f 2>&1; echo "rc $? at ${SECONDS}s" >> $OUT/$f; }
+D="/tmp/decode-cuda --device cuda --fused-only --steps 64 --batches 1,8,64"
+run dec.txt "default 1" X=1 $D
+run dec.txt "row planes 2" ROPE_POOL_STAGED_ROW_PLANES=2 $D
+run dec.txt "default 2" X=1 $D
+run dec.txt "row planes 2, 2" ROPE_POOL_STAGED_ROW_PLANES=2 $D
+F="/tmp/decode-cuda --device cuda --fused-only --steps 64 --batches 1 --fp8-weights"
+run fp8w.txt "fp8 weights, default loads" X=1 $F
+run fp8w.txt "fp8 weights, 4 loads" ROPE_POOL_MATVEC_LOADS=4 $F
+run fp8w.txt "fp8 weights, default loads 2" X=1 $F
+run fp8w.txt "fp8 weights, 4 loads 2" ROPE_POOL_MATVEC_LOADS=4 $F
+T=150 run long.txt "a 32768-token prompt joining 8 decoding requests" X=1 /tmp/decode-cuda --device cuda --fused-only --steps 2 --batches 8 --long-prompt 32768 --prefill-chunks 0,2048,8192
+run prof.txt "batch 64 profile" X=1 /tmp/decode-cuda --device cuda --fused-only --steps 8 --batches 64 --profile
+(cd target/go23 && timeout 60 python3 graph_decode_anchor.py > $OUT/anchor.txt 2>&1; echo "rc $? at ${SECONDS}s" >> $OUT/anchor.txt)
+grep -E "^==|^\||rc |panicked" $OUT/long.txt; grep -E "^==|\| fused|rc |panicked" $OUT/dec.txt $OUT/fp8w.txt | cut -c1-250; tail -6 $OUT/anchor.txt
+cat $OUT/smi.txt; echo "done at ${SECONDS}s"
