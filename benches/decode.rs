@@ -20,13 +20,13 @@ use burn_rope_pool::model::{
     GenerateOptions, Generated, GenerationRequest, Model, Request, SamplingParams, Stats,
     StepToken, StopConditions, generate,
 };
-use std::time::Instant;
 use burn_rope_pool::testing::{
     Rng, argmax_rows, device_by_name, generate_unfused, llama3_8b, llama3_70b, llama32_1b,
     random_decoder, random_fp8_decoder, random_sharded_decoder, ranks_by_name, step_graph_counts,
 };
 use clap::Parser;
 use instruments::time_per_call;
+use std::time::Instant;
 
 #[derive(Parser)]
 struct Args {
@@ -275,7 +275,11 @@ fn long_prompt(model: &Decoder, long: usize, args: &Args) {
     for &chunk in &args.prefill_chunks {
         long_prompt_run(model, long, chunk, args); // kernels compiled, shapes tuned
         let run = long_prompt_run(model, long, chunk, args);
-        let chunk = if chunk == 0 { "none".to_string() } else { chunk.to_string() };
+        let chunk = if chunk == 0 {
+            "none".to_string()
+        } else {
+            chunk.to_string()
+        };
         println!(
             "| {chunk} | {:.1} | {} | {:.2} | {:.2} / {:.2} |",
             run.ttft_ms, run.steps, run.before_ms, run.during_median_ms, run.during_max_ms
@@ -318,7 +322,9 @@ fn long_prompt_run(model: &Decoder, long: usize, chunk: usize, args: &Args) -> L
         stop: StopConditions::default(),
     };
     for r in requests(args.long_batch, args.prompt, 0, vocab) {
-        engine.submit(request(r.prompt, max_new_tokens)).expect("submit");
+        engine
+            .submit(request(r.prompt, max_new_tokens))
+            .expect("submit");
     }
     let timed_step = |engine: &mut Engine<'_>| {
         let start = Instant::now();
@@ -331,7 +337,9 @@ fn long_prompt_run(model: &Decoder, long: usize, chunk: usize, args: &Args) -> L
     let mut rng = Rng::from_state(0x9e37_79b9_7f4a_7c15);
     let prompt = (0..long).map(|_| rng.below(vocab as u64) as u32).collect();
     let submitted = Instant::now();
-    let id = engine.submit(request(prompt, 1)).expect("submit the long prompt");
+    let id = engine
+        .submit(request(prompt, 1))
+        .expect("submit the long prompt");
     let mut during = Vec::new();
     loop {
         let (ms, events) = timed_step(&mut engine);
@@ -342,7 +350,10 @@ fn long_prompt_run(model: &Decoder, long: usize, chunk: usize, args: &Args) -> L
         if first {
             break;
         }
-        assert!(during.len() <= steps_after, "no first token after {steps_after} steps");
+        assert!(
+            during.len() <= steps_after,
+            "no first token after {steps_after} steps"
+        );
     }
     let ttft_ms = submitted.elapsed().as_secs_f64() * 1e3;
     let median = |v: &mut Vec<f64>| {
