@@ -334,8 +334,7 @@ fn long_prompt_run(model: &Decoder, long: usize, chunk: usize, args: &Args) -> L
     // The prefill step, then 16 decode steps timed.
     timed_step(&mut engine);
     let mut before: Vec<f64> = (0..16).map(|_| timed_step(&mut engine).0).collect();
-    let mut rng = Rng::from_state(0x9e37_79b9_7f4a_7c15);
-    let prompt = (0..long).map(|_| rng.below(vocab as u64) as u32).collect();
+    let prompt = requests(1, long, 0, vocab).remove(0).prompt;
     let submitted = Instant::now();
     let id = engine
         .submit(request(prompt, 1))
