@@ -146,6 +146,78 @@ fn random_batches_match_the_reference() {
     }
 }
 
+/// Steps that mix decoding sequences with prompts and prefill chunks over a cached prefix (the
+/// call is split into a launch a run of short or long sequences; through CUDA the long runs
+/// take the query tiles): runs in any order, windows and none, f32 and f16, against the
+/// reference, every row written over poisoned memory.
+#[test]
+fn steps_mixing_decode_rows_with_prompts_match_the_reference() {
+    let mut rng = Rng::new(0x3a1e_d5e9);
+    // (queries, keys) of each sequence: decode rows, whole prompts and chunks after a prefix.
+    let layouts: [&[(i64, i64)]; 3] = [
+        &[(1, 40), (1, 300), (1, 9), (150, 150), (130, 330)],
+        &[(200, 200), (1, 77), (0, 12), (1, 500), (17, 17), (1, 3)],
+        &[(1, 64), (140, 140), (2, 90), (1, 33), (96, 256), (1, 1)],
+    ];
+    for (device_name, device) in devices() {
+        for (case, layout) in layouts.iter().enumerate() {
+            let dtype = if case == 1 { DType::F32 } else { DType::F16 };
+            if !device.supports_dtype(dtype) {
+                continue;
+            }
+            let (hq, hkv, d) = if case == 2 { (16, 4, 64) } else { (32, 8, 128) };
+            let mut config = PoolAttentionConfig::new(hq, hkv, d);
+            if case == 1 {
+                config.sliding_window = Some(100);
+            }
+            let pool = 600;
+            let (mut qo, mut kv, mut indices) = (vec![0i64], vec![0i64], Vec::new());
+            for &(n, len) in *layout {
+                indices.extend((0..len).map(|_| rng.below(pool as u64) as i64));
+                qo.push(qo.last().unwrap() + n);
+                kv.push(kv.last().unwrap() + len);
+            }
+            let batch = Batch {
+                num_tokens: *qo.last().unwrap() as usize,
+                qo_indptr: qo,
+                kv_indptr: kv,
+                kv_indices: indices,
+            };
+            let round =
+                |v: Vec<f64>| -> Vec<f64> { v.iter().map(|&x| round_to(x, dtype)).collect() };
+            let q = round(rng.values(batch.num_tokens * hq * d));
+            let k_pool = round(rng.values(pool * hkv * d));
+            let v_pool = round(rng.values(pool * hkv * d));
+            let plan = PoolAttentionPlan::new(
+                TensorData::from(batch.qo_indptr.as_slice()),
+                TensorData::from(batch.kv_indptr.as_slice()),
+                TensorData::from(batch.kv_indices.as_slice()),
+                &device,
+            );
+            let _ = Tensor::<3>::full([batch.num_tokens, hq, d], f32::NAN, (&device, dtype))
+                .into_data();
+            let inputs = PoolAttentionInputs::new(
+                float_tensor(&q, [batch.num_tokens, hq, d], &device, dtype),
+                float_tensor(&k_pool, [pool, hkv, d], &device, dtype),
+                float_tensor(&v_pool, [pool, hkv, d], &device, dtype),
+            );
+            let what = format!("{device_name} mixed step {case} ({dtype:?}, {config:?})");
+            let out =
+                pool_attention(inputs, &plan, &config).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let tolerance = if dtype == DType::F16 { 1e-2 } else { 1e-4 };
+            assert_batch_near_reference(
+                out,
+                &config,
+                &q,
+                [&k_pool, &v_pool],
+                &batch,
+                tolerance,
+                &what,
+            );
+        }
+    }
+}
+
 /// fp8 pools decoded through CubeCL's fp8 type (the device's conversion where it has one,
 /// CubeCL's software codec elsewhere), f16 halves (where the device takes them) and integer
 /// arithmetic, each forced (`PoolAttentionConfig::fp8_decode`), through every kernel, against

@@ -62,10 +62,12 @@ pub struct AttentionTuning {
     /// kernel instead (`ROPE_POOL_ATTENTION_HEAD_TILES=1` / `0`). The query-tile kernel
     /// (prefill) and [`Self::portable`] win over it.
     pub head_tiles: Option<bool>,
-    /// Head-tile kernel: the output accumulators of product rows 8–15 kept only where the GQA
-    /// group has such rows (`ROPE_POOL_ATTENTION_HEADS_LEAN=1`; default off: the same output
-    /// bits, fewer registers a unit).
-    pub heads_lean: bool,
+    /// Head-tile kernel: the output accumulators of product rows 8–15 kept for every group
+    /// (`ROPE_POOL_ATTENTION_HEADS_FULL=1`). By default they are kept only where the GQA group
+    /// has such rows: the same output bits, fewer registers a unit, and 1–4% less time on an
+    /// H100 (Llama-3-8B layer, f16 and fp8 pools, 64 × 4096 and 1 × 32768; `benches/RESULTS.md`,
+    /// "The head-tile kernel's lean rows").
+    pub heads_full_rows: bool,
     /// The query-tile launch on warp-level tensor-core products, scores and running output in
     /// registers (`flash.rs`): `None` (the normal launch) or `Some(true)` wherever the query-tile
     /// kernel runs and it can take the call (f16 queries over f16 or fp8 pools through CubeCL's
@@ -123,7 +125,7 @@ impl AttentionTuning {
             fp8_decode: crate::common::tuning::fp8_decode(),
             fp8_words: number("ROPE_POOL_ATTENTION_FP8_WORDS").filter(|w| [1, 2, 4].contains(w)),
             head_tiles: number::<usize>("ROPE_POOL_ATTENTION_HEAD_TILES").map(|v| v == 1),
-            heads_lean: flag("ROPE_POOL_ATTENTION_HEADS_LEAN"),
+            heads_full_rows: flag("ROPE_POOL_ATTENTION_HEADS_FULL"),
             flash: number::<usize>("ROPE_POOL_ATTENTION_FLASH").map(|v| v == 1),
             flash_warps: number("ROPE_POOL_ATTENTION_FLASH_WARPS"),
             flash_keys: number("ROPE_POOL_ATTENTION_FLASH_KEYS"),
@@ -684,7 +686,7 @@ impl AttentionLaunch {
             kernel: AttentionKernel::Heads {
                 group,
                 pool_vector,
-                lean: tuning.heads_lean,
+                lean: !tuning.heads_full_rows,
             },
             vector: FP8_VECTOR,
             units: LANES,

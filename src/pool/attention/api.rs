@@ -280,13 +280,7 @@ pub fn pool_attention(
     check(&inputs, plan, config)?;
     let num_tokens = inputs.q.shape()[0];
     let ranges = plan.ranges(num_tokens, config.causal, config.sliding_window);
-    let tensors = AttentionTensors {
-        q: inputs.q,
-        k_pool: inputs.k_pool,
-        v_pool: inputs.v_pool,
-        kv_indices: plan.indices_on_device().clone().into_dispatch(),
-        ranges: ranges.ranges.clone().into_dispatch(),
-    };
+    let kv_indices = plan.indices_on_device().clone().into_dispatch();
     let params = AttentionParams {
         sm_scale: config.scale() as f32,
         soft_cap: config.logits_soft_cap.map(|c| c as f32),
@@ -296,6 +290,48 @@ pub fn pool_attention(
         query_tiles: config.query_tiles,
         head_tiles: config.head_tiles,
         fp8_decode: config.fp8_decode,
+    };
+    let PoolAttentionInputs { q, k_pool, v_pool } = inputs;
+    if !ranges.parts.is_empty() {
+        // A step that mixes short and long sequences: one launch a run of each kind, each
+        // taking the kernel its rows call for; every row's result is independent of the others.
+        let (outs, lses): (Vec<_>, Vec<_>) = ranges
+            .parts
+            .iter()
+            .map(|part| {
+                let tensors = AttentionTensors {
+                    q: Tensor::<3>::from_dispatch(q.clone())
+                        .slice([part.rows.clone()])
+                        .into_dispatch(),
+                    k_pool: k_pool.clone(),
+                    v_pool: v_pool.clone(),
+                    kv_indices: kv_indices.clone(),
+                    ranges: part.ranges.clone().into_dispatch(),
+                };
+                let params = AttentionParams {
+                    max_keys: part.max_keys,
+                    min_query_rows: part.min_query_rows,
+                    ..params
+                };
+                let (out, lse) =
+                    <Dispatch as PoolAttentionBackend>::pool_attention(tensors, params);
+                (
+                    Tensor::<3>::from_dispatch(out),
+                    Tensor::<2>::from_dispatch(lse),
+                )
+            })
+            .unzip();
+        return Ok(PoolAttentionOutputs {
+            out: Tensor::cat(outs, 0),
+            lse: Tensor::cat(lses, 0),
+        });
+    }
+    let tensors = AttentionTensors {
+        q,
+        k_pool,
+        v_pool,
+        kv_indices,
+        ranges: ranges.ranges.clone().into_dispatch(),
     };
     let (out, lse) = <Dispatch as PoolAttentionBackend>::pool_attention(tensors, params);
     Ok(PoolAttentionOutputs {

@@ -31,13 +31,38 @@ impl HostIndex {
 
 /// What the kernels read for one (token count, causal, window): each query's first entry in
 /// `kv_indices` and its number of visible keys, `[T, 2]` i32, the largest such count, and the
-/// fewest queries of any sequence that has queries (0 for none).
+/// fewest queries of any sequence that has queries (0 for none); and the launches the call is
+/// split into where it mixes short and long sequences (empty: one launch).
 #[derive(Clone, Debug)]
 pub(crate) struct Ranges {
     pub ranges: Tensor<2, Int>,
     pub max_keys: usize,
     pub min_query_rows: usize,
+    pub parts: Vec<RangesPart>,
 }
+
+/// One launch of a split call: query rows `rows` (whole sequences), their rows of
+/// [`Ranges::ranges`], the largest visible key count among them and their fewest queries of a
+/// sequence.
+#[derive(Clone, Debug)]
+pub(crate) struct RangesPart {
+    pub rows: std::ops::Range<usize>,
+    pub ranges: Tensor<2, Int>,
+    pub max_keys: usize,
+    pub min_query_rows: usize,
+}
+
+/// A sequence with fewer queries than this is short (a decoding sequence, a few new tokens): a
+/// query tile of the tensor-core kernels holds 16 rows, so a tile over short sequences walks the
+/// keys of several, and a call with any short sequence takes the kernels without query tiles.
+const SHORT_QUERY_ROWS: usize = 16;
+/// A call whose long sequences hold at least this many query rows, beside short ones, is split
+/// into launches over runs of short and of long sequences, so a prompt or prefill chunk that
+/// shares a step with decoding sequences keeps the query-tile kernels: 8 tiles of 16 rows.
+const SPLIT_MIN_LONG_ROWS: usize = 128;
+/// The most launches a split call makes; a batch that alternates short and long sequences more
+/// often runs as one launch.
+const MAX_PARTS: usize = 8;
 
 type RangesKey = (usize, bool, Option<usize>);
 
@@ -125,6 +150,7 @@ impl PoolAttentionPlan {
             ranges,
             max_keys,
             min_query_rows: plan.min_query_rows(),
+            parts: Vec::new(),
         });
         plan.ranges
             .lock()
@@ -142,6 +168,40 @@ impl PoolAttentionPlan {
             .filter(|&n| n > 0)
             .min()
             .map_or(0, |n| usize::try_from(n).unwrap_or(0))
+    }
+
+    /// The launches of a call that mixes short sequences (fewer than [`SHORT_QUERY_ROWS`]
+    /// queries) with long ones holding at least [`SPLIT_MIN_LONG_ROWS`] rows: the query rows of
+    /// each run of consecutive sequences of one kind, with its fewest queries of a sequence;
+    /// empty for one launch (one kind only, too few long rows, or more than [`MAX_PARTS`] runs).
+    fn split_rows(&self) -> Vec<(std::ops::Range<usize>, usize)> {
+        let mut parts: Vec<(std::ops::Range<usize>, usize, bool)> = Vec::new();
+        let mut long_rows = 0;
+        for w in self.qo_indptr.values.windows(2) {
+            let (start, end) = (w[0].max(0) as usize, w[1].max(0) as usize);
+            let n = end.saturating_sub(start);
+            if n == 0 {
+                continue;
+            }
+            let long = n >= SHORT_QUERY_ROWS;
+            if long {
+                long_rows += n;
+            }
+            match parts.last_mut() {
+                Some((rows, min, kind)) if *kind == long && rows.end == start => {
+                    rows.end = end;
+                    *min = (*min).min(n);
+                }
+                _ => parts.push((start..end, n, long)),
+            }
+        }
+        if parts.len() < 2 || parts.len() > MAX_PARTS || long_rows < SPLIT_MIN_LONG_ROWS {
+            return Vec::new();
+        }
+        parts
+            .into_iter()
+            .map(|(rows, min, _)| (rows, min))
+            .collect()
     }
 
     /// The plan's device.
@@ -278,10 +338,27 @@ impl PoolAttentionPlan {
             .collect();
         let rows = host.len().max(1);
         let flat = if flat.is_empty() { vec![0, 0] } else { flat };
+        let ranges: Tensor<2, Int> =
+            Tensor::from_data(TensorData::new(flat, [rows, 2]), (&self.device, DType::I32));
+        let parts = self
+            .split_rows()
+            .into_iter()
+            .map(|(rows, min_query_rows)| RangesPart {
+                ranges: ranges.clone().slice([rows.clone(), 0..2]),
+                max_keys: host[rows.clone()]
+                    .iter()
+                    .map(|r| r[1] as usize)
+                    .max()
+                    .unwrap_or(0),
+                min_query_rows,
+                rows,
+            })
+            .collect();
         let ranges = Arc::new(Ranges {
-            ranges: Tensor::from_data(TensorData::new(flat, [rows, 2]), (&self.device, DType::I32)),
+            ranges,
             max_keys,
             min_query_rows,
+            parts,
         });
         // A model may alternate a few settings (sliding and global layers): keep the last few.
         if cached.len() == CACHED_RANGES {
