@@ -487,8 +487,9 @@ impl AttentionLaunch {
     /// Whether the query-tile kernel is the normal launch of `geometry` on a device with
     /// tensor-core tiles, for tiles of `tile_rows` query rows and `head_blocks` cubes per kv head
     /// and row tile: every sequence with queries has a tile's worth of rows, so no tile walks the
-    /// keys of many sequences (a step that mixes a prompt with decoding sequences keeps the other
-    /// kernels); a head of at most [`TILES_MAX_HEAD_DIM`]; and [`TILES_MIN_CUBES`] cubes or more.
+    /// keys of many sequences (the crate's `pool_attention` launches a step that mixes a prompt
+    /// with decoding sequences as one launch a run of each kind); a head of at most
+    /// [`TILES_MAX_HEAD_DIM`]; and [`TILES_MIN_CUBES`] cubes or more.
     fn tiles_pay(geometry: AttentionGeometry, tile_rows: usize, head_blocks: usize) -> bool {
         geometry.min_query_rows >= tile_rows
             && geometry.head_dim <= TILES_MAX_HEAD_DIM
