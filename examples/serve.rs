@@ -60,9 +60,10 @@ struct Args {
     /// 16 for a completion; a chat's rows are reserved for all of them).
     #[arg(long)]
     default_max_tokens: Option<usize>,
-    /// Chunked prefill: the most prompt tokens one step runs (default: whole prompts).
-    #[arg(long)]
-    prefill_chunk: Option<usize>,
+    /// Chunked prefill: the most prompt tokens one step runs; 0: every prompt whole in its
+    /// first step.
+    #[arg(long, default_value_t = 2048)]
+    prefill_chunk: usize,
     /// The model's name in the API (default: the model folder's name).
     #[arg(long)]
     served_model_name: Option<String>,
@@ -101,7 +102,7 @@ fn run(args: Args) -> Result<(), String> {
         max_pool_bytes: None,
         api_key: args.api_key,
         default_max_tokens: args.default_max_tokens,
-        prefill_chunk: args.prefill_chunk,
+        prefill_chunk: (args.prefill_chunk > 0).then_some(args.prefill_chunk),
     };
     burn_rope_pool::serve::run(model, options).map_err(|e| e.to_string())
 }
