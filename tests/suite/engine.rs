@@ -300,7 +300,9 @@ fn chunked_prefill_keeps_decoding_and_changes_no_token() {
             r
         };
         let short: Vec<u32> = vec![5, 17, 99];
-        let long: Vec<u32> = (0..41).map(|i| 3 + (i * 13) % 200).collect();
+        // Long enough that its chunks of 150 and its whole prompt, beside decoding requests,
+        // make `pool_attention` split the step into launches over short and long sequences.
+        let long: Vec<u32> = (0..170).map(|i| 3 + (i * 13) % 200).collect();
         let requests = [
             request(short.clone(), 24),
             sampled(long.clone(), 6, 7),
@@ -311,12 +313,12 @@ fn chunked_prefill_keeps_decoding_and_changes_no_token() {
         let alone: Vec<Got> = requests
             .iter()
             .map(|r| {
-                let mut engine = Engine::new(&model, None, options(64)).unwrap();
+                let mut engine = Engine::new(&model, None, options(256)).unwrap();
                 engine.submit(r.clone()).unwrap();
                 run_all(&mut engine, 1).remove(0)
             })
             .collect();
-        for chunk in [1usize, 4, 8, 1000] {
+        for chunk in [1usize, 4, 8, 150, 1000] {
             let engine_options = EngineOptions {
                 prefill_chunk: Some(chunk),
                 ..options(256)
