@@ -301,7 +301,8 @@ fn chunked_prefill_keeps_decoding_and_changes_no_token() {
         };
         let short: Vec<u32> = vec![5, 17, 99];
         // Long enough that its chunks of 150 and its whole prompt, beside decoding requests,
-        // make `pool_attention` split the step into launches over short and long sequences.
+        // make steps with a run of 128 query rows or more (an f16 model on a CubeCL device
+        // splits them into launches over short and long sequences; this one is f32).
         let long: Vec<u32> = (0..170).map(|i| 3 + (i * 13) % 200).collect();
         let requests = [
             request(short.clone(), 24),

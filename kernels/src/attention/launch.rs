@@ -484,6 +484,17 @@ const TILES_MAX_HEAD_DIM: usize = 128;
 const TILES_MIN_CUBES: usize = 128;
 
 impl AttentionLaunch {
+    /// The query rows a row tile of the query-tile kernels holds in their normal launch, for
+    /// `group` q heads a kv head: a sequence with fewer queries shares its tiles with others, so
+    /// a call with one takes the other kernels ([`Self::tiles_pay`]). 16 for groups of 4 or 8,
+    /// 32 for groups of 2 or 6, 64 without a group: the first tile shape's planes and the flash
+    /// form's warps (4 each) split over the group's heads.
+    pub fn query_tile_rows(group: usize) -> usize {
+        const { assert!(TILE_SHAPES[0].0 == FLASH_WARPS && FLASH_ROW_TILES == 1) };
+        let planes = TILE_SHAPES[0].0;
+        planes / largest_divisor(group.max(1), |h| planes.is_multiple_of(h)) * TILE
+    }
+
     /// Whether the query-tile kernel is the normal launch of `geometry` on a device with
     /// tensor-core tiles, for tiles of `tile_rows` query rows and `head_blocks` cubes per kv head
     /// and row tile: every sequence with queries has a tile's worth of rows, so no tile walks the
@@ -1080,6 +1091,15 @@ mod tests {
             fp8_pools: false,
             min_query_rows,
         }
+    }
+
+    #[test]
+    fn query_tile_rows_follow_the_group() {
+        let rows: Vec<usize> = [1, 2, 3, 4, 6, 8, 16]
+            .into_iter()
+            .map(AttentionLaunch::query_tile_rows)
+            .collect();
+        assert_eq!(rows, [64, 32, 64, 16, 32, 16, 16]);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The public entry: the config, every check in the contract's order, one dispatch.
+//! The public entry: the config, every check in the contract's order, one dispatch (one a run
+//! of short or long sequences where a step mixes them).
 
 use crate::Dims;
 use crate::common::PoolTensor;
@@ -8,7 +9,9 @@ use crate::pool::attention::{PoolAttentionError, PoolAttentionPlan};
 use burn::backend::{Dispatch, DispatchDevice, TensorMetadata};
 use burn::config::Config;
 use burn::tensor::{DType, Device, DispatchTensor, Tensor};
+use rope_pool_kernels::attention::AttentionLaunch;
 pub use rope_pool_kernels::common::fp8::Fp8Decode;
+use std::sync::Arc;
 
 /// Parameters of [`pool_attention`]: the head geometry the tensors must have, the scale, the
 /// mask (causal, sliding window) and the logits soft cap.
@@ -262,6 +265,22 @@ fn check_backend(on: &DispatchDevice, device: &Device) -> Result<(), PoolAttenti
     }
 }
 
+/// Where a call may be split into launches over runs of short and long sequences, the fewest
+/// queries of a long sequence: a row tile of the query-tile kernels
+/// ([`AttentionLaunch::query_tile_rows`]), for f16 queries on a CubeCL device with the query
+/// tiles allowed (the only calls whose kernel a split can change); `None` elsewhere.
+fn split_short_rows(q: &DispatchTensor, config: &PoolAttentionConfig) -> Option<usize> {
+    let cube = match q.device() {
+        #[cfg(feature = "cube")]
+        DispatchDevice::Cube(_) => true,
+        #[allow(unreachable_patterns)]
+        _ => false,
+    };
+    let tiles_allowed = !config.portable_kernel && config.query_tiles != Some(false);
+    (cube && tiles_allowed && q.dtype() == DType::F16)
+        .then(|| AttentionLaunch::query_tile_rows(config.num_qo_heads / config.num_kv_heads.max(1)))
+}
+
 /// Attention of the queries `q` over the pool rows `plan` names for each sequence (see
 /// [`PoolAttentionPlan`]): for query `i` of a sequence with `n` queries and `L` keys, at
 /// position `p = L - n + i`, over its visible keys `j` (`j <= p` when causal, `j > p - W` with a
@@ -291,12 +310,15 @@ pub fn pool_attention(
         head_tiles: config.head_tiles,
         fp8_decode: config.fp8_decode,
     };
+    let parts = match split_short_rows(&inputs.q, config) {
+        Some(short_rows) => plan.parts(&ranges, config.causal, config.sliding_window, short_rows),
+        None => Arc::new([]),
+    };
     let PoolAttentionInputs { q, k_pool, v_pool } = inputs;
-    if !ranges.parts.is_empty() {
+    if !parts.is_empty() {
         // A step that mixes short and long sequences: one launch a run of each kind, each
         // taking the kernel its rows call for; every row's result is independent of the others.
-        let (outs, lses): (Vec<_>, Vec<_>) = ranges
-            .parts
+        let (outs, lses): (Vec<_>, Vec<_>) = parts
             .iter()
             .map(|part| {
                 let tensors = AttentionTensors {

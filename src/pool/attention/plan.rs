@@ -31,14 +31,26 @@ impl HostIndex {
 
 /// What the kernels read for one (token count, causal, window): each query's first entry in
 /// `kv_indices` and its number of visible keys, `[T, 2]` i32, the largest such count, and the
-/// fewest queries of any sequence that has queries (0 for none); and the launches the call is
-/// split into where it mixes short and long sequences (empty: one launch).
-#[derive(Clone, Debug)]
+/// fewest queries of any sequence that has queries (0 for none); and, made on first use for
+/// each threshold of short sequences, the launches of a call split into runs of short and long
+/// sequences ([`PoolAttentionPlan::parts`]).
+#[derive(Debug)]
 pub(crate) struct Ranges {
     pub ranges: Tensor<2, Int>,
     pub max_keys: usize,
     pub min_query_rows: usize,
-    pub parts: Vec<RangesPart>,
+    parts: Mutex<Vec<(usize, Arc<[RangesPart]>)>>,
+}
+
+impl Ranges {
+    fn new(ranges: Tensor<2, Int>, max_keys: usize, min_query_rows: usize) -> Self {
+        Self {
+            ranges,
+            max_keys,
+            min_query_rows,
+            parts: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 /// One launch of a split call: query rows `rows` (whole sequences), their rows of
@@ -52,16 +64,12 @@ pub(crate) struct RangesPart {
     pub min_query_rows: usize,
 }
 
-/// A sequence with fewer queries than this is short (a decoding sequence, a few new tokens): a
-/// query tile of the tensor-core kernels holds 16 rows, so a tile over short sequences walks the
-/// keys of several, and a call with any short sequence takes the kernels without query tiles.
-const SHORT_QUERY_ROWS: usize = 16;
-/// A call whose long sequences hold at least this many query rows, beside short ones, is split
-/// into launches over runs of short and of long sequences, so a prompt or prefill chunk that
-/// shares a step with decoding sequences keeps the query-tile kernels: 8 tiles of 16 rows.
+/// A run of long sequences holding fewer query rows than this is launched with the short
+/// sequences beside it: 8 row tiles of 16, below which the query-tile kernels do not pay
+/// anyway (they want 128 cubes or more).
 const SPLIT_MIN_LONG_ROWS: usize = 128;
-/// The most launches a split call makes; a batch that alternates short and long sequences more
-/// often runs as one launch.
+/// The most launches a split call makes; a batch that alternates short and long runs more often
+/// runs as one launch.
 const MAX_PARTS: usize = 8;
 
 type RangesKey = (usize, bool, Option<usize>);
@@ -146,12 +154,7 @@ impl PoolAttentionPlan {
             indices_on_device,
             ranges: Mutex::new(Vec::new()),
         };
-        let ranges = Arc::new(Ranges {
-            ranges,
-            max_keys,
-            min_query_rows: plan.min_query_rows(),
-            parts: Vec::new(),
-        });
+        let ranges = Arc::new(Ranges::new(ranges, max_keys, plan.min_query_rows()));
         plan.ranges
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -170,38 +173,87 @@ impl PoolAttentionPlan {
             .map_or(0, |n| usize::try_from(n).unwrap_or(0))
     }
 
-    /// The launches of a call that mixes short sequences (fewer than [`SHORT_QUERY_ROWS`]
-    /// queries) with long ones holding at least [`SPLIT_MIN_LONG_ROWS`] rows: the query rows of
-    /// each run of consecutive sequences of one kind, with its fewest queries of a sequence;
-    /// empty for one launch (one kind only, too few long rows, or more than [`MAX_PARTS`] runs).
-    fn split_rows(&self) -> Vec<(std::ops::Range<usize>, usize)> {
-        let mut parts: Vec<(std::ops::Range<usize>, usize, bool)> = Vec::new();
-        let mut long_rows = 0;
-        for w in self.qo_indptr.values.windows(2) {
+    /// The query rows of each launch of a call whose batch mixes short sequences (fewer than
+    /// `short_rows` queries) with long ones, and each launch's fewest queries of a sequence:
+    /// consecutive sequences of one kind make a run, a run of long sequences holding fewer than
+    /// [`SPLIT_MIN_LONG_ROWS`] rows counts as short, and adjacent runs of one kind merge. Empty
+    /// for one launch: one kind only, or more than [`MAX_PARTS`] runs. Sequences without
+    /// queries take no row and join any run. `qo` is a `qo_indptr` that passed
+    /// [`Self::check_indptr`].
+    fn split_rows(qo: &[i64], short_rows: usize) -> Vec<(std::ops::Range<usize>, usize)> {
+        // (rows, fewest queries of a sequence, long) of each run.
+        type Run = (std::ops::Range<usize>, usize, bool);
+        fn push(runs: &mut Vec<Run>, rows: std::ops::Range<usize>, min: usize, long: bool) {
+            match runs.last_mut() {
+                Some((r, m, kind)) if *kind == long => {
+                    r.end = rows.end;
+                    *m = (*m).min(min);
+                }
+                _ => runs.push((rows, min, long)),
+            }
+        }
+        let mut runs: Vec<Run> = Vec::new();
+        for w in qo.windows(2) {
             let (start, end) = (w[0].max(0) as usize, w[1].max(0) as usize);
             let n = end.saturating_sub(start);
-            if n == 0 {
-                continue;
-            }
-            let long = n >= SHORT_QUERY_ROWS;
-            if long {
-                long_rows += n;
-            }
-            match parts.last_mut() {
-                Some((rows, min, kind)) if *kind == long && rows.end == start => {
-                    rows.end = end;
-                    *min = (*min).min(n);
-                }
-                _ => parts.push((start..end, n, long)),
+            if n > 0 {
+                push(&mut runs, start..end, n, n >= short_rows);
             }
         }
-        if parts.len() < 2 || parts.len() > MAX_PARTS || long_rows < SPLIT_MIN_LONG_ROWS {
+        // Long runs too small for the query tiles count as short.
+        let mut merged = Vec::with_capacity(runs.len());
+        for (rows, min, long) in runs {
+            let long = long && rows.len() >= SPLIT_MIN_LONG_ROWS;
+            push(&mut merged, rows, min, long);
+        }
+        if merged.len() < 2 || merged.len() > MAX_PARTS {
             return Vec::new();
         }
-        parts
+        merged
             .into_iter()
             .map(|(rows, min, _)| (rows, min))
             .collect()
+    }
+
+    /// The launches of a call over `ranges` (this plan's [`Self::ranges`] for `causal` and
+    /// `window`) whose long sequences have `short_rows` queries or more (see
+    /// [`Self::split_rows`]); empty for one launch. Made on first use for each `short_rows`
+    /// and kept.
+    pub(crate) fn parts(
+        &self,
+        ranges: &Ranges,
+        causal: bool,
+        window: Option<usize>,
+        short_rows: usize,
+    ) -> Arc<[RangesPart]> {
+        let mut cached = ranges
+            .parts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((_, parts)) = cached.iter().find(|(k, _)| *k == short_rows) {
+            return parts.clone();
+        }
+        let split = Self::split_rows(&self.qo_indptr.values, short_rows);
+        let parts: Arc<[RangesPart]> = if split.is_empty() {
+            Arc::new([])
+        } else {
+            let host = self.query_ranges(causal, window);
+            split
+                .into_iter()
+                .map(|(rows, min_query_rows)| RangesPart {
+                    ranges: ranges.ranges.clone().slice([rows.clone(), 0..2]),
+                    max_keys: host[rows.clone()]
+                        .iter()
+                        .map(|r| r[1] as usize)
+                        .max()
+                        .unwrap_or(0),
+                    min_query_rows,
+                    rows,
+                })
+                .collect()
+        };
+        cached.push((short_rows, parts.clone()));
+        parts
     }
 
     /// The plan's device.
@@ -338,33 +390,67 @@ impl PoolAttentionPlan {
             .collect();
         let rows = host.len().max(1);
         let flat = if flat.is_empty() { vec![0, 0] } else { flat };
-        let ranges: Tensor<2, Int> =
-            Tensor::from_data(TensorData::new(flat, [rows, 2]), (&self.device, DType::I32));
-        let parts = self
-            .split_rows()
-            .into_iter()
-            .map(|(rows, min_query_rows)| RangesPart {
-                ranges: ranges.clone().slice([rows.clone(), 0..2]),
-                max_keys: host[rows.clone()]
-                    .iter()
-                    .map(|r| r[1] as usize)
-                    .max()
-                    .unwrap_or(0),
-                min_query_rows,
-                rows,
-            })
-            .collect();
-        let ranges = Arc::new(Ranges {
-            ranges,
+        let ranges = Arc::new(Ranges::new(
+            Tensor::from_data(TensorData::new(flat, [rows, 2]), (&self.device, DType::I32)),
             max_keys,
             min_query_rows,
-            parts,
-        });
+        ));
         // A model may alternate a few settings (sliding and global layers): keep the last few.
         if cached.len() == CACHED_RANGES {
             cached.remove(0);
         }
         cached.push((key, ranges.clone()));
         ranges
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PoolAttentionPlan;
+
+    /// `qo_indptr` of sequences with `counts` queries.
+    fn indptr(counts: &[i64]) -> Vec<i64> {
+        let mut qo = vec![0];
+        for &n in counts {
+            qo.push(qo.last().unwrap() + n);
+        }
+        qo
+    }
+
+    fn split(counts: &[i64]) -> Vec<(std::ops::Range<usize>, usize)> {
+        PoolAttentionPlan::split_rows(&indptr(counts), 16)
+    }
+
+    #[test]
+    fn runs_of_short_and_long_sequences_cover_the_rows_in_order() {
+        // Decode rows, a prompt, an empty sequence, decode rows again.
+        assert_eq!(
+            split(&[1, 1, 200, 0, 1, 3]),
+            [(0..2, 1), (2..202, 200), (202..206, 1)]
+        );
+        // A sequence of 15 queries is short, of 16 long.
+        assert_eq!(split(&[15, 130]), [(0..15, 15), (15..145, 130)]);
+        assert_eq!(split(&[16, 112, 1]), [(0..128, 16), (128..129, 1)]);
+        // Long runs of 127 rows count as short: one launch.
+        assert!(split(&[1, 127, 1]).is_empty());
+        assert_eq!(
+            split(&[1, 100, 28, 1]),
+            [(0..1, 1), (1..129, 28), (129..130, 1)]
+        );
+        // A long run too small joins its short neighbours.
+        assert_eq!(split(&[1, 20, 1, 300]), [(0..22, 1), (22..322, 300)]);
+        // One kind only, or no rows: one launch.
+        assert!(split(&[1, 1, 1]).is_empty());
+        assert!(split(&[512, 512]).is_empty());
+        assert!(split(&[]).is_empty());
+        assert!(split(&[0, 0]).is_empty());
+    }
+
+    #[test]
+    fn more_than_eight_runs_run_as_one_launch() {
+        let eight: Vec<i64> = [1, 200].repeat(4);
+        assert_eq!(split(&eight).len(), 8);
+        let nine: Vec<i64> = [1, 200].repeat(4).into_iter().chain([1]).collect();
+        assert!(split(&nine).is_empty());
     }
 }
