@@ -486,9 +486,9 @@ const TILES_MIN_CUBES: usize = 128;
 impl AttentionLaunch {
     /// The query rows a row tile of the query-tile kernels holds in their normal launch, for
     /// `group` q heads a kv head: a sequence with fewer queries shares its tiles with others, so
-    /// a call with one takes the other kernels ([`Self::tiles_pay`]). 16 for groups of 4 or 8,
-    /// 32 for groups of 2 or 6, 64 without a group: the first tile shape's planes and the flash
-    /// form's warps (4 each) split over the group's heads.
+    /// a call with one takes the other kernels. 16 for groups of 4 or 8, 32 for groups of 2 or
+    /// 6, 64 without a group: the first tile shape's planes and the flash form's warps (4 each)
+    /// split over the group's heads.
     pub fn query_tile_rows(group: usize) -> usize {
         const { assert!(TILE_SHAPES[0].0 == FLASH_WARPS && FLASH_ROW_TILES == 1) };
         let planes = TILE_SHAPES[0].0;
