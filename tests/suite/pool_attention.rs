@@ -184,36 +184,10 @@ fn steps_mixing_decode_rows_with_prompts_match_the_reference() {
                 kv_indptr: kv,
                 kv_indices: indices,
             };
-            let round =
-                |v: Vec<f64>| -> Vec<f64> { v.iter().map(|&x| round_to(x, dtype)).collect() };
-            let q = round(rng.values(batch.num_tokens * hq * d));
-            let k_pool = round(rng.values(pool * hkv * d));
-            let v_pool = round(rng.values(pool * hkv * d));
-            let plan = PoolAttentionPlan::new(
-                TensorData::from(batch.qo_indptr.as_slice()),
-                TensorData::from(batch.kv_indptr.as_slice()),
-                TensorData::from(batch.kv_indices.as_slice()),
-                &device,
-            );
-            let _ = Tensor::<3>::full([batch.num_tokens, hq, d], f32::NAN, (&device, dtype))
-                .into_data();
-            let inputs = PoolAttentionInputs::new(
-                float_tensor(&q, [batch.num_tokens, hq, d], &device, dtype),
-                float_tensor(&k_pool, [pool, hkv, d], &device, dtype),
-                float_tensor(&v_pool, [pool, hkv, d], &device, dtype),
-            );
             let what = format!("{device_name} mixed step {case} ({dtype:?}, {config:?})");
-            let out =
-                pool_attention(inputs, &plan, &config).unwrap_or_else(|e| panic!("{what}: {e}"));
             let tolerance = if dtype == DType::F16 { 1e-2 } else { 1e-4 };
-            assert_batch_near_reference(
-                out,
-                &config,
-                &q,
-                [&k_pool, &v_pool],
-                &batch,
-                tolerance,
-                &what,
+            check_float_batch(
+                &device, &batch, &config, dtype, pool, &mut rng, tolerance, &what,
             );
         }
     }
@@ -418,43 +392,16 @@ fn random_batches(kernel: Kernel) {
             // Long contexts now and then, so split launches are covered too.
             let max_len = if case % 4 == 3 { 700 } else { 24 };
             let batch = random_batch(&mut rng, pool, max_len, causal);
-            let round =
-                |v: Vec<f64>| -> Vec<f64> { v.iter().map(|&x| round_to(x, dtype)).collect() };
-            let q = round(rng.values(batch.num_tokens * hq * d));
-            let k_pool = round(rng.values(pool * hkv * d));
-            let v_pool = round(rng.values(pool * hkv * d));
-            let plan = PoolAttentionPlan::new(
-                TensorData::from(batch.qo_indptr.as_slice()),
-                TensorData::from(batch.kv_indptr.as_slice()),
-                TensorData::from(batch.kv_indices.as_slice()),
-                &device,
-            );
-            // Fresh outputs land on poisoned memory: every element must be written.
-            let _ = Tensor::<3>::full([batch.num_tokens.max(1), hq, d], f32::NAN, (&device, dtype))
-                .into_data();
-            let inputs = PoolAttentionInputs::new(
-                float_tensor(&q, [batch.num_tokens, hq, d], &device, dtype),
-                float_tensor(&k_pool, [pool, hkv, d], &device, dtype),
-                float_tensor(&v_pool, [pool, hkv, d], &device, dtype),
-            );
             let what = format!(
                 "{device_name} case {case} ({dtype:?}, d {d}, {hq}/{hkv} heads, {config:?})"
             );
-            let out =
-                pool_attention(inputs, &plan, &config).unwrap_or_else(|e| panic!("{what}: {e}"));
             let tolerance = match dtype {
                 DType::F32 => 1e-4,
                 DType::F16 => 1e-2,
                 _ => 2e-2,
             };
-            assert_batch_near_reference(
-                out,
-                &config,
-                &q,
-                [&k_pool, &v_pool],
-                &batch,
-                tolerance,
-                &what,
+            check_float_batch(
+                &device, &batch, &config, dtype, pool, &mut rng, tolerance, &what,
             );
         }
     }
@@ -530,6 +477,43 @@ fn fp8_pools(kernel: Kernel, decode: Option<Fp8Decode>) {
             );
         }
     }
+}
+
+/// Random queries and pools of `pool` rows for `batch`, rounded to `dtype`, through
+/// `pool_attention` with `config` on `device` over poisoned memory (every element must be
+/// written), against the reference within `tolerance`.
+#[allow(clippy::too_many_arguments)]
+fn check_float_batch(
+    device: &Device,
+    batch: &Batch,
+    config: &PoolAttentionConfig,
+    dtype: DType,
+    pool: usize,
+    rng: &mut Rng,
+    tolerance: f64,
+    what: &str,
+) {
+    let (hq, hkv, d) = (config.num_qo_heads, config.num_kv_heads, config.head_dim);
+    let round = |v: Vec<f64>| -> Vec<f64> { v.iter().map(|&x| round_to(x, dtype)).collect() };
+    let q = round(rng.values(batch.num_tokens * hq * d));
+    let k_pool = round(rng.values(pool * hkv * d));
+    let v_pool = round(rng.values(pool * hkv * d));
+    let plan = PoolAttentionPlan::new(
+        TensorData::from(batch.qo_indptr.as_slice()),
+        TensorData::from(batch.kv_indptr.as_slice()),
+        TensorData::from(batch.kv_indices.as_slice()),
+        device,
+    );
+    // Fresh outputs land on poisoned memory: every element must be written.
+    let _ =
+        Tensor::<3>::full([batch.num_tokens.max(1), hq, d], f32::NAN, (device, dtype)).into_data();
+    let inputs = PoolAttentionInputs::new(
+        float_tensor(&q, [batch.num_tokens, hq, d], device, dtype),
+        float_tensor(&k_pool, [pool, hkv, d], device, dtype),
+        float_tensor(&v_pool, [pool, hkv, d], device, dtype),
+    );
+    let out = pool_attention(inputs, &plan, config).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_batch_near_reference(out, config, &q, [&k_pool, &v_pool], batch, tolerance, what);
 }
 
 /// `out` against the float64 reference of `config` over `batch`, queries `q` and `pools` (keys,
