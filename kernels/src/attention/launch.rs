@@ -341,6 +341,13 @@ fn largest_divisor(group: usize, fits: impl Fn(usize) -> bool) -> usize {
         .unwrap_or(1)
 }
 
+/// The q heads of a GQA group of `group` that one row tile of `units` planes (or warps) of the
+/// query-tile kernels takes together: the most that divide both (the tile's rows are then
+/// `units / heads` of 16).
+fn tile_heads(group: usize, units: usize) -> usize {
+    largest_divisor(group, |h| units.is_multiple_of(h))
+}
+
 impl AttentionLaunch {
     /// The launch of `geometry` for queries of `float` on `client`'s device, with `tuning`'s
     /// overrides ([`AttentionTuning::default`] in normal use: the query-tile kernel for f16
@@ -492,7 +499,7 @@ impl AttentionLaunch {
     pub fn query_tile_rows(group: usize) -> usize {
         const { assert!(TILE_SHAPES[0].0 == FLASH_WARPS && FLASH_ROW_TILES == 1) };
         let planes = TILE_SHAPES[0].0;
-        planes / largest_divisor(group.max(1), |h| planes.is_multiple_of(h)) * TILE
+        planes / tile_heads(group.max(1), planes) * TILE
     }
 
     /// Whether the query-tile kernel is the normal launch of `geometry` on a device with
@@ -561,7 +568,7 @@ impl AttentionLaunch {
         ) {
             return Some(launch);
         }
-        let heads = largest_divisor(group, |h| planes.is_multiple_of(h));
+        let heads = tile_heads(group, planes);
         let tile_rows = planes / heads * TILE;
         if tuning.query_tiles != Some(true)
             && !(tensor_cores && Self::tiles_pay(geometry, tile_rows, group / heads))
@@ -621,7 +628,7 @@ impl AttentionLaunch {
             return None;
         }
         let group = (geometry.num_qo_heads / geometry.num_kv_heads.max(1)).max(1);
-        let heads = largest_divisor(group, |h| warps.is_multiple_of(h));
+        let heads = tile_heads(group, warps);
         let shape = FlashShape {
             warps,
             heads,
