@@ -8,10 +8,9 @@ use crate::pool::attention::backend::{AttentionParams, AttentionTensors, PoolAtt
 use crate::pool::attention::{PoolAttentionError, PoolAttentionPlan};
 use burn::backend::{Dispatch, DispatchDevice, TensorMetadata};
 use burn::config::Config;
-use burn::tensor::{DType, Device, DispatchTensor, Tensor};
+use burn::tensor::{DType, Device, DispatchTensor, Int, Tensor};
 use rope_pool_kernels::attention::AttentionLaunch;
 pub use rope_pool_kernels::common::fp8::Fp8Decode;
-use std::sync::Arc;
 
 /// Parameters of [`pool_attention`]: the head geometry the tensors must have, the scale, the
 /// mask (causal, sliding window) and the logits soft cap.
@@ -310,54 +309,41 @@ pub fn pool_attention(
         head_tiles: config.head_tiles,
         fp8_decode: config.fp8_decode,
     };
-    let parts = match split_short_rows(&inputs.q, config) {
-        Some(short_rows) => plan.parts(&ranges, config.causal, config.sliding_window, short_rows),
-        None => Arc::new([]),
-    };
+    // A step that mixes short and long sequences: one launch a run of each kind, each taking
+    // the kernel its rows call for (every row's result is independent of the others).
+    let parts = split_short_rows(&inputs.q, config)
+        .map(|short_rows| plan.parts(&ranges, config.causal, config.sliding_window, short_rows))
+        .filter(|parts| !parts.is_empty());
     let PoolAttentionInputs { q, k_pool, v_pool } = inputs;
-    if !parts.is_empty() {
-        // A step that mixes short and long sequences: one launch a run of each kind, each
-        // taking the kernel its rows call for; every row's result is independent of the others.
-        let (outs, lses): (Vec<_>, Vec<_>) = parts
-            .iter()
-            .map(|part| {
-                let tensors = AttentionTensors {
-                    q: Tensor::<3>::from_dispatch(q.clone())
-                        .slice([part.rows.clone()])
-                        .into_dispatch(),
-                    k_pool: k_pool.clone(),
-                    v_pool: v_pool.clone(),
-                    kv_indices: kv_indices.clone(),
-                    ranges: part.ranges.clone().into_dispatch(),
-                };
-                let params = AttentionParams {
-                    max_keys: part.max_keys,
-                    min_query_rows: part.min_query_rows,
-                    ..params
-                };
-                let (out, lse) =
-                    <Dispatch as PoolAttentionBackend>::pool_attention(tensors, params);
-                (
-                    Tensor::<3>::from_dispatch(out),
-                    Tensor::<2>::from_dispatch(lse),
-                )
-            })
-            .unzip();
-        return Ok(PoolAttentionOutputs {
-            out: Tensor::cat(outs, 0),
-            lse: Tensor::cat(lses, 0),
-        });
-    }
-    let tensors = AttentionTensors {
-        q,
-        k_pool,
-        v_pool,
-        kv_indices,
-        ranges: ranges.ranges.clone().into_dispatch(),
+    let launch = |q: DispatchTensor, ranges: &Tensor<2, Int>, max_keys, min_query_rows| {
+        let tensors = AttentionTensors {
+            q,
+            k_pool: k_pool.clone(),
+            v_pool: v_pool.clone(),
+            kv_indices: kv_indices.clone(),
+            ranges: ranges.clone().into_dispatch(),
+        };
+        let params = AttentionParams {
+            max_keys,
+            min_query_rows,
+            ..params
+        };
+        let (out, lse) = <Dispatch as PoolAttentionBackend>::pool_attention(tensors, params);
+        (Tensor::from_dispatch(out), Tensor::from_dispatch(lse))
     };
-    let (out, lse) = <Dispatch as PoolAttentionBackend>::pool_attention(tensors, params);
-    Ok(PoolAttentionOutputs {
-        out: Tensor::from_dispatch(out),
-        lse: Tensor::from_dispatch(lse),
-    })
+    let (out, lse) = match parts {
+        None => launch(q, &ranges.ranges, ranges.max_keys, ranges.min_query_rows),
+        Some(parts) => {
+            let q = Tensor::<3>::from_dispatch(q);
+            let (outs, lses): (Vec<_>, Vec<_>) = parts
+                .iter()
+                .map(|part| {
+                    let rows = q.clone().slice([part.rows.clone()]).into_dispatch();
+                    launch(rows, &part.ranges, part.max_keys, part.min_query_rows)
+                })
+                .unzip();
+            (Tensor::cat(outs, 0), Tensor::cat(lses, 0))
+        }
+    };
+    Ok(PoolAttentionOutputs { out, lse })
 }
