@@ -18,10 +18,10 @@ pub use metrics::{max_abs_error, norm_relative_error};
 pub use rng::Rng;
 
 pub use crate::model::kernels::{
-    Fp8Weight, FusedForm, MatmulRoutine, add_rms_norm, add_rms_norm_shares, fuses, fuses_fp8,
-    norm_project, norm_project_fp8, project, project_add, project_add_fp8, project_fp8,
-    project_fp8_shares, project_shares, project_with, rms_norm, silu_mul, silu_mul_shares,
-    staged_takes, staged_takes_fp8, tiles_product_takes,
+    Fp8Weight, FusedForm, MatmulRoutine, add_rms_norm, add_rms_norm_shares, fp8_tensor_cores_take,
+    fuses, fuses_fp8, norm_project, norm_project_fp8, project, project_add, project_add_fp8,
+    project_fp8, project_fp8_shares, project_shares, project_with, rms_norm, silu_mul,
+    silu_mul_shares, staged_takes, staged_takes_fp8, tiles_product_takes,
 };
 pub use crate::model::oracle::{generate_unfused, step_unfused};
 pub use crate::op::{reference, unfused};

@@ -1290,10 +1290,12 @@ fn fp8_nan_codes_give_nan() {
 /// dequantized to the run dtype (the same values, multiplied in the same order).
 #[test]
 fn fp8_projections_match_float64() {
-    use burn_rope_pool::testing::{project, project_fp8, staged_takes, staged_takes_fp8};
+    use burn_rope_pool::testing::{
+        fp8_tensor_cores_take, project, project_fp8, staged_takes, staged_takes_fp8,
+    };
     let mut rng = burn_rope_pool::testing::Rng::new(80);
     for (name, device) in crate::common::devices() {
-        let mut staged = 0;
+        let (mut staged, mut warp_level) = (0, 0);
         for (m, k, n, block_k) in [
             (1usize, 4096usize, 300usize, 128usize),
             (3, 8, 9, 4),
@@ -1314,6 +1316,10 @@ fn fp8_projections_match_float64() {
             (5, 64, 192, 4),
             (64, 4112, 64, 128),
             (33, 96, 64, 96),
+            // Through CUDA, the warp-level tensor-core kernels (f16, up to 8 rows, whole groups
+            // of 128 elements): 3 groups over 3 warps, blocks of two groups.
+            (3, 384, 40, 128),
+            (4, 1024, 24, 256),
         ] {
             let (weight, w) = random_fp8_weight(&mut rng, n, k, block_k, &device);
             let dense: Vec<f64> = weight
@@ -1332,6 +1338,7 @@ fn fp8_projections_match_float64() {
                 let round = |v: f64| crate::common::round_to(v, dtype);
                 let x: Vec<f64> = rng.values(m * k).into_iter().map(round).collect();
                 let x_t = float_tensor(&x, [m, k], &device, dtype);
+                warp_level += fp8_tensor_cores_take(&x_t, &weight) as usize;
                 let got: Vec<f64> = project_fp8(x_t.clone(), &weight)
                     .into_data()
                     .iter::<f64>()
@@ -1378,6 +1385,12 @@ fn fp8_projections_match_float64() {
             eprintln!(
                 "{name}: the staged kernel took no fp8 product here (no f16 tensor-core tiles)"
             );
+        }
+        match warp_level {
+            0 => eprintln!(
+                "{name}: the warp-level fp8 kernels took no product here (they run through CUDA)"
+            ),
+            w => eprintln!("{name}: the warp-level fp8 kernels took {w} products"),
         }
     }
 }

@@ -7,6 +7,10 @@ use super::fp8::{
     Fp8Shape, Fp8Words, dequantize_fp8_kernel, matvec_fp8_add_kernel, matvec_fp8_kernel,
     matvec_fp8_norm_kernel,
 };
+use super::fp8_mma::{
+    CUBE_COLUMNS, Fp8MmaShape, GROUP, MMA_MAX_ROWS, mma_fp8_add_kernel, mma_fp8_kernel,
+    mma_fp8_norm_kernel,
+};
 use super::matvec::{
     PlaneSums, RowRead, TILE, few_rows_kernel, matvec_add_kernel, matvec_kernel,
     matvec_norm_kernel, split_sum_kernel, staged_rows_kernel,
@@ -96,6 +100,13 @@ pub struct DecoderTuning {
     /// fp8-weight kernels: how codes are decoded; `None`, the normal launch,
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
+    /// fp8-weight products of up to 8 rows on warp-level tensor-core products where the device
+    /// has f16 `mma.sync` through CUDA (`fp8_mma.rs`; `None`: the normal launch, where they fit);
+    /// `ROPE_POOL_FP8_MMA=0` keeps the matrix-vector kernels there.
+    pub fp8_mma: Option<bool>,
+    /// Warps a cube of those kernels, splitting the inner size (`ROPE_POOL_FP8_MMA_WARPS`, 1 to
+    /// 16; default 8).
+    pub fp8_mma_warps: Option<usize>,
     /// Measurement only: the fp8-weight kernels read every weight as holding no NaN code
     /// (`ROPE_POOL_FP8_FINITE=1`).
     pub fp8_finite: bool,
@@ -142,6 +153,8 @@ impl DecoderTuning {
             staged_row_planes: number("ROPE_POOL_STAGED_ROW_PLANES").filter(|n| [1, 2].contains(n)),
             staged_warp: number::<usize>("ROPE_POOL_STAGED_WARP").map(|v| v == 1),
             fp8_decode: crate::common::tuning::fp8_decode(),
+            fp8_mma: number::<usize>("ROPE_POOL_FP8_MMA").map(|v| v == 1),
+            fp8_mma_warps: number("ROPE_POOL_FP8_MMA_WARPS").filter(|n| (1..=16).contains(n)),
             fp8_finite: crate::common::tuning::flag("ROPE_POOL_FP8_FINITE"),
             fp8_dequantize: crate::common::tuning::flag("ROPE_POOL_FP8_DEQUANTIZE"),
             tiles_product_off: number("ROPE_POOL_TILES_PRODUCT") == Some(0),
@@ -386,6 +399,84 @@ fn rows_staged(client: &Client, sums: PlaneSums, bytes: usize) -> bool {
             .unwrap_or(bytes <= STAGED_ROWS_BYTES)
 }
 
+/// Elements of `x` a load of the warp-level fp8 kernels (16 bytes of f16).
+const MMA_X_VECTOR: usize = 8;
+/// The most bytes of normalised rows the warp-level fp8 norm kernel stages in shared memory.
+const MMA_STAGED_BYTES: usize = 32 * 1024;
+/// Warps a cube of the warp-level fp8 kernels unless the tuning says otherwise.
+const MMA_WARPS: usize = 8;
+
+/// The warp-level fp8 kernels' launch (`fp8_mma.rs`) for `rows` rows of `k` and a weight of `n`
+/// rows in `pairs` (`n / pairs` output columns), `x`'s rows read as `read` says, where they take
+/// it: f16 rows, at most [`MMA_MAX_ROWS`], f16 `mma.sync` m16n8k16 through CUDA, `k` a multiple
+/// of [`GROUP`], scale blocks of whole groups (`block_words` a multiple of 32), staged rows
+/// within [`MMA_STAGED_BYTES`]; unless the tuning turns them off.
+fn fp8_mma_launch(
+    client: &Client,
+    float: ElemType,
+    [rows, k, n]: [usize; 3],
+    pairs: usize,
+    words: Fp8Words,
+    read: RowRead,
+) -> Option<(CubeDim, CubeCount, Fp8MmaShape)> {
+    let tuning = LaunchTuning::current().decoder;
+    let staged_bytes = match read {
+        RowRead::Plain => 0,
+        _ => rows * k * float.size(),
+    };
+    let fits = tuning.fp8_mma != Some(false)
+        && float == ElemType::Float(FloatKind::F16)
+        && (1..=MMA_MAX_ROWS).contains(&rows)
+        && k.is_multiple_of(GROUP)
+        && words.block_words.is_multiple_of(GROUP / FP8_VECTOR)
+        && n.is_multiple_of(pairs)
+        && staged_bytes <= MMA_STAGED_BYTES
+        && warp_mma_f16(client);
+    if !fits {
+        return None;
+    }
+    let warps = tuning
+        .fp8_mma_warps
+        .unwrap_or(MMA_WARPS)
+        .min(k / GROUP)
+        .max(1);
+    let shape = Fp8MmaShape {
+        rows,
+        pairs,
+        warps,
+        k,
+        read,
+        words: Fp8Words {
+            decode: Fp8Decode::Halves,
+            ..words
+        },
+    };
+    let red_bytes = warps * 2 * pairs * 32 * 8;
+    let hardware = &client.properties().hardware;
+    if staged_bytes + red_bytes + PLANE_SUMS_BYTES > hardware.max_shared_memory_size
+        || hardware.max_units_per_cube < 32 * warps as u32
+    {
+        return None;
+    }
+    let cube_dim = CubeDim::new_2d(32, warps as u32);
+    let cubes = (n / pairs).div_ceil(CUBE_COLUMNS);
+    Some((cube_dim, grid(client, cubes, cube_dim), shape))
+}
+
+/// Whether the fp8-weight launches ([`launch_matvec_fp8`] and its fused forms) take `rows`
+/// rows of `k` times an fp8 weight of `n` rows in blocks of `block_words` words through the
+/// warp-level tensor-core kernels on `client`'s device (`fp8_mma.rs`), rather than the
+/// matrix-vector kernels.
+pub fn fp8_mma_takes(
+    client: &Client,
+    float: ElemType,
+    [rows, k, n]: [usize; 3],
+    block_words: usize,
+) -> bool {
+    let words = weight_decode(client, block_words, true);
+    fp8_mma_launch(client, float, [rows, k, n], 1, words, RowRead::Plain).is_some()
+}
+
 /// Enqueues `out = res + x · wᵀ` for `x [rows, k]`, `w [n, k]` and `res`, `out [rows, n]`, all
 /// contiguous of float `float` (`elem_size` bytes): the product rounded to `float`, then the
 /// residual add. Does nothing for an empty product.
@@ -452,23 +543,34 @@ pub unsafe fn launch_matvec_fp8(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
+    let address = AddressType::from_len((n * k).max(rows * k).max(rows * n));
+    let words = weight_decode(client, block_words, nan_codes);
+    if let Some((cube_dim, count, shape)) =
+        fp8_mma_launch(client, float, [rows, k, n], 1, words, RowRead::Plain)
+    {
+        unsafe {
+            mma_fp8_kernel::launch_unchecked(
+                client,
+                count,
+                cube_dim,
+                address,
+                MMA_X_VECTOR,
+                x,
+                w,
+                scales,
+                out,
+                shape,
+                float,
+            );
+        }
+        return;
+    }
     let (cube_dim, cube_count, w_vector, shape, sums) =
         fp8_plain_shape(client, [rows, k, n], block_words, nan_codes);
     unsafe {
         matvec_fp8_kernel::launch_unchecked(
-            client,
-            cube_count,
-            cube_dim,
-            AddressType::from_len((n * k).max(rows * k).max(rows * n)),
-            FP8_VECTOR,
-            w_vector,
-            x,
-            w,
-            scales,
-            out,
-            shape,
-            sums,
-            float,
+            client, cube_count, cube_dim, address, FP8_VECTOR, w_vector, x, w, scales, out, shape,
+            sums, float,
         );
     }
 }
@@ -499,6 +601,30 @@ pub unsafe fn launch_matvec_fp8_norm(
         return;
     }
     let pairs = 1 + silu as usize;
+    let words = weight_decode(client, block_words, nan_codes);
+    if let Some((cube_dim, count, shape)) =
+        fp8_mma_launch(client, float, [rows, k, n], pairs, words, RowRead::Staged)
+    {
+        unsafe {
+            mma_fp8_norm_kernel::launch_unchecked(
+                client,
+                count,
+                cube_dim,
+                AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+                MMA_X_VECTOR,
+                x,
+                norm_w,
+                w,
+                scales,
+                out,
+                eps,
+                1.0 / k as f32,
+                shape,
+                float,
+            );
+        }
+        return;
+    }
     let read = match rows_staged(client, plane_sums(client), rows * k * float.size()) {
         true => RowRead::Staged,
         false => RowRead::Normalised,
@@ -546,6 +672,28 @@ pub unsafe fn launch_matvec_fp8_add(
     [x, w, scales, res, out]: [TensorArg; 5],
 ) {
     if rows == 0 || n == 0 || k == 0 {
+        return;
+    }
+    let words = weight_decode(client, block_words, nan_codes);
+    if let Some((cube_dim, count, shape)) =
+        fp8_mma_launch(client, float, [rows, k, n], 1, words, RowRead::Plain)
+    {
+        unsafe {
+            mma_fp8_add_kernel::launch_unchecked(
+                client,
+                count,
+                cube_dim,
+                AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+                MMA_X_VECTOR,
+                x,
+                w,
+                scales,
+                res,
+                out,
+                shape,
+                float,
+            );
+        }
         return;
     }
     let (cube_dim, cube_count, w_vector, shape, sums) =

@@ -10,6 +10,8 @@
 //! - `norm.rs`: RMSNorm of rows, and the residual add fused with it;
 //! - `fp8.rs`: the matrix-vector products on fp8 weights (e4m3 codes with block scales), decoded
 //!   in registers, and the decoding of such a weight for the products no kernel here takes;
+//! - `fp8_mma.rs`: the same products on fp8 weights for up to 8 rows on warp-level tensor-core
+//!   products (CUDA), each code's f16 half the operand itself;
 //! - `warp_rows.rs`: the staged kernel's float products on warp-level tensor-core products
 //!   (CUDA), the weight loaded straight into registers (a launch knob, off by default);
 //! - `act.rs`: the MLP activation, SiLU of the gate times the up projection;
@@ -18,6 +20,7 @@
 
 mod act;
 mod fp8;
+mod fp8_mma;
 mod launch;
 mod matvec;
 mod norm;
@@ -27,8 +30,8 @@ mod warp_rows;
 pub use crate::common::launch::has_tiles;
 pub use launch::{
     DecoderTuning, MATVEC_MAX_ROWS, NORM_FUSED_MAX_ROWS, Residual, StagedRows, TilesAccess,
-    few_rows_fits, launch_dequantize_fp8, launch_few_rows, launch_matvec, launch_matvec_add,
-    launch_matvec_fp8, launch_matvec_fp8_add, launch_matvec_fp8_norm, launch_matvec_norm,
-    launch_rms_norm, launch_silu_mul, launch_tiles_product, matvec_fits, matvec_norm_fits,
-    spirv_tiles, tiles_product_access,
+    few_rows_fits, fp8_mma_takes, launch_dequantize_fp8, launch_few_rows, launch_matvec,
+    launch_matvec_add, launch_matvec_fp8, launch_matvec_fp8_add, launch_matvec_fp8_norm,
+    launch_matvec_norm, launch_rms_norm, launch_silu_mul, launch_tiles_product, matvec_fits,
+    matvec_norm_fits, spirv_tiles, tiles_product_access,
 };

@@ -345,6 +345,30 @@ pub fn tiles_product_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
     false
 }
 
+/// Whether [`project_fp8`] sends `x [m, k]` times the fp8 weight `w` to the warp-level
+/// tensor-core kernels on x's device (`rope_pool_kernels::decoder::fp8_mma_takes`: f16 rows, up
+/// to 8, through CUDA), where the staged kernel does not take it and the matrix-vector kernels
+/// would.
+#[cfg(feature = "testing")]
+pub fn fp8_tensor_cores_take(x: &Tensor<2>, w: &Fp8Weight) -> bool {
+    #[cfg(feature = "cube")]
+    if let burn::backend::DispatchDevice::Cube(cube) = x.device().as_dispatch() {
+        let ([m, k], [n, _]) = (x.dims(), w.dims());
+        let float = burn::backend::cubecl::dtype_to_storage_type(x.dtype());
+        let client = cube.client();
+        return !staged_takes_fp8(x, [m, k, n])
+            && rope_pool_kernels::decoder::matvec_fits(&client, m)
+            && rope_pool_kernels::decoder::fp8_mma_takes(
+                &client,
+                float,
+                [m, k, n],
+                w.block_words() as usize,
+            );
+    }
+    let _ = (x, w);
+    false
+}
+
 /// [`staged_takes`] on a float weight, or with `fp8` on fp8 codes ([`staged_takes_fp8`]).
 fn staged_on_device(x: &Tensor<2>, dims: [usize; 3], fp8: bool) -> bool {
     #[cfg(feature = "cube")]
