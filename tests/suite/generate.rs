@@ -1285,7 +1285,8 @@ fn fp8_nan_codes_give_nan() {
 /// multiplied past that, dequantized in tensor ops elsewhere) against float64 over the decoded
 /// weight, for blocks of 4, 32, 96 and 128 elements and one per row, across the row limits, odd
 /// output widths and the staged kernel's shapes (split inner sizes, blocks of 1 and 3 tiles, a
-/// scale a word); the tensor-op dequantization equals the host's decoding exactly. Where the
+/// scale a word), and (through CUDA, where turned on) the warp-level tensor-core kernels' few
+/// rows; the tensor-op dequantization equals the host's decoding exactly. Where the
 /// staged kernel decodes, its output equals, bit for bit, the staged product of the weight
 /// dequantized to the run dtype (the same values, multiplied in the same order).
 #[test]
@@ -1316,8 +1317,8 @@ fn fp8_projections_match_float64() {
             (5, 64, 192, 4),
             (64, 4112, 64, 128),
             (33, 96, 64, 96),
-            // Through CUDA, the warp-level tensor-core kernels (f16, up to 8 rows, whole groups
-            // of 128 elements): 3 groups over 3 warps, blocks of two groups.
+            // Through CUDA with `ROPE_POOL_FP8_MMA=1`, the warp-level tensor-core kernels (f16,
+            // up to 8 rows, whole groups of 128 elements): 3 groups over 3 warps, blocks of two.
             (3, 384, 40, 128),
             (4, 1024, 24, 256),
         ] {
@@ -1388,7 +1389,7 @@ fn fp8_projections_match_float64() {
         }
         match warp_level {
             0 => eprintln!(
-                "{name}: the warp-level fp8 kernels took no product here (they run through CUDA)"
+                "{name}: the warp-level fp8 kernels took no product here (CUDA, ROPE_POOL_FP8_MMA=1)"
             ),
             w => eprintln!("{name}: the warp-level fp8 kernels took {w} products"),
         }

@@ -20,6 +20,10 @@
 //! order, so every product pairs the same elements of the weight and of `x`. A group's products
 //! add into a fresh accumulator, multiplied by the rows' scales once; the warps' sums meet in
 //! shared memory and warp 0 writes, rounded once.
+//!
+//! A launch knob (`DecoderTuning::fp8_mma`, `ROPE_POOL_FP8_MMA=1`), off by default: the kernels
+//! compile to CUDA C++ in the unit test below, but have not yet run on a GPU (their float64
+//! tests through CUDA and their speed are the runs of `benches/results/fp8-mma/`).
 
 use super::fp8::Fp8Words;
 use super::matvec::{PlaneSums, RowRead, row_scales, stage_normalised};

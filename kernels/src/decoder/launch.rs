@@ -101,8 +101,9 @@ pub struct DecoderTuning {
     /// [`Fp8Decode::for_device`] (`ROPE_POOL_FP8_DECODE`, as the attention kernels read it).
     pub fp8_decode: Option<Fp8Decode>,
     /// fp8-weight products of up to 8 rows on warp-level tensor-core products where the device
-    /// has f16 `mma.sync` through CUDA (`fp8_mma.rs`; `None`: the normal launch, where they fit);
-    /// `ROPE_POOL_FP8_MMA=0` keeps the matrix-vector kernels there.
+    /// has f16 `mma.sync` through CUDA (`fp8_mma.rs`): `ROPE_POOL_FP8_MMA=1`; default: the
+    /// matrix-vector kernels (the warp-level kernels have not yet run on a GPU: their float64
+    /// tests and their speed are the runs of `benches/results/fp8-mma/`).
     pub fp8_mma: Option<bool>,
     /// Warps a cube of those kernels, splitting the inner size (`ROPE_POOL_FP8_MMA_WARPS`, 1 to
     /// 16; default 8).
@@ -410,7 +411,7 @@ const MMA_WARPS: usize = 8;
 /// rows in `pairs` (`n / pairs` output columns), `x`'s rows read as `read` says, where they take
 /// it: f16 rows, at most [`MMA_MAX_ROWS`], f16 `mma.sync` m16n8k16 through CUDA, `k` a multiple
 /// of [`GROUP`], scale blocks of whole groups (`block_words` a multiple of 32), staged rows
-/// within [`MMA_STAGED_BYTES`]; unless the tuning turns them off.
+/// within [`MMA_STAGED_BYTES`]; where the tuning turns them on ([`DecoderTuning::fp8_mma`]).
 fn fp8_mma_launch(
     client: &Client,
     float: ElemType,
@@ -424,7 +425,7 @@ fn fp8_mma_launch(
         RowRead::Plain => 0,
         _ => rows * k * float.size(),
     };
-    let fits = tuning.fp8_mma != Some(false)
+    let fits = tuning.fp8_mma == Some(true)
         && float == ElemType::Float(FloatKind::F16)
         && (1..=MMA_MAX_ROWS).contains(&rows)
         && k.is_multiple_of(GROUP)

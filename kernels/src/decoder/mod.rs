@@ -11,7 +11,7 @@
 //! - `fp8.rs`: the matrix-vector products on fp8 weights (e4m3 codes with block scales), decoded
 //!   in registers, and the decoding of such a weight for the products no kernel here takes;
 //! - `fp8_mma.rs`: the same products on fp8 weights for up to 8 rows on warp-level tensor-core
-//!   products (CUDA), each code's f16 half the operand itself;
+//!   products (CUDA), each code's f16 half the operand itself (a launch knob, off by default);
 //! - `warp_rows.rs`: the staged kernel's float products on warp-level tensor-core products
 //!   (CUDA), the weight loaded straight into registers (a launch knob, off by default);
 //! - `act.rs`: the MLP activation, SiLU of the gate times the up projection;

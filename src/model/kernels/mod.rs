@@ -347,8 +347,8 @@ pub fn tiles_product_takes(x: &Tensor<2>, [m, k, n]: [usize; 3]) -> bool {
 
 /// Whether [`project_fp8`] sends `x [m, k]` times the fp8 weight `w` to the warp-level
 /// tensor-core kernels on x's device (`rope_pool_kernels::decoder::fp8_mma_takes`: f16 rows, up
-/// to 8, through CUDA), where the staged kernel does not take it and the matrix-vector kernels
-/// would.
+/// to 8, through CUDA, where benchmark builds turn them on with `ROPE_POOL_FP8_MMA=1`), where the
+/// staged kernel does not take it and the matrix-vector kernels would.
 #[cfg(feature = "testing")]
 pub fn fp8_tensor_cores_take(x: &Tensor<2>, w: &Fp8Weight) -> bool {
     #[cfg(feature = "cube")]
