@@ -65,27 +65,14 @@ pub(crate) fn mma_fp8_kernel<F: Float, N: Size>(
     #[comptime] shape: Fp8MmaShape,
     #[define(F)] _dtype: ElemType,
 ) {
-    let shape = comptime!(Fp8MmaShape {
-        pairs: 1,
-        read: RowRead::Plain,
-        ..shape
-    });
-    let n = codes.shape(0);
-    let col0 = cube_columns(n);
-    let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
-    let acc = mma_fp8_products::<F, N>(x, &unstaged, codes, scales, col0, n, shape);
-    let totals = warp_totals(&acc, 2usize, comptime!(shape.warps));
-    if UNIT_POS_Y == 0 {
-        let (g, t) = lane_position();
+    let (totals, col0, n) = plain_totals::<F, N>(x, codes, scales, shape);
+    #[unroll]
+    for h in 0..2usize {
         #[unroll]
-        for h in 0..2usize {
-            let col = col0 + g + comptime!(8 * h);
-            #[unroll]
-            for i in 0..2usize {
-                let row = 2 * t + i;
-                if row < comptime!(shape.rows) && col < n {
-                    out[row * n + col] = F::cast_from(totals[h].extract(i));
-                }
+        for i in 0..2usize {
+            let (at, written) = output_at(col0, n, comptime!(shape.rows), h, i);
+            if written {
+                out[at] = F::cast_from(totals[h].extract(i));
             }
         }
     }
@@ -128,25 +115,20 @@ pub(crate) fn mma_fp8_norm_kernel<F: Float, N: Size>(
     stage_normalised::<F, N>(x, norm_w, &norms, &mut rows_s, rows, k_vectors, sums);
     let acc = mma_fp8_products::<F, N>(x, &rows_s, codes, scales, col0, n, shape);
     let totals = warp_totals(&acc, comptime!(2 * pairs), warps);
-    if UNIT_POS_Y == 0 {
-        let (g, t) = lane_position();
+    #[unroll]
+    for h in 0..2usize {
         #[unroll]
-        for h in 0..2usize {
-            let col = col0 + g + comptime!(8 * h);
-            #[unroll]
-            for i in 0..2usize {
-                let row = 2 * t + i;
-                if row < rows && col < n {
-                    let at = row * n + col;
-                    if comptime!(pairs == 1) {
-                        out[at] = F::cast_from(totals[h].extract(i));
-                    } else {
-                        let gate = F::cast_from(totals[h].extract(i));
-                        let up = F::cast_from(totals[comptime!(2 + h)].extract(i));
-                        let g = f32::cast_from(gate);
-                        let s = g / (f32::new(1.0) + f32::exp(f32::new(0.0) - g));
-                        out[at] = F::cast_from(s) * up;
-                    }
+        for i in 0..2usize {
+            let (at, written) = output_at(col0, n, rows, h, i);
+            if written {
+                if comptime!(pairs == 1) {
+                    out[at] = F::cast_from(totals[h].extract(i));
+                } else {
+                    let gate = F::cast_from(totals[h].extract(i));
+                    let up = F::cast_from(totals[comptime!(2 + h)].extract(i));
+                    let g = f32::cast_from(gate);
+                    let s = g / (f32::new(1.0) + f32::exp(f32::new(0.0) - g));
+                    out[at] = F::cast_from(s) * up;
                 }
             }
         }
@@ -165,6 +147,29 @@ pub(crate) fn mma_fp8_add_kernel<F: Float, N: Size>(
     #[comptime] shape: Fp8MmaShape,
     #[define(F)] _dtype: ElemType,
 ) {
+    let (totals, col0, n) = plain_totals::<F, N>(x, codes, scales, shape);
+    #[unroll]
+    for h in 0..2usize {
+        #[unroll]
+        for i in 0..2usize {
+            let (at, written) = output_at(col0, n, comptime!(shape.rows), h, i);
+            if written {
+                let s = F::cast_from(totals[h].extract(i));
+                out[at] = F::cast_from(f32::cast_from(res[at]) + f32::cast_from(s));
+            }
+        }
+    }
+}
+
+/// The sums of the kernels without a norm (`x`'s rows as stored, one weight row a column), with
+/// the cube's first output column and the output width `n`.
+#[cube]
+fn plain_totals<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    codes: &Tensor<Vector<u32, Const<4>>>,
+    scales: &Tensor<f32>,
+    #[comptime] shape: Fp8MmaShape,
+) -> (Array<Vector<f32, Const<2>>>, usize, usize) {
     let shape = comptime!(Fp8MmaShape {
         pairs: 1,
         read: RowRead::Plain,
@@ -174,23 +179,24 @@ pub(crate) fn mma_fp8_add_kernel<F: Float, N: Size>(
     let col0 = cube_columns(n);
     let unstaged = Shared::<[Vector<F, N>]>::new_slice(1usize);
     let acc = mma_fp8_products::<F, N>(x, &unstaged, codes, scales, col0, n, shape);
-    let totals = warp_totals(&acc, 2usize, comptime!(shape.warps));
-    if UNIT_POS_Y == 0 {
-        let (g, t) = lane_position();
-        #[unroll]
-        for h in 0..2usize {
-            let col = col0 + g + comptime!(8 * h);
-            #[unroll]
-            for i in 0..2usize {
-                let row = 2 * t + i;
-                if row < comptime!(shape.rows) && col < n {
-                    let at = row * n + col;
-                    let s = F::cast_from(totals[h].extract(i));
-                    out[at] = F::cast_from(f32::cast_from(res[at]) + f32::cast_from(s));
-                }
-            }
-        }
-    }
+    (warp_totals(&acc, 2usize, comptime!(shape.warps)), col0, n)
+}
+
+/// Output `(h, i)` of this lane (`x`'s row `2t + i`, column `col0 + g + 8h`, of [`warp_totals`]'
+/// slot `h`, or `2 + h` for the up rows): its index in `out [rows, n]`, and whether it is
+/// written (warp 0 writes, within the rows and columns).
+#[cube]
+fn output_at(
+    col0: usize,
+    n: usize,
+    #[comptime] rows: usize,
+    #[comptime] h: usize,
+    #[comptime] i: usize,
+) -> (usize, bool) {
+    let (g, t) = lane_position();
+    let row = 2 * t + i;
+    let col = col0 + g + h * 8;
+    (row * n + col, UNIT_POS_Y == 0 && row < rows && col < n)
 }
 
 /// The cube's first output column; the whole cube leaves past `n`.
