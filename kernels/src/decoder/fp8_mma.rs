@@ -25,7 +25,6 @@
 //! compile to CUDA C++ in the unit test below, but have not yet run on a GPU (their float64
 //! tests through CUDA and their speed are the runs of `benches/results/fp8-mma/`).
 
-use super::fp8::Fp8Words;
 use super::matvec::{PlaneSums, RowRead, row_scales, stage_normalised};
 use crate::common::fp8::{Fp8Decode, halves_words};
 use crate::common::fragment::{half_pair, mma_accumulate};
@@ -42,8 +41,9 @@ pub(crate) const CUBE_COLUMNS: usize = 16;
 
 /// The launch shape of the kernels (comptime): `rows` rows of `x` (1 to 8), `pairs` weight rows a
 /// column (2: gate and up), `warps` warps a cube over the inner size `k` (a multiple of
-/// [`GROUP`]), `x`'s rows read as stored or staged normalised, the codes read as `words` says
-/// (blocks a multiple of 32 words; the decode is always f16 halves).
+/// [`GROUP`]), `x`'s rows read as stored or staged normalised, scale blocks of `block_words`
+/// words (a multiple of 32), NaN codes checked unless `nan_codes` is false (the decode is always
+/// f16 halves).
 #[derive(Copy, Clone, Debug, Hash, PartialEq, Eq)]
 pub(crate) struct Fp8MmaShape {
     pub(crate) rows: usize,
@@ -51,7 +51,8 @@ pub(crate) struct Fp8MmaShape {
     pub(crate) warps: usize,
     pub(crate) k: usize,
     pub(crate) read: RowRead,
-    pub(crate) words: Fp8Words,
+    pub(crate) block_words: usize,
+    pub(crate) nan_codes: bool,
 }
 
 /// `out [rows, n] = x [rows, k] · wᵀ` on an fp8 weight (`codes [n, k / 4]` bound as 16-byte
@@ -292,7 +293,7 @@ fn mma_fp8_products<F: Float, N: Size>(
     #[comptime] shape: Fp8MmaShape,
 ) -> Array<Vector<f32, Const<2>>> {
     let (rows, pairs, warps) = comptime!((shape.rows, shape.pairs, shape.warps));
-    let (block_words, nan_codes) = comptime!((shape.words.block_words, shape.words.nan_codes));
+    let (block_words, nan_codes) = comptime!((shape.block_words, shape.nan_codes));
     let nv = N::value();
     let k_vectors = comptime!(shape.k / nv);
     let groups = comptime!(shape.k / GROUP);
@@ -402,10 +403,8 @@ fn mma_fp8_products<F: Float, N: Size>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::fp8::Fp8Words;
     use super::super::matvec::RowRead;
     use super::{Fp8MmaShape, mma_fp8_add_kernel, mma_fp8_kernel, mma_fp8_norm_kernel};
-    use crate::common::fp8::Fp8Decode;
     use crate::test_common as common;
     use cubecl::ir::{AddressType, ElemType, FloatKind};
     use cubecl::prelude::*;
@@ -435,11 +434,8 @@ mod tests {
                 warps,
                 k,
                 read,
-                words: Fp8Words {
-                    block_words,
-                    decode: Fp8Decode::Halves,
-                    nan_codes,
-                },
+                block_words,
+                nan_codes,
             };
             let what = format!("{rows} rows, {warps} warps, blocks of {block_words} words");
             let dim = CubeDim::new_2d(32, warps as u32);

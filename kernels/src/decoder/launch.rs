@@ -447,10 +447,8 @@ fn fp8_mma_launch(
         warps,
         k,
         read,
-        words: Fp8Words {
-            decode: Fp8Decode::Halves,
-            ..words
-        },
+        block_words: words.block_words,
+        nan_codes: words.nan_codes,
     };
     let red_bytes = warps * 2 * pairs * 32 * 8;
     let hardware = &client.properties().hardware;
@@ -567,7 +565,7 @@ pub unsafe fn launch_matvec_fp8(
         return;
     }
     let (cube_dim, cube_count, w_vector, shape, sums) =
-        fp8_plain_shape(client, [rows, k, n], block_words, nan_codes);
+        fp8_plain_shape(client, [rows, k, n], words);
     unsafe {
         matvec_fp8_kernel::launch_unchecked(
             client, cube_count, cube_dim, address, FP8_VECTOR, w_vector, x, w, scales, out, shape,
@@ -601,6 +599,7 @@ pub unsafe fn launch_matvec_fp8_norm(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
+    let address = AddressType::from_len((n * k).max(rows * k).max(rows * n));
     let pairs = 1 + silu as usize;
     let words = weight_decode(client, block_words, nan_codes);
     if let Some((cube_dim, count, shape)) =
@@ -611,7 +610,7 @@ pub unsafe fn launch_matvec_fp8_norm(
                 client,
                 count,
                 cube_dim,
-                AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+                address,
                 MMA_X_VECTOR,
                 x,
                 norm_w,
@@ -631,13 +630,13 @@ pub unsafe fn launch_matvec_fp8_norm(
         false => RowRead::Normalised,
     };
     let (cube_dim, cube_count, w_vector, shape, sums) =
-        fp8_shape(client, [rows, k, n], block_words, nan_codes, pairs, read);
+        fp8_shape(client, [rows, k, n], words, pairs, read);
     unsafe {
         matvec_fp8_norm_kernel::launch_unchecked(
             client,
             cube_count,
             cube_dim,
-            AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+            address,
             FP8_VECTOR,
             w_vector,
             x,
@@ -675,6 +674,7 @@ pub unsafe fn launch_matvec_fp8_add(
     if rows == 0 || n == 0 || k == 0 {
         return;
     }
+    let address = AddressType::from_len((n * k).max(rows * k).max(rows * n));
     let words = weight_decode(client, block_words, nan_codes);
     if let Some((cube_dim, count, shape)) =
         fp8_mma_launch(client, float, [rows, k, n], 1, words, RowRead::Plain)
@@ -684,7 +684,7 @@ pub unsafe fn launch_matvec_fp8_add(
                 client,
                 count,
                 cube_dim,
-                AddressType::from_len((n * k).max(rows * k).max(rows * n)),
+                address,
                 MMA_X_VECTOR,
                 x,
                 w,
@@ -698,42 +698,29 @@ pub unsafe fn launch_matvec_fp8_add(
         return;
     }
     let (cube_dim, cube_count, w_vector, shape, sums) =
-        fp8_plain_shape(client, [rows, k, n], block_words, nan_codes);
+        fp8_plain_shape(client, [rows, k, n], words);
     unsafe {
         matvec_fp8_add_kernel::launch_unchecked(
-            client,
-            cube_count,
-            cube_dim,
-            AddressType::from_len((n * k).max(rows * k).max(rows * n)),
-            FP8_VECTOR,
-            w_vector,
-            x,
-            w,
-            scales,
-            res,
-            out,
-            shape,
-            sums,
-            float,
+            client, cube_count, cube_dim, address, FP8_VECTOR, w_vector, x, w, scales, res, out,
+            shape, sums, float,
         );
     }
 }
 
 /// The fp8 matrix-vector kernels' launch for `rows` rows of `k` and a weight of `n` rows in
 /// `pairs` (`n / pairs` output columns): the cube, the cube count, words a load, the kernel's
-/// comptime shape (`read`: how the rows of `x` are read) and how a plane adds its lanes.
-#[allow(clippy::too_many_arguments)]
+/// comptime shape (`read`: how the rows of `x` are read; the codes read as `words` says) and how
+/// a plane adds its lanes.
 fn fp8_shape(
     client: &Client,
     [rows, k, n]: [usize; 3],
-    block_words: usize,
-    nan_codes: bool,
+    words: Fp8Words,
     pairs: usize,
     read: RowRead,
 ) -> (CubeDim, CubeCount, usize, Fp8Shape, PlaneSums) {
-    let words = k / FP8_VECTOR;
+    let row_words = k / FP8_VECTOR;
     // Words a load: up to four (16 bytes), as the float kernel's widest vectors.
-    let w_vector = widest_vector(client, 4, |n| n <= 4 && words.is_multiple_of(n));
+    let w_vector = widest_vector(client, 4, |n| n <= 4 && row_words.is_multiple_of(n));
     let (cube_dim, cube_count, cols, unroll, sums) =
         matvec_shape(client, rows, n / pairs, pairs, FP8_LOADS);
     let shape = Fp8Shape {
@@ -741,9 +728,9 @@ fn fp8_shape(
         cols,
         pairs,
         unroll,
-        w_vectors: words / w_vector,
+        w_vectors: row_words / w_vector,
         read,
-        words: weight_decode(client, block_words, nan_codes),
+        words,
         prefetch: LaunchTuning::current().decoder.matvec_prefetch,
     };
     (cube_dim, cube_count, w_vector, shape, sums)
@@ -754,10 +741,9 @@ fn fp8_shape(
 fn fp8_plain_shape(
     client: &Client,
     dims: [usize; 3],
-    block_words: usize,
-    nan_codes: bool,
+    words: Fp8Words,
 ) -> (CubeDim, CubeCount, usize, Fp8Shape, PlaneSums) {
-    fp8_shape(client, dims, block_words, nan_codes, 1, RowRead::Plain)
+    fp8_shape(client, dims, words, 1, RowRead::Plain)
 }
 
 /// How the fp8-weight kernels read codes on `client`'s device: scales in blocks of `block_words`
